@@ -1,0 +1,3 @@
+"""orchestrator: llama.cpp orchestration with MTP speculative decoding."""
+
+__version__ = "0.1.0"
