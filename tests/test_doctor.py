@@ -1,0 +1,48 @@
+"""``orchestrator doctor``: one line per check, exit 1 on any FAIL."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+
+from orchestrator import doctor
+
+
+def test_port_comes_from_the_yaml_with_defaults(tmp_path: Path) -> None:
+    cfg = tmp_path / "models.yaml"
+    assert doctor.configured_address(cfg) == ("127.0.0.1", 8080)
+    cfg.write_text("server:\n  host: 127.0.0.1\n  port: 9123\nmodels: []\n")
+    assert doctor.configured_address(cfg) == ("127.0.0.1", 9123)
+    cfg.write_text("server: [unclosed\n")  # a broken file still gets the default port checked
+    assert doctor.configured_address(cfg) == ("127.0.0.1", 8080)
+
+
+def test_a_busy_port_fails_with_a_fix(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        cfg = tmp_path / "models.yaml"
+        cfg.write_text(f"server:\n  port: {port}\n")
+        check = doctor.check_port(cfg)
+        assert check.status == doctor.FAIL and str(port) in check.detail and "server.port" in (check.fix or "")
+        assert doctor.run_doctor(cfg) == 1
+    lines = capsys.readouterr().out.strip().splitlines()
+    names = [c.name for c in doctor.collect(cfg)]
+    assert len(lines) == len(names)
+    assert all(line.split()[0] in (doctor.OK, doctor.WARN, doctor.FAIL) for line in lines)
+    assert any(line.startswith("FAIL") and "port" in line for line in lines)
+
+
+def test_free_port_and_python_are_ok(tmp_path: Path) -> None:
+    cfg = tmp_path / "models.yaml"
+    cfg.write_text("server:\n  port: 0\n")
+    assert doctor.check_port(cfg).status == doctor.OK
+    assert doctor.check_python().status == doctor.OK
+
+
+def test_missing_build_tool_is_fail_without_a_build_and_warn_with_one() -> None:
+    assert doctor.check_tool("no-such-tool-xyz", "--version", False, "install it").status == doctor.FAIL
+    assert doctor.check_tool("no-such-tool-xyz", "--version", True, "install it").status == doctor.WARN
