@@ -1,0 +1,91 @@
+"""A fault-injecting stand-in for llama-server, for supervisor tests only.
+
+It imitates just what the supervisor reads: it binds ``--host``/``--port`` (0 = OS-picked) before
+"loading", answers ``/health`` 503 while loading (``/v1/models`` already 200, as in case S01),
+then 200 ``{"status": "ok"}``, reports ``--alias`` in ``/props``, and logs
+``listening on http://HOST:PORT`` once loaded, like the real server. Faults:
+
+  --load-seconds S    stay loading for S seconds (a negative value: forever)
+  --props-alias NAME  report another model in /props (identity mismatch, S02)
+  --exit-code N       print an error and exit with N before binding (crash loop)
+  --quiet             log nothing while loading (so the load timeout is not extended)
+  --spec-batch-failures N   once ready, log llama-server's "failed to process speculative
+                      batch" N times, only while launched with --spec-type
+
+Every other llama-server flag is accepted and ignored.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=0)
+    ap.add_argument("--alias", default="fake")
+    ap.add_argument("--props-alias", default=None)
+    ap.add_argument("--load-seconds", type=float, default=0.5)
+    ap.add_argument("--exit-code", type=int, default=None)
+    ap.add_argument("--quiet", action="store_true")
+    ap.add_argument("--spec-type", default=None)
+    ap.add_argument("--spec-batch-failures", type=int, default=0)
+    args, _unknown = ap.parse_known_args()
+
+    print("fake llama-server: starting", flush=True)
+    if args.exit_code is not None:
+        print("llama_model_load: error loading model: fake failure", flush=True)
+        return args.exit_code
+
+    ready = threading.Event()
+    alias = args.props_alias or args.alias
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *a: object) -> None:
+            pass
+
+        def _json(self, code: int, doc: object) -> None:
+            body = json.dumps(doc).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self) -> None:  # noqa: N802
+            if self.path == "/v1/models":
+                self._json(200, {"object": "list", "data": [{"id": alias}]})
+            elif not ready.is_set():
+                self._json(503, {"error": {"message": "Loading model", "code": 503}})
+            elif self.path == "/health":
+                self._json(200, {"status": "ok"})
+            elif self.path == "/props":
+                self._json(200, {"model_alias": alias, "model_path": "/nowhere/" + alias + ".gguf"})
+            else:
+                self._json(404, {"error": {"message": "not found"}})
+
+    server = ThreadingHTTPServer((args.host, args.port), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    started = time.monotonic()
+    while args.load_seconds < 0 or time.monotonic() - started < args.load_seconds:
+        if not args.quiet:
+            print("llama_model_loader: loading ...", flush=True)
+        time.sleep(0.2)
+    ready.set()
+    print(f"main: server is listening on http://{args.host}:{server.server_address[1]}", flush=True)
+    if args.spec_type:
+        for _ in range(args.spec_batch_failures):
+            time.sleep(0.2)
+            print("srv  update_slots: failed to process speculative batch", flush=True)
+    while True:
+        time.sleep(3600)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,192 @@
+"""Helpers for the supervisor, up and orphan tests: specs for a real llama-server and for the
+fault-injecting fake, a fast supervisor policy, and waiting on instance states."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+import psutil
+
+from orchestrator.config import Config, ModelConfig, ServerConfig, SpeculativeConfig, Timeouts
+from orchestrator.launch import InstanceSpec
+from orchestrator.supervisor import Instance, ProcessState, SupervisorPolicy
+
+FAKE_SERVER = Path(__file__).with_name("fake_llama_server.py")
+
+
+def make_config(model: str = "demo", *, load: float = 60.0, speculative: SpeculativeConfig | None = None) -> Config:
+    """A config holding one model named ``model`` (the supervisor reads timeouts and spec settings)."""
+    return Config(
+        server=ServerConfig(timeouts=Timeouts(load=load)),
+        models=[ModelConfig(name=model, path="/unused.gguf", speculative=speculative or SpeculativeConfig())],
+    )
+
+
+def fast_policy(**overrides: float) -> SupervisorPolicy:
+    """Production rules with short backoffs and polls, so fault tests finish in seconds."""
+    base: dict[str, float] = dict(
+        backoff_base=0.2, backoff_max=1.0, watch_interval=0.25, health_timeout=1.0, stall_timeout=30.0, stop_grace=3.0
+    )
+    base.update(overrides)
+    return SupervisorPolicy(**base)  # type: ignore[arg-type]
+
+
+def fake_spec(*flags: str, name: str = "demo-0", alias: str = "demo", spec_type: str | None = None) -> InstanceSpec:
+    """A spec that runs ``fake_llama_server.py`` with ``flags`` (faults), on an OS-picked port."""
+    argv = [sys.executable, str(FAKE_SERVER), "--alias", alias, "--host", "127.0.0.1", "--port", "0", *flags]
+    if spec_type:
+        argv += ["--spec-type", spec_type]
+    return InstanceSpec(
+        name=name, model=alias, replica=0, gpus=(), host="127.0.0.1", port=0, argv=tuple(argv), env={},
+        gguf=Path(f"/nowhere/{alias}.gguf"), draft=None, spec_type=spec_type,
+        n_max=3 if spec_type else None, n_min=1 if spec_type else None, alias=alias,
+    )
+
+
+def real_spec(
+    server: Path,
+    lib_dir: Path,
+    model: Path,
+    *,
+    name: str = "demo-0",
+    alias: str = "demo",
+    spec: bool = False,
+    extra: Iterable[str] = (),
+) -> InstanceSpec:
+    """A spec for the real llama-server on ``model`` (CPU, port 0, small context)."""
+    argv = [str(server), "-m", str(model), "--alias", alias, "--host", "127.0.0.1", "--port", "0",
+            "--metrics", "-c", "512", "-np", "1", "-t", "2"]
+    if spec:
+        argv += ["--spec-type", "draft-mtp", "--spec-draft-n-max", "3", "--spec-draft-n-min", "1"]
+    argv += list(extra)
+    return InstanceSpec(
+        name=name, model=alias, replica=0, gpus=(), host="127.0.0.1", port=0, argv=tuple(argv),
+        env={"LD_LIBRARY_PATH": str(lib_dir)}, gguf=model, draft=None,
+        spec_type="draft-mtp" if spec else None, n_max=3 if spec else None, n_min=1 if spec else None, alias=alias,
+    )
+
+
+async def wait_state(inst: Instance, states: Iterable[ProcessState], timeout: float) -> ProcessState:
+    """Wait until ``inst.state`` is one of ``states``; AssertionError with the log tail on timeout."""
+    wanted = set(states)
+    deadline = time.monotonic() + timeout
+    while inst.state not in wanted:
+        if time.monotonic() > deadline:
+            raise AssertionError(
+                f"{inst.name} stayed {inst.state.value} ({inst.message}); wanted {[s.value for s in wanted]}; "
+                "log tail:\n" + "\n".join(inst.log_tail(20))
+            )
+        await asyncio.sleep(0.05)
+    return inst.state
+
+
+def gone(pid: int, timeout: float = 5.0) -> bool:
+    """True once ``pid`` no longer exists (or is a zombie) within ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def chat_body(text: str = "hello", max_tokens: int = 8) -> dict[str, object]:
+    """A small greedy chat request."""
+    return {"messages": [{"role": "user", "content": text}], "max_tokens": max_tokens, "temperature": 0}
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    """``os.environ`` plus ``extra`` (for subprocesses of the tests)."""
+    env = dict(os.environ)
+    env.update(extra)
+    return env
+
+
+def write_models_yaml(path: Path, model: Path, *, port: int = 0, model_port: int | None = None, extra: str = "") -> Path:
+    """A models.yaml serving ``model`` as "demo" on CPU with a small context; the proxy on ``port``."""
+    lines = [
+        "server:",
+        "  host: 127.0.0.1",
+        f"  port: {port}",
+        "  timeouts: {load: 120, shutdown_grace: 30}",
+        "models:",
+        "  - name: demo",
+        f"    path: {model}",
+        "    ctx_size: 512",
+        "    threads: 2",
+    ]
+    if model_port is not None:
+        lines.append(f"    port: {model_port}")
+    path.write_text("\n".join(lines) + "\n" + extra)
+    return path
+
+
+class RunningUp:
+    """``orchestrator up`` as a subprocess (the real CLI), with its ``run.json`` once ready.
+
+    Use as a context manager; on exit the orchestrator and any llama-server it recorded are
+    killed if still alive, so a failing test leaks nothing.
+    """
+
+    def __init__(self, config: Path, state: Path, timeout: float = 180.0) -> None:
+        self.config, self.state, self.timeout = config, state, timeout
+        self.out = state / "up.out"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.run: dict[str, object] = {}
+        self.started = 0.0
+
+    def env(self) -> dict[str, str]:
+        return child_env(ORCHESTRATOR_STATE=str(self.state))
+
+    def cli(self, *args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
+        """Run another ``orchestrator`` command against this state dir."""
+        return subprocess.run([sys.executable, "-m", "orchestrator.cli", *args], env=self.env(),
+                              capture_output=True, text=True, timeout=timeout)
+
+    def __enter__(self) -> RunningUp:
+        self.state.mkdir(parents=True, exist_ok=True)
+        self.started = time.monotonic()
+        with open(self.out, "wb") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "orchestrator.cli", "up", "--config", str(self.config)],
+                env=self.env(), stdout=out, stderr=subprocess.STDOUT,
+            )
+        deadline = time.monotonic() + self.timeout
+        run_file = self.state / "run.json"
+        while True:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"orchestrator up exited with {self.proc.returncode}:\n{self.out.read_text()}")
+            try:
+                self.run = json.loads(run_file.read_text())
+            except (OSError, ValueError):
+                self.run = {}
+            insts = self.run.get("instances") or {}
+            if insts and all(i.get("state") in ("ready", "degraded") for i in insts.values()):  # type: ignore[union-attr]
+                return self
+            if time.monotonic() > deadline:
+                raise AssertionError(f"not ready after {self.timeout} s:\n{self.out.read_text()}")
+            time.sleep(0.1)
+
+    def instance_pids(self) -> list[int]:
+        return [i["pid"] for i in (self.run.get("instances") or {}).values() if i.get("pid")]  # type: ignore[union-attr]
+
+    def __exit__(self, *exc: object) -> None:
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(timeout=30)
+        for pid in self.instance_pids():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)

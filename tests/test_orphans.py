@@ -1,0 +1,102 @@
+"""No child outlives the orchestrator (case S06), and stopping escalates and reaps."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from orchestrator import process
+from supervision_helpers import (
+    RunningUp,
+    child_env,
+    gone,
+    write_models_yaml,
+)
+
+PARENT = textwrap.dedent(
+    """
+    import asyncio, sys
+    from orchestrator import process
+
+    async def main():
+        child = await process.spawn([sys.executable, "-c", "import time; time.sleep(120)"])
+        print(child.pid, flush=True)
+        await asyncio.sleep(120)
+
+    asyncio.run(main())
+    """
+)
+
+
+def test_parent_death_signal_kills_the_child_of_a_sigkilled_parent() -> None:
+    parent = subprocess.Popen([sys.executable, "-c", PARENT], stdout=subprocess.PIPE, env=child_env())
+    child = 0
+    try:
+        assert parent.stdout is not None
+        child = int(parent.stdout.readline())
+        assert os.getsid(child) == child  # its own session and process group
+        parent.kill()
+        parent.wait(timeout=10)
+        assert gone(child, timeout=2.0), "the child outlived its SIGKILLed parent"
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
+        if child and not gone(child, timeout=0.1):
+            os.kill(child, signal.SIGKILL)
+
+
+STUBBORN = textwrap.dedent(
+    """
+    import os, signal, subprocess, sys, time
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    grandchild = subprocess.Popen([sys.executable, "-c",
+        "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(120)"])
+    print(grandchild.pid, flush=True)
+    time.sleep(120)
+    """
+)
+
+
+def test_stop_escalates_to_sigkill_and_reaps_the_whole_group() -> None:
+    async def main() -> tuple[int | None, int]:
+        proc = await process.spawn([sys.executable, "-c", STUBBORN])
+        assert proc.stdout is not None
+        grandchild = int(await proc.stdout.readline())
+        started = time.monotonic()
+        code = await process.stop_process(proc, grace=0.5)
+        assert time.monotonic() - started >= 0.5  # SIGTERM was ignored, the grace was waited out
+        return code, grandchild
+
+    code, grandchild = asyncio.run(main())
+    assert code == -signal.SIGKILL
+    assert gone(grandchild, timeout=2.0)
+
+
+@pytest.mark.server
+@pytest.mark.slow
+def test_s06_kill_9_of_orchestrator_leaves_no_llama_server(tmp_path: Path, bin_info, demo_model) -> None:
+    config = write_models_yaml(tmp_path / "models.yaml", demo_model)
+    with RunningUp(config, tmp_path / "state") as up:
+        pids = up.instance_pids()
+        assert pids, up.run
+        assert up.proc is not None
+        children = {p.pid for p in psutil.Process(up.proc.pid).children(recursive=True)}
+        assert set(pids) <= children
+        assert all(psutil.Process(p).name().startswith("llama-server") for p in pids)
+        up.proc.kill()
+        up.proc.wait(timeout=10)
+        for pid in children:
+            assert gone(pid, timeout=2.0), f"pid {pid} outlived the orchestrator by 2 s"
+        # run.json is stale now: status says nothing runs, and a new `up` may start
+        result = up.cli("status")
+        assert result.returncode == 1 and "no orchestrator is running" in result.stderr

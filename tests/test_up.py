@@ -1,0 +1,200 @@
+"""``orchestrator up`` end to end on the tiny model, its refusals before loading (S02), and the
+``status`` / ``logs`` / ``down`` commands that talk to it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+
+from orchestrator import control, statefile
+from orchestrator.errors import UserError
+from orchestrator.up import run_up
+from supervision_helpers import (
+    RunningUp,
+    gone,
+    write_models_yaml,
+)
+
+
+@pytest.fixture()
+def state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A private state dir (run.json, logs) for this test."""
+    monkeypatch.setenv("ORCHESTRATOR_STATE", str(tmp_path / "state"))
+    return tmp_path / "state"
+
+
+@pytest.fixture()
+def busy_port() -> int:
+    """A port some other socket (this test) listens on."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(1)
+    yield sock.getsockname()[1]
+    sock.close()
+
+
+def _no_children() -> bool:
+    return not psutil.Process().children(recursive=True)
+
+
+@pytest.mark.server
+def test_dry_run_prints_the_plan_and_starts_nothing(tmp_path: Path, state: Path, bin_info, demo_model, capsys) -> None:
+    config = write_models_yaml(tmp_path / "models.yaml", demo_model)
+    assert run_up(config, dry_run=True, force=False) == 0
+    out = capsys.readouterr().out
+    assert "demo-0" in out and "draft-mtp" in out
+    assert _no_children()
+    assert not (state / "run.json").exists()
+
+
+@pytest.mark.server
+def test_s02_instance_port_taken_is_refused_before_loading(tmp_path: Path, state: Path, bin_info, demo_model, busy_port: int) -> None:
+    config = write_models_yaml(tmp_path / "models.yaml", demo_model, model_port=busy_port)
+    with pytest.raises(UserError) as err:
+        run_up(config, dry_run=False, force=False)
+    message = str(err.value)
+    assert f"port {busy_port}" in message and f"pid {os.getpid()}" in message  # names the holder
+    assert "models[0].port" in message
+    assert _no_children()
+    assert not (state / "run.json").exists()
+
+
+@pytest.mark.server
+def test_s02_proxy_port_taken_is_refused_before_loading(tmp_path: Path, state: Path, bin_info, demo_model, busy_port: int) -> None:
+    config = write_models_yaml(tmp_path / "models.yaml", demo_model, port=busy_port)
+    with pytest.raises(UserError) as err:
+        run_up(config, dry_run=False, force=False)
+    assert f"port {busy_port}" in str(err.value) and "server.port" in str(err.value)
+    assert _no_children()
+
+
+@pytest.mark.server
+def test_second_orchestrator_is_refused_and_a_stale_record_cleared(tmp_path: Path, state: Path, bin_info, demo_model) -> None:
+    config = write_models_yaml(tmp_path / "models.yaml", demo_model)
+    me = os.getpid()
+    statefile.write({"pid": me, "pid_started": statefile.process_start_time(me), "endpoint": "http://127.0.0.1:1"})
+    assert (state / "run.json").stat().st_mode & 0o777 == 0o600
+    with pytest.raises(UserError, match="already running"):
+        run_up(config, dry_run=False, force=False)
+    assert _no_children()
+    # a record whose process is gone is stale: cleared, not refused
+    dead = psutil.Popen(["true"])
+    dead.wait()
+    statefile.write({"pid": dead.pid, "pid_started": 0.0, "endpoint": "http://127.0.0.1:1"})
+    statefile.claim()
+    assert statefile.read() is None
+
+
+def test_control_commands_without_an_orchestrator(state: Path, capsys) -> None:
+    assert control.status(json_out=False) == 1
+    assert "no orchestrator is running" in capsys.readouterr().err
+    assert control.down(timeout=1) == 1
+    with pytest.raises(UserError, match="no log for instance 'nope'"):
+        control.logs("nope")
+
+
+@pytest.mark.server
+@pytest.mark.slow
+def test_up_serves_chat_status_logs_drain_and_down(tmp_path: Path, bin_info, demo_model) -> None:
+    """up -> ready -> chat through the proxy -> status/logs -> SIGTERM drains an in-flight stream
+    while new requests get 503 -> everything stops, run.json removed, no llama-server left."""
+    config = write_models_yaml(tmp_path / "models.yaml", demo_model)
+    with RunningUp(config, tmp_path / "state") as up:
+        endpoint = str(up.run["endpoint"])
+        assert (up.state / "run.json").stat().st_mode & 0o777 == 0o600
+        banner = up.out.read_text()
+        assert f"{endpoint}/v1" in banner and "curl -N" in banner and "from openai import OpenAI" in banner
+
+        body = {"model": "demo", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 8, "temperature": 0}
+        resp = httpx.post(f"{endpoint}/v1/chat/completions", json=body, timeout=120, trust_env=False)
+        assert resp.status_code == 200, resp.text
+        assert resp.json()["usage"]["completion_tokens"] > 0
+
+        result = up.cli("status", "--json")
+        assert result.returncode == 0, result.stderr
+        rows = json.loads(result.stdout)["instances"]
+        assert rows[0]["name"] == "demo-0" and rows[0]["state"] == "ready" and rows[0]["requests"] >= 1
+        assert up.cli("status").stdout.count("demo-0") == 1
+        logs = up.cli("logs", "demo-0", "-n", "400")
+        assert logs.returncode == 0 and "listening on" in logs.stdout
+        unknown = up.cli("logs", "nope")
+        assert unknown.returncode == 2 and "demo-0" in unknown.stderr
+
+        # drain: a long stream in flight, then SIGTERM
+        pids = up.instance_pids()
+        chunks: list[str] = []
+        first = threading.Event()
+
+        def stream() -> None:
+            long = dict(body, max_tokens=400, stream=True)  # long enough to outlast the checks below
+            with httpx.stream("POST", f"{endpoint}/v1/chat/completions", json=long, timeout=120, trust_env=False) as r:
+                for line in r.iter_lines():
+                    if line:
+                        chunks.append(line)
+                        first.set()
+
+        reader = threading.Thread(target=stream)
+        reader.start()
+        assert first.wait(60)
+        assert up.proc is not None
+        up.proc.send_signal(signal.SIGTERM)
+        time.sleep(0.3)
+        late = httpx.post(f"{endpoint}/v1/chat/completions", json=body, timeout=30, trust_env=False)
+        assert late.status_code == 503 and "Retry-After" in late.headers
+        reader.join(120)
+        assert chunks[-1] == "data: [DONE]"  # the in-flight stream finished
+        assert up.proc.wait(timeout=60) == 0
+        assert not (up.state / "run.json").exists()
+        assert all(gone(p, timeout=2) for p in pids)
+
+
+@pytest.mark.server
+@pytest.mark.slow
+def test_down_stops_a_running_orchestrator(tmp_path: Path, bin_info, demo_model) -> None:
+    config = write_models_yaml(tmp_path / "models.yaml", demo_model)
+    with RunningUp(config, tmp_path / "state") as up:
+        pids = up.instance_pids()
+        result = up.cli("down", "--timeout", "60")
+        assert result.returncode == 0 and "stopped" in result.stdout
+        assert up.proc is not None and up.proc.wait(timeout=10) == 0
+        assert all(gone(p, timeout=2) for p in pids)
+        assert "orchestrator stopped" in up.out.read_text()
+
+
+def test_s05_status_shows_failed_state_exit_code_and_log_tail(state: Path, monkeypatch, capsys) -> None:
+    """A crash-looping instance's /status row renders with its state, exit code and log tail."""
+    import asyncio
+
+    from orchestrator.supervisor import ProcessState, Supervisor
+    from supervision_helpers import fake_spec, fast_policy, make_config, wait_state
+
+    async def crash_loop() -> list[dict[str, object]]:
+        sup = Supervisor([fake_spec("--exit-code", "3")], make_config(), log_dir=state / "logs",
+                         policy=fast_policy(crash_loop_count=2, backoff_base=0.1))
+        await sup.start()
+        try:
+            await wait_state(sup.instances[0], {ProcessState.FAILED}, timeout=30)
+        finally:
+            await sup.stop(3)
+        return sup.snapshot()
+
+    rows = asyncio.run(crash_loop())
+    me = os.getpid()
+    statefile.write({"pid": me, "pid_started": statefile.process_start_time(me), "endpoint": "http://127.0.0.1:1"})
+    monkeypatch.setattr(control, "fetch_status", lambda run: rows)
+    assert control.status(json_out=False) == 0
+    out = capsys.readouterr().out
+    assert "failed" in out and "exit code 3" in out
+    assert "| llama_model_load: error loading model: fake failure" in out
+    assert control.status(json_out=True) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["instances"][0]["state"] == "failed" and doc["instances"][0]["exit_code"] == 3
