@@ -6,4 +6,5 @@ cd "$(dirname "$0")/.."
 bash scripts/install.sh
 . .venv/bin/activate
 orchestrator build --backend cpu
+export ORCHESTRATOR_REQUIRE_NATIVE=1
 exec python -m pytest "$@"

@@ -26,6 +26,15 @@ from orchestrator.errors import UserError
 
 SERVER_START_TIMEOUT = 90.0  # seconds; a 16 MB model loads in about 1 s on 2 cores
 
+# scripts/test.sh (and so CI) sets this: there a missing build is a failure, never a silent skip.
+REQUIRE_NATIVE = os.environ.get("ORCHESTRATOR_REQUIRE_NATIVE") == "1"
+
+
+def _missing(what: str) -> None:
+    if REQUIRE_NATIVE:
+        pytest.fail(f"{what} (ORCHESTRATOR_REQUIRE_NATIVE=1)")
+    pytest.skip(what)
+
 
 @pytest.fixture(scope="session")
 def bin_info() -> Any:
@@ -35,7 +44,7 @@ def bin_info() -> Any:
     try:
         return build.locate()
     except UserError as err:
-        pytest.skip(f"no native llama-server build: {err}")
+        _missing(f"no native llama-server build: {err}")
 
 
 @pytest.fixture(scope="session")
@@ -46,7 +55,7 @@ def pinned_source() -> Path:
     try:
         return build.pinned_source()
     except UserError as err:
-        pytest.skip(f"pinned llama.cpp source unavailable: {err}")
+        _missing(f"pinned llama.cpp source unavailable: {err}")
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,368 @@
+#!/usr/bin/env python3
+"""What the proxy costs: our endpoint against direct llama-server, its router mode and a bare proxy.
+
+A benchmark, not a test. In one run on the tiny demo model (``builtin:tiny-mtp``) it starts:
+
+- ``orchestrator up`` (our endpoint: repair, metrics, routing, streaming), whose llama-server
+  child is also the *direct* target and the upstream of the bare proxy, so those three hit the
+  very same server process;
+- llama-server's own *router mode* from the same build (``--models-preset`` with one model, the
+  same flags), which forwards to a child llama-server it spawns;
+- a *bare* FastAPI + httpx pass-through (:func:`bare_app`, about 40 lines, below).
+
+Then, round by round and in a rotating order (so drift and other load hit every target alike):
+
+- latency: ``--requests`` sequential non-streamed chat requests with ``max_tokens`` 1;
+- streaming: one stream, then ``--streams`` concurrent streams, of ``--tokens`` tokens each
+  (``ignore_eos``), tok/s = tokens / wall time from request to ``[DONE]``.
+
+It prints a table: added p50/p99 latency versus direct (ms; p50 is the median of the per-round
+differences of medians, p99 is over all samples), and the median over rounds of the streamed
+tok/s ratio versus direct in the same round. Client, proxies and servers share the machine's
+cores, so the absolute numbers depend on it; the ratios are the point.
+
+    python scripts/bench_proxy.py [--rounds 15] [--requests 30] [--tokens 128] [--streams 8] [--json out.json]
+"""
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import deque
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+PARALLEL = 8
+CTX = 8192
+# llama-server compute threads. One leaves a core to the client and the proxies; two threads on a
+# shared 2-core box spin at ggml's barrier whenever either is descheduled, which makes every
+# target's timing swing by 10x and hides the proxies' cost.
+THREADS = 1
+
+
+# ----------------------------------------------------------------------------- the bare proxy
+
+def bare_app(upstream: str) -> Any:
+    """A minimal FastAPI + httpx pass-through: the yardstick for 'just forwarding'."""
+    from fastapi import FastAPI, Request
+    from fastapi.responses import Response, StreamingResponse
+    from starlette.background import BackgroundTask
+
+    app = FastAPI()
+    client = httpx.AsyncClient(base_url=upstream, timeout=None)
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request) -> Response:
+        body = await request.body()
+        req = client.build_request("POST", "/v1/chat/completions", content=body,
+                                   headers={"content-type": "application/json"})
+        resp = await client.send(req, stream=True)
+        if json.loads(body).get("stream"):
+            return StreamingResponse(resp.aiter_raw(), status_code=resp.status_code,
+                                     media_type="text/event-stream", background=BackgroundTask(resp.aclose))
+        data = await resp.aread()
+        await resp.aclose()
+        return Response(data, status_code=resp.status_code, media_type="application/json")
+
+    return app
+
+
+def serve_bare(upstream: str) -> None:
+    """Child-process entry: serve :func:`bare_app` on an OS-picked port, print ``PORT n``."""
+    import socket
+
+    import uvicorn
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)  # TCP_NODELAY on accept
+    sock.bind(("127.0.0.1", 0))
+    print(f"PORT {sock.getsockname()[1]}", flush=True)
+    server = uvicorn.Server(uvicorn.Config(bare_app(upstream), log_level="warning"))
+    server.run(sockets=[sock])
+
+
+# ----------------------------------------------------------------------------- processes
+
+class Child:
+    """A child process in its own session, its output kept in a tail; killed with its group."""
+
+    def __init__(self, argv: list[str], env: dict[str, str] | None = None) -> None:
+        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                     env={**os.environ, **(env or {})}, start_new_session=True)
+        self.lines: deque[str] = deque(maxlen=200)
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line.rstrip())
+
+    def wait_line(self, predicate: Any, timeout: float) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for line in list(self.lines):
+                if predicate(line):
+                    return line
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        raise RuntimeError("child did not report in time; last output:\n" + "\n".join(list(self.lines)[-20:]))
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(5)
+
+
+def wait_http(url: str, timeout: float, ok: int = 200) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(url, timeout=2).status_code == ok:
+                return
+        time.sleep(0.1)
+    raise RuntimeError(f"{url} not answering {ok} after {timeout:g} s")
+
+
+# `orchestrator up` as a child. A listening socket made with socket.socket(AF_INET, SOCK_STREAM)
+# has proto 0, and asyncio sets TCP_NODELAY only on accepted sockets whose proto is TCP: every
+# response then waits ~40 ms (Nagle + delayed ACK). Until up.py sets it, the bootstrap sets
+# TCP_NODELAY on the listener (accepted sockets inherit it on Linux); --as-shipped skips that.
+UP_PLAIN = "import sys; from orchestrator.cli import app; sys.argv[0] = 'orchestrator'; app()"
+UP_BOOTSTRAP = """
+import socket, sys
+import orchestrator.up as up
+_bind = up._bind_proxy_socket
+def _bind_nodelay(config):
+    sock = _bind(config)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
+up._bind_proxy_socket = _bind_nodelay
+from orchestrator.cli import app
+sys.argv[0] = "orchestrator"
+app()
+"""
+
+
+@contextlib.contextmanager
+def targets(work: Path, nodelay_fix: bool = True) -> Iterator[dict[str, str]]:
+    """Start everything; yield {target name: base URL}."""
+    from orchestrator.build import locate
+    from orchestrator.readiness import parse_listening_port
+    from orchestrator.tiny_model import demo_model
+
+    model = demo_model()
+    children: list[Child] = []
+    try:
+        state = work / "state"
+        yaml = work / "models.yaml"
+        yaml.write_text(
+            "server:\n  port: 0\nmodels:\n"
+            f"  - name: demo\n    path: {model}\n    parallel: {PARALLEL}\n    ctx_size: {CTX}\n"
+            f"    threads: {THREADS}\n"
+        )
+        up = Child([sys.executable, "-c", UP_BOOTSTRAP if nodelay_fix else UP_PLAIN, "up", "-c", str(yaml)],
+                   env={"ORCHESTRATOR_STATE": str(state)})
+        children.append(up)
+        run_json = state / "run.json"
+        deadline = time.monotonic() + 120
+        while True:
+            run = json.loads(run_json.read_text()) if run_json.is_file() else {}
+            inst = next(iter(run.get("instances", {}).values()), {})
+            if run.get("endpoint") and inst.get("state") == "ready" and inst.get("base_url"):
+                break
+            if up.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("orchestrator up did not get ready:\n" + "\n".join(list(up.lines)[-30:]))
+            time.sleep(0.2)
+        ours, direct = run["endpoint"], inst["base_url"]
+        wait_http(ours + "/health", 60)
+        bare = Child([sys.executable, __file__, "--serve-bare", direct])
+        children.append(bare)
+        bare_url = "http://127.0.0.1:" + bare.wait_line(lambda s: s.startswith("PORT "), 30).split()[1]
+
+        build = locate()
+        preset = work / "preset.ini"
+        preset.write_text(
+            "version = 1\n\n[demo]\n"
+            f"model = {model}\nc = {CTX}\nnp = {PARALLEL}\nt = {THREADS}\nspec-type = draft-mtp\n"
+            "spec-draft-n-max = 3\nspec-draft-n-min = 1\nmetrics = true\nload-on-startup = true\n"
+        )
+        router = Child([str(build.server), "--models-preset", str(preset), "--models-max", "1",
+                        "--host", "127.0.0.1", "--port", "0"],
+                       env={"LD_LIBRARY_PATH": str(build.lib_dir)})
+        children.append(router)
+        line = router.wait_line(lambda s: parse_listening_port(s) is not None, 60)
+        router_url = f"http://127.0.0.1:{parse_listening_port(line)}"
+        deadline = time.monotonic() + 120
+        while True:  # the router loads the model in a child; wait until it answers a chat request
+            with contextlib.suppress(httpx.HTTPError):
+                r = httpx.post(router_url + "/v1/chat/completions", timeout=30,
+                               json={"model": "demo", "max_tokens": 1, "messages": [{"role": "user", "content": "hi"}]})
+                if r.status_code == 200:
+                    break
+            if time.monotonic() > deadline:
+                raise RuntimeError("router mode did not serve:\n" + "\n".join(list(router.lines)[-30:]))
+            time.sleep(0.5)
+        yield {"direct": direct, "orchestrator": ours, "router": router_url, "bare": bare_url}
+    finally:
+        for child in reversed(children):
+            child.stop()
+
+
+# ----------------------------------------------------------------------------- the load
+
+class Target:
+    """One endpoint and its keep-alive client. Resends once when a pooled connection dies
+    unanswered (unpatched llama-server; counted in ``resends``), like any careful client."""
+
+    def __init__(self, name: str, url: str) -> None:
+        self.name = name
+        self.client = httpx.AsyncClient(base_url=url, timeout=120,
+                                        limits=httpx.Limits(max_connections=64, max_keepalive_connections=64))
+        self.resends = 0
+        self.latencies: list[list[float]] = []  # per round, seconds
+        self.tps1: list[float] = []
+        self.tpsn: list[float] = []
+
+    async def post(self, body: dict[str, Any]) -> httpx.Response:
+        for attempt in (0, 1):
+            try:
+                req = self.client.build_request("POST", "/v1/chat/completions", json=body)
+                return await self.client.send(req, stream=True)
+            except httpx.RemoteProtocolError:
+                if attempt:
+                    raise
+                self.resends += 1
+        raise AssertionError("unreachable")
+
+    async def one_token(self) -> float:
+        body = {"model": "demo", "max_tokens": 1, "temperature": 0,
+                "messages": [{"role": "user", "content": "Say hi"}]}
+        t0 = time.perf_counter()
+        resp = await self.post(body)
+        await resp.aread()
+        await resp.aclose()
+        dt = time.perf_counter() - t0
+        if resp.status_code != 200:
+            raise RuntimeError(f"{self.name}: HTTP {resp.status_code}: {resp.text[:200]}")
+        return dt
+
+    async def stream(self, tokens: int, k: int) -> float:
+        body = {"model": "demo", "max_tokens": tokens, "temperature": 0, "ignore_eos": True, "stream": True,
+                "chat_template_kwargs": {"enable_thinking": False},
+                "messages": [{"role": "user", "content": f"Tell a long story number {k}"}]}
+        resp = await self.post(body)
+        tail = b""
+        async for chunk in resp.aiter_raw():
+            tail = (tail + chunk)[-64:]
+        await resp.aclose()
+        if resp.status_code != 200 or not tail.endswith(b"data: [DONE]\n\n"):
+            raise RuntimeError(f"{self.name}: stream failed (HTTP {resp.status_code}, tail {tail!r})")
+        return float(tokens)
+
+    async def streams(self, n: int, tokens: int) -> float:
+        t0 = time.perf_counter()
+        done = await asyncio.gather(*(self.stream(tokens, k) for k in range(n)))
+        return sum(done) / (time.perf_counter() - t0)
+
+
+async def run_rounds(urls: dict[str, str], rounds: int, requests: int, tokens: int, streams: int) -> list[Target]:
+    ts = [Target(name, url) for name, url in urls.items()]
+    for t in ts:  # warm up connections, caches and the router's child
+        for _ in range(5):
+            await t.one_token()
+        await t.streams(1, 16)
+    for r in range(rounds):
+        order = ts[r % len(ts):] + ts[: r % len(ts)]
+        for t in order:
+            t.latencies.append([await t.one_token() for _ in range(requests)])
+        for t in order:
+            t.tps1.append(await t.streams(1, tokens))
+        for t in order:
+            t.tpsn.append(await t.streams(streams, tokens))
+        print(f"round {r + 1}/{rounds}: " + ", ".join(
+            f"{t.name} p50 {statistics.median(t.latencies[-1]) * 1e3:.2f} ms, "
+            f"{t.tps1[-1]:.0f}/{t.tpsn[-1]:.0f} tok/s" for t in ts), flush=True)
+    for t in ts:
+        await t.client.aclose()
+    return ts
+
+
+def quantile(values: list[float], q: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, max(0, round(q * (len(s) - 1))))]
+
+
+def report(ts: list[Target], streams: int) -> dict[str, Any]:
+    direct = next(t for t in ts if t.name == "direct")
+    rows = {}
+    d_all = [x for lat in direct.latencies for x in lat]
+    for t in ts:
+        t_all = [x for lat in t.latencies for x in lat]
+        per_round = [statistics.median(a) - statistics.median(b) for a, b in zip(t.latencies, direct.latencies)]
+        rows[t.name] = {
+            "p50_ms": statistics.median(t_all) * 1e3,
+            "p99_ms": quantile(t_all, 0.99) * 1e3,
+            "added_p50_ms": statistics.median(per_round) * 1e3,
+            "added_p99_ms": (quantile(t_all, 0.99) - quantile(d_all, 0.99)) * 1e3,
+            "tps_1": statistics.median(t.tps1),
+            "tps_n": statistics.median(t.tpsn),
+            "ratio_1": statistics.median(a / b for a, b in zip(t.tps1, direct.tps1)),
+            "ratio_n": statistics.median(a / b for a, b in zip(t.tpsn, direct.tpsn)),
+            "resends": t.resends,
+        }
+    head = (f"| target | p50 ms | added p50 ms | added p99 ms | tok/s 1 stream | vs direct | "
+            f"tok/s {streams} streams | vs direct | client resends |")
+    print("\n" + head)
+    print("|" + "---|" * 9)
+    for name, r in rows.items():
+        print(f"| {name} | {r['p50_ms']:.2f} | {r['added_p50_ms']:+.2f} | {r['added_p99_ms']:+.2f} | "
+              f"{r['tps_1']:.0f} | {r['ratio_1']:.2f}x | {r['tps_n']:.0f} | {r['ratio_n']:.2f}x | {r['resends']} |")
+    return rows
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--requests", type=int, default=30, help="non-streamed requests per target per round")
+    ap.add_argument("--tokens", type=int, default=128, help="tokens per stream")
+    ap.add_argument("--streams", type=int, default=8, help="concurrent streams")
+    ap.add_argument("--json", type=Path, default=None, help="also write the results here")
+    ap.add_argument("--as-shipped", action="store_true",
+                    help="run `orchestrator up` without the TCP_NODELAY bootstrap (see UP_BOOTSTRAP)")
+    ap.add_argument("--serve-bare", default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.serve_bare:
+        serve_bare(args.serve_bare)
+        return 0
+    with tempfile.TemporaryDirectory(prefix="bench-proxy-") as tmp, targets(Path(tmp), not args.as_shipped) as urls:
+        print("targets: " + ", ".join(f"{k} {v}" for k, v in urls.items()), flush=True)
+        ts = asyncio.run(run_rounds(urls, args.rounds, args.requests, args.tokens, args.streams))
+        rows = report(ts, args.streams)
+    if args.json:
+        args.json.write_text(json.dumps({"args": {k: v for k, v in vars(args).items() if k != "json"},
+                                         "rows": rows}, indent=2, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
