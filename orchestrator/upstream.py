@@ -18,9 +18,14 @@ Three things live here and only here:
 Timeouts (seconds, from ``server.timeouts`` in models.yaml): ``connect`` is httpx's connect
 timeout; ``first_byte`` bounds the wait for the response head (for a non-streamed request that
 is the whole generation, for a stream it is prefill plus the first token, because llama-server
-sends its headers with the first event); ``idle`` bounds each silence inside the body. The last
-two are enforced with ``asyncio.timeout`` around the awaits, not httpx's read timeout, because
-they differ between the head and the body of one response.
+sends its headers with the first event); ``idle`` bounds each wait for a body chunk. The last
+two are enforced around the awaits (``asyncio.timeout`` for the head, :class:`_IdleWatch` for
+the body), not with httpx's read timeout, because they differ between head and body.
+
+The clients run on httpx's own transport over a small asyncio network backend
+(:class:`_AsyncioBackend`): it sends each request as one ``send()`` (llama-server's HTTP thread
+wakes once, not twice) and skips anyio's per-read/per-write bookkeeping; together about 15% less
+proxy CPU per non-streamed request than httpx's default backend, measured here.
 """
 
 from __future__ import annotations

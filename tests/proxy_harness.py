@@ -284,7 +284,7 @@ def real_stack(tmp_path: Path, model: Path, build: Any, *, server: dict[str, Any
     The instances come from the real launch plan (``orchestrator.launch.plan_launch``, CPU) for
     ``build`` (the ``bin_info`` fixture).
     ``models`` holds ModelConfig fields per model (default: one model ``demo`` with alias
-    ``tiny``, 2 slots, embeddings on so ``/v1/embeddings`` can be passed through).
+    ``tiny``, 2 slots of 4096 tokens, embeddings on so ``/v1/embeddings`` can be passed through).
     """
     from supervision_helpers import fast_policy
 
@@ -294,7 +294,7 @@ def real_stack(tmp_path: Path, model: Path, build: Any, *, server: dict[str, Any
     server = dict(server or {})
     server.setdefault("timeouts", Timeouts(load=120))
     if models is None:
-        models = [{"name": "demo", "aliases": ["tiny"], "parallel": 2, "ctx_size": 2048,
+        models = [{"name": "demo", "aliases": ["tiny"], "parallel": 2, "ctx_size": 8192,
                    "extra_args": ["--embeddings", "--pooling", "mean"]}]
     config = Config(server=ServerConfig(**server), models=[ModelConfig(path=str(model), **m) for m in models])
     specs = plan_launch(config, gpus=[], build=build, check_ports=False)

@@ -94,7 +94,7 @@ def test_kill_9_mid_stream_gives_an_error_event_then_recovers(tmp_path: Path, bi
         inst = stack.supervisor.instances[0]
         pid = inst.pid
         assert pid is not None
-        body = {**CHAT, "max_tokens": 1900, "stream": True, "chat_template_kwargs": {"enable_thinking": False}}
+        body = {**CHAT, "max_tokens": 3900, "stream": True, "chat_template_kwargs": {"enable_thinking": False}}
         events: list[bytes] = []
         with httpx.stream("POST", stack.url + "/v1/chat/completions", json=body, timeout=30) as r:
             buf = b""
@@ -125,7 +125,7 @@ def test_kill_9_mid_stream_gives_an_error_event_then_recovers(tmp_path: Path, bi
         # The official client sees the mid-stream death as an APIError.
         pid = inst.pid
         assert pid is not None
-        stream = c.chat.completions.create(model="demo", messages=CHAT["messages"], max_tokens=1900, stream=True,
+        stream = c.chat.completions.create(model="demo", messages=CHAT["messages"], max_tokens=3900, stream=True,
                                            extra_body={"chat_template_kwargs": {"enable_thinking": False}})
         with pytest.raises(openai.APIError, match="closed the connection"):
             for n, _chunk in enumerate(stream):
