@@ -205,6 +205,7 @@ def download_sdist(pin: Pin, dest: Path) -> None:
         with httpx.stream("GET", url, timeout=60.0, follow_redirects=True) as resp, part.open("wb") as fh:
             resp.raise_for_status()
             total = int(resp.headers.get("content-length", 0)) or None
+            print(f"downloading {url} ({(total or 0) / 1e6:.1f} MB)", flush=True)
             with Progress(*columns, transient=True) as bar:
                 task = bar.add_task(pin.sdist_name, total=total)
                 for chunk in resp.iter_bytes(1 << 16):

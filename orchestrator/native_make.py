@@ -61,11 +61,18 @@ def configure_and_compile(root: Path, flags: list[str], target: str, jobs: int, 
         if _run(configure, root, env, fh, lambda line: None) != 0:
             return _failed("CMake configure", log, console)
 
+        plain_every = 0 if console.is_terminal else 10  # percent; CI logs get plain lines, not bars
+        last_pct = [-plain_every]
+
         def on_line(line: str) -> None:
             step = parse_step(line)
             if step:
                 done, total, what = step
                 bar.update(task, completed=done, total=total, description=_short(what))
+                pct = 100 * done // max(total, 1)
+                if plain_every and (pct >= last_pct[0] + plain_every or done == total):
+                    last_pct[0] = pct
+                    console.print(f"compile [{done}/{total}] {pct}%", markup=False, highlight=False)
 
         bar.update(task, description="compile", completed=0, total=None)
         fh.write("$ " + " ".join(compile_) + "\n")
