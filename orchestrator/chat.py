@@ -295,9 +295,16 @@ def normalize_messages(messages: Any, policy: RepairPolicy | None = None) -> lis
     return _repair_messages(messages, policy or RepairPolicy(), _Kinds())
 
 
+# llama-server reads these fields as int32 (tools/server/server-schema.cpp); a larger JSON
+# integer wraps there and the client gets "got -2147483648" for the number it sent.
+_INT32_MAX = 2**31 - 1
+
+
 def _check_speculative_value(key: str, value: Any) -> None:
     if not _is_int(value) or value < 0:
         raise _bad(f"{key} must be a non-negative integer (a draft length in tokens), got {value!r}", key)
+    if value > _INT32_MAX:
+        raise _bad(f"{key} must be at most {_INT32_MAX} (a draft length in tokens), got {value}", key)
 
 
 def _repair_speculative(body: dict[str, Any], kinds: _Kinds) -> dict[str, Any] | None:

@@ -114,8 +114,32 @@ def _located(at: str, message: str) -> PydanticCustomError:
     return PydanticCustomError("orchestrator", message.replace("{", "(").replace("}", ")"), {"at": at})
 
 
+def _mentions(annotation: Any, kinds: tuple[type, ...]) -> bool:
+    """Whether a field annotation (through unions, Annotated, list[...]) names one of ``kinds``."""
+    if annotation in kinds:
+        return True
+    return any(_mentions(arg, kinds) for arg in typing.get_args(annotation))
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_default=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_bool_numbers(cls, data: Any) -> Any:
+        # pydantic's lax mode reads `ctx_size: true` as 1 and `connect: yes` as 1.0 s; a YAML
+        # boolean in a number field is always a slip, so refuse it at its key.
+        if isinstance(data, dict):
+            for key, value in data.items():
+                field = cls.model_fields.get(key) if isinstance(key, str) else None
+                if (
+                    isinstance(value, bool)
+                    and field is not None
+                    and _mentions(field.annotation, (int, float))
+                    and not _mentions(field.annotation, (bool,))
+                ):
+                    raise _located(key, f"should be a number, not a boolean (got {str(value).lower()})")
+        return data
 
 
 class Timeouts(_Strict):
@@ -306,6 +330,9 @@ class ModelConfig(_Strict):
         return self
 
 
+_UNIQUE_MSG = "model names and aliases must be unique"
+
+
 class Config(_Strict):
     """The whole models.yaml. ``path`` is the file it came from (set by ``load_config``)."""
 
@@ -324,7 +351,7 @@ class Config(_Strict):
                 (f"models/{i}/aliases/{j}", f"models[{i}].aliases[{j}]", alias) for j, alias in enumerate(model.aliases)
             ]:
                 if value in seen:
-                    raise _located(at, f"{value!r} is already used by {seen[value]}; model names and aliases must be unique")
+                    raise _located(at, f"{value!r} is already used by {seen[value]}; {_UNIQUE_MSG}")
                 seen[value] = label
         return self
 
@@ -472,16 +499,21 @@ def load_config(path: Path) -> Config:
         raise ConfigError([Problem(name, line, "", f"YAML syntax error: {what}", "fix the YAML at that line (indentation, quotes, ':' after keys)")]) from None
     except YAMLError as err:
         raise ConfigError([Problem(name, None, "", f"YAML error: {err}", "fix the YAML syntax")]) from None
+    except RecursionError:
+        raise ConfigError([Problem(name, None, "", "YAML nested too deeply to read", "a models.yaml needs only a few levels")]) from None
     if data is None:
         raise ConfigError(
             [Problem(name, None, "", "is empty", "add a `models:` list, e.g. `models: [{name: demo, path: 'builtin:tiny-mtp'}]`")]
         )
     if not isinstance(data, dict):
         raise ConfigError(
-            [Problem(name, 1, "", f"the top level must be a mapping with a `models:` key, not a {type(data).__name__}", "start the file with `models:`")]
+            [Problem(name, 1, "", f"the top level must be a mapping with a `models:` key, not a {_yaml_kind(data)}", "start the file with `models:`")]
         )
-    lines = _collect_lines(data)
-    plain = _plain(data)
+    try:
+        lines = _collect_lines(data)
+        plain = _plain(data)
+    except RecursionError:
+        raise ConfigError([Problem(name, None, "", "YAML nested too deeply to read", "a models.yaml needs only a few levels")]) from None
     problems: list[Problem] = []
     if "path" in plain:
         problems.append(_problem_unknown(name, lines, ("path",), Config))
@@ -496,6 +528,19 @@ def load_config(path: Path) -> Config:
     config.path = path
     config._lines = lines
     return config
+
+
+def _yaml_kind(node: Any) -> str:
+    """``"list"``, ``"string"``, ... for a loaded YAML node (ruamel's class names mean nothing to users)."""
+    if isinstance(node, list):
+        return "list"
+    if isinstance(node, str):
+        return f"string ({str(node)[:40]!r})"
+    if isinstance(node, bool) or type(node).__name__ == "ScalarBoolean":
+        return "boolean"
+    if isinstance(node, (int, float)):
+        return "number"
+    return type(node).__name__
 
 
 def _plain(node: Any) -> Any:
@@ -707,6 +752,8 @@ def _one(name: str, lines: dict[tuple[str | int, ...], int], loc: tuple[str | in
         )
     msg = _clean_msg(e)
     hint = _hint_for(loc)
+    if kind == "orchestrator" and _UNIQUE_MSG in msg:
+        hint = "rename one of them or drop the duplicate alias"
     if kind == "literal_error" and isinstance(e.get("input"), str):
         expected = re.findall(r"'([^']*)'", str(e.get("ctx", {}).get("expected", "")))
         near = difflib.get_close_matches(e["input"], expected, n=1)

@@ -124,8 +124,10 @@ def logs(name: str, follow: bool = False, lines: int = 50) -> int:
     """Print the last ``lines`` lines of instance ``name``'s llama-server log; ``follow`` tails it.
 
     Raises:
-        UserError: unknown instance name (the message lists the known ones).
+        UserError: a negative ``lines``; unknown instance name (the message lists the known ones).
     """
+    if lines < 0:
+        raise UserError(f"--lines must be >= 0, got {lines}", hint="e.g. -n 100 (0 prints nothing before --follow)")
     known = _log_paths()
     path = known.get(name)
     if path is None or not path.is_file():
@@ -151,20 +153,33 @@ def down(timeout: float = 30.0) -> int:
 
     Its children die with it either way (it stops them on SIGTERM; the parent-death signal
     covers a SIGKILL). Returns 0 when it stopped, 1 when none was running.
+
+    Raises:
+        UserError: a negative ``timeout``.
     """
+    if timeout < 0:
+        raise UserError(f"--timeout must be >= 0 seconds, got {timeout:g}", hint="e.g. --timeout 30")
     run = statefile.read_live()
     if run is None:
         print(NOT_RUNNING, file=sys.stderr)
         return 1
     pid = int(run["pid"])
     print(f"stopping orchestrator pid {pid} ...", flush=True)
-    os.kill(pid, signal.SIGTERM)
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:  # it exited between read_live() and here
+        print("stopped")
+        return 0
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if not statefile.is_live(run):
             print("stopped")
             return 0
         time.sleep(0.2)
-    os.kill(pid, signal.SIGKILL)
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        print("stopped")
+        return 0
     print(f"it did not stop within {timeout:g} s; sent SIGKILL (its llama-servers die with it)")
     return 0

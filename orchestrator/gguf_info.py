@@ -442,6 +442,8 @@ def _load_messages(path: Path) -> dict[str, Any]:
         raise UserError(f"{path}: cannot read ({err})") from None
     except json.JSONDecodeError as err:
         raise UserError(f"{path}:{err.lineno}:{err.colno}: not valid JSON ({err.msg})") from None
+    except RecursionError:
+        raise UserError(f"{path}: JSON nested too deeply to read") from None
     if isinstance(data, list):
         return {"messages": data}
     if isinstance(data, dict) and "messages" in data:
@@ -538,7 +540,8 @@ def cli_inspect(path: Path, json_out: bool = False, ctx: int | None = None, rend
     if render is not None:
         print(render_prompt(facts.path, render), end="")
         return 0
-    ctx_used = ctx or min(facts.context_length or 4096, 32768)
+    # `--ctx 0` is a mistake to report, not a request for the default
+    ctx_used = ctx if ctx is not None else min(facts.context_length or 4096, 32768)
     mem = estimate_memory(facts, ctx_used)
     mem_mtp = estimate_memory(facts, ctx_used, draft_n_max=3) if facts.mtp == "embedded" else None
     if json_out:

@@ -261,8 +261,12 @@ def plan_launch(
     for i, model in enumerate(config.models):
         gguf, draft = _files(config, i, model)
         known = facts or {}
-        model_facts = known.get(model.name) or known.get(str(gguf)) or read_facts(gguf)
-        draft_facts = (known.get(str(draft)) or read_facts(draft)) if draft is not None else None
+        model_facts = known.get(model.name) or known.get(str(gguf)) or _read_facts_at(config, i, model, gguf, ("path",))
+        draft_facts = (
+            (known.get(str(draft)) or _read_facts_at(config, i, model, draft, ("speculative", "draft")))
+            if draft is not None
+            else None
+        )
         _check_arch(config, i, model, gguf, model_facts, ("path",))
         if draft is not None:
             _check_arch(config, i, model, draft, draft_facts, ("speculative", "draft"))
@@ -322,11 +326,20 @@ def plan_launch(
     return specs
 
 
+def _read_facts_at(config: Config, i: int, model: ModelConfig, path: Path, key: tuple[str, ...]) -> Any:
+    """``read_facts(path)``; a bad GGUF's UserError gets the models.yaml line and key in front."""
+    try:
+        return read_facts(path)
+    except UserError as err:
+        raise UserError(f"{config.where('models', i, *key)}: model {model.name!r}: {err}", hint=err.hint) from None
+
+
 def _files(config: Config, i: int, model: ModelConfig) -> tuple[Path, Path | None]:
     gguf = resolve_model_path(model, config.config_dir)
     if not gguf.is_file():
+        what = f"{gguf} is a directory, not a GGUF file" if gguf.is_dir() else f"no such GGUF file {gguf}"
         raise UserError(
-            f"{config.where('models', i, 'path')}: model {model.name!r}: no such GGUF file {gguf}",
+            f"{config.where('models', i, 'path')}: model {model.name!r}: {what}",
             hint="fix the path (relative paths start at the models.yaml folder; split models: give part 00001)",
         )
     draft = resolve_draft_path(model, config.config_dir)

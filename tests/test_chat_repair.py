@@ -520,3 +520,14 @@ def test_joined_text_parts_render_exactly_like_the_list() -> None:
     joined = normalize_messages(messages)
     assert _render(template, {"messages": joined}) == _render(template, {"messages": messages})
     assert "Hello world\nagain<|im_end|>" in _render(template, {"messages": joined})
+
+
+def test_speculative_n_max_beyond_int32_is_a_400_on_its_param() -> None:
+    # llama-server reads it as int32: 10**30 came back as "got -2147483648"
+    body = {"messages": [{"role": "user", "content": "u"}], "speculative": {"n_max": 10**30}}
+    with pytest.raises(ApiError) as info:
+        repair_request(body, RepairPolicy())
+    assert info.value.status == 400 and info.value.param == "speculative.n_max"
+    assert "at most 2147483647" in str(info.value)
+    ok = repair_request({"messages": [{"role": "user", "content": "u"}], "speculative": {"n_max": 2**31 - 1}}, RepairPolicy())
+    assert ok.body["speculative.n_max"] == 2**31 - 1

@@ -354,3 +354,49 @@ def test_schema_accepts_the_fork_spelling_and_forbids_extra_keys() -> None:
         node = schema if name == "Config" else schema["$defs"][name]
         assert node["additionalProperties"] is False, name
     assert "path" not in schema["properties"]  # set by the loader, not by the file
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "key"),
+    [
+        ("models:\n  - name: a\n    path: a.gguf\n    ctx_size: true\n", 4, "models[0].ctx_size"),
+        ("models:\n  - name: a\n    path: a.gguf\n    gpu_layers: false\n", 4, "models[0].gpu_layers"),
+        ("server:\n  timeouts:\n    queue: true\nmodels: [{name: a, path: a.gguf}]\n", 3, "server.timeouts.queue"),
+    ],
+)
+def test_a_boolean_in_a_number_field_is_refused(tmp_path: Path, text: str, line: int, key: str) -> None:
+    # pydantic's lax mode would read `ctx_size: true` as -c 1
+    path = tmp_path / "models.yaml"
+    path.write_text(text)
+    assert str(problems(path)).startswith(f"{path}:{line}: {key}: should be a number, not a boolean")
+
+
+def test_booleans_still_load_where_booleans_belong(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        """
+        server: {auth_health: true}
+        models:
+          - {name: a, path: a.gguf, thinking: false, multimodal: false, speculative: {type: none}}
+        """,
+    )
+    config = load_config(path)
+    assert config.server.auth_health is True and config.models[0].thinking is False
+
+
+def test_top_level_list_names_the_yaml_kind_and_duplicate_name_hint_says_rename(tmp_path: Path) -> None:
+    path = write(tmp_path, "- a\n- b\n")
+    err = problems(path)
+    assert "not a list" in str(err) and "Commented" not in str(err)
+    path = write(tmp_path, "models:\n  - {name: a, path: a.gguf}\n  - {name: a, path: b.gguf}\n")
+    err = problems(path)
+    assert "'a' is already used by models[0].name" in str(err)
+    assert err.hint is not None and "rename" in err.hint
+
+
+def test_deeply_nested_yaml_is_a_located_error_not_a_recursion_traceback(tmp_path: Path) -> None:
+    path = tmp_path / "models.yaml"
+    path.write_text("{models: " + "[" * 5000 + "]" * 5000 + "}\n")
+    err = problems(path)
+    assert str(err) == f"{path}: YAML nested too deeply to read"
+    assert err.hint

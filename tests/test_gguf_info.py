@@ -244,3 +244,19 @@ def test_render_prompt_after_request_repair(tmp_path: Path, echo_model: Path) ->
     bad.write_text("{not json")
     res = runner.invoke(app, ["inspect", str(echo_model), "--render", str(bad)])
     assert res.exit_code == 2 and "not valid JSON" in res.output
+
+
+def test_inspect_ctx_zero_is_refused_not_replaced_by_the_default(echo_model: Path) -> None:
+    # `--ctx 0` used to print the estimate for the default context (4,096) as if it were asked for
+    res = runner.invoke(app, ["inspect", str(echo_model), "--ctx", "0"])
+    assert res.exit_code == 2
+    assert "context length must be positive, got 0" in res.output
+
+
+def test_render_of_deeply_nested_json_is_one_line(tmp_path: Path, echo_model: Path) -> None:
+    # json.loads raised RecursionError straight through the CLI
+    messages = tmp_path / "deep.json"
+    messages.write_text("[" * 100_000 + "]" * 100_000)
+    res = runner.invoke(app, ["inspect", str(echo_model), "--render", str(messages)])
+    assert res.exit_code == 2
+    assert "JSON nested too deeply to read" in res.output

@@ -446,3 +446,17 @@ def test_planned_command_really_serves_with_drafting(tmp_path: Path, native: bui
     finally:
         os.killpg(proc.pid, 9)
         proc.wait(timeout=30)
+
+
+def test_a_bad_gguf_error_names_the_yaml_line_and_key(tmp_path: Path, native: build_mod.BuildInfo) -> None:
+    (tmp_path / "junk.gguf").write_bytes(b"not a gguf at all")
+    (tmp_path / "folder.gguf").mkdir()
+    path = tmp_path / "models.yaml"
+    path.write_text("models:\n  - name: junk\n    path: junk.gguf\n")
+    with pytest.raises(UserError) as info:
+        plan_launch(load_config(path), gpus=[], build=native)
+    assert str(info.value).startswith(f"{path}:3: models[0].path: model 'junk': ")
+    assert "not a GGUF file" in str(info.value)
+    path.write_text("models:\n  - name: dir\n    path: folder.gguf\n")
+    with pytest.raises(UserError, match=r"models\[0\]\.path: model 'dir': .*folder.gguf is a directory, not a GGUF file"):
+        plan_launch(load_config(path), gpus=[], build=native)

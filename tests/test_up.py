@@ -198,3 +198,20 @@ def test_s05_status_shows_failed_state_exit_code_and_log_tail(state: Path, monke
     assert control.status(json_out=True) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["instances"][0]["state"] == "failed" and doc["instances"][0]["exit_code"] == 3
+
+
+def test_control_refuses_negative_lines_and_timeout(state: Path) -> None:
+    # `logs -n -3` used to print nothing with status 0; `down --timeout -1` skipped the grace
+    with pytest.raises(UserError, match="--lines must be >= 0, got -3"):
+        control.logs("demo-0", lines=-3)
+    with pytest.raises(UserError, match="--timeout must be >= 0 seconds, got -1"):
+        control.down(timeout=-1)
+
+
+def test_down_when_the_orchestrator_exits_before_the_signal(state: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    # the run record was live when read, and the process was gone by os.kill: no traceback
+    dead = psutil.Popen(["true"])
+    dead.wait()
+    monkeypatch.setattr(statefile, "read_live", lambda: {"pid": dead.pid, "endpoint": "http://127.0.0.1:1"})
+    assert control.down(timeout=1) == 0
+    assert "stopped" in capsys.readouterr().out
