@@ -70,6 +70,10 @@ HEADER_HASH_BYTES = 32 * 1024 * 1024  # the GGUF header + metadata (tokenizer in
 # --------------------------------------------------------------------------- argument parsing
 
 
+# Beyond this, a^(K+1) is ~0 for any real acceptance rate; a bigger K only costs memory and time.
+MAX_DRAFT_LENGTH = 32
+
+
 def parse_int_list(text: str, *, option: str, minimum: int = 0) -> list[int]:
     """Parse ``"0,1,2"`` into sorted unique ints >= ``minimum``.
 
@@ -736,6 +740,11 @@ def cli_bench(
     from orchestrator.yaml_edit import set_draft_length
 
     ks = parse_int_list(k, option="--k", minimum=0)
+    if max(ks, default=0) > MAX_DRAFT_LENGTH:
+        raise UserError(
+            f"--k {max(ks)}: draft lengths above {MAX_DRAFT_LENGTH} are never useful (acceptance decays geometrically)",
+            hint="sweep e.g. --k 0,1,2,3,4,6,8",
+        )
     seed_list = parse_seeds(seeds)
     if n_predict < 1:
         raise UserError(f"--n-predict must be >= 1 (tokens), got {n_predict}")

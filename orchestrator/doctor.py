@@ -111,8 +111,7 @@ def check_nvcc(gpu_count: int) -> Check:
     toolkit = native_cuda.toolkit_root(nvcc)
     cublas = native_cuda.find_cublas(toolkit, native_cuda.site_dirs())
     if cublas is None:
-        status = WARN if gpu_count else OK
-        return Check("nvcc", status, f"{nvcc}: {version}; no cuBLAS (a CUDA build needs it)", "pip install nvidia-cublas")
+        return Check("nvcc", WARN, f"{nvcc}: {version}; no cuBLAS (a CUDA build needs it)", "pip install nvidia-cublas")
     return Check("nvcc", OK, f"{nvcc}: {version}; cuBLAS from the {cublas.source} ({cublas.lib})")
 
 
@@ -211,9 +210,22 @@ def check_port(config: Path) -> Check:
             sock.bind((host, port))
         except OSError as err:
             if err.errno == errno.EADDRINUSE:
+                ours = _running_orchestrator_on(port)
+                if ours is not None:
+                    return Check("port", OK, f"{host}:{port} is served by the running orchestrator (pid {ours})")
                 return Check("port", FAIL, f"{host}:{port} is in use", "change server.port, or `orchestrator status` if it is already running")
             return Check("port", FAIL, f"cannot bind {host}:{port}: {err.strerror}", "check server.host")
     return Check("port", OK, f"{host}:{port} is free")
+
+
+def _running_orchestrator_on(port: int) -> int | None:
+    """The pid of a live ``orchestrator up`` whose endpoint uses ``port``, else None."""
+    from orchestrator import statefile
+
+    data = statefile.read_live()
+    if data and str(data.get("endpoint", "")).rstrip("/").endswith(f":{port}"):
+        return int(data.get("pid") or 0) or None
+    return None
 
 
 def check_demo_model() -> Check:

@@ -18,7 +18,8 @@ Each route is a raw ASGI endpoint (no pydantic, no Request/Response objects); on
 
 Errors before the response starts are raised as ``ApiError`` and rendered by the app's one
 exception handler; errors inside a stream become an SSE error event. A client that disconnects
-cancels the work at once, which closes the upstream request (llama-server then frees the slot).
+cancels the work (noticed within ``WATCH_AFTER`` seconds), which closes the upstream request, and
+llama-server then frees the slot.
 """
 
 from __future__ import annotations

@@ -529,6 +529,17 @@ def _table(facts: ModelFacts, mem: MemoryEstimate | None, mem_mtp: MemoryEstimat
     return t
 
 
+def _builtin_path(name: str) -> Path:
+    """``builtin:tiny-mtp`` -> the generated demo GGUF, as models.yaml resolves it."""
+    from orchestrator.config import BUILTIN_MODELS
+
+    if name not in BUILTIN_MODELS:
+        raise UserError(f"unknown builtin model {name!r}", hint=f"known: {', '.join(BUILTIN_MODELS)}")
+    from orchestrator.tiny_model import demo_model
+
+    return demo_model()
+
+
 def cli_inspect(path: Path, json_out: bool = False, ctx: int | None = None, render: Path | None = None) -> int:
     """``orchestrator inspect PATH``: print the model's facts (rich table, or JSON with ``--json``).
 
@@ -536,6 +547,8 @@ def cli_inspect(path: Path, json_out: bool = False, ctx: int | None = None, rend
     length, capped at 32,768). ``--render messages.json`` prints the prompt instead.
     Returns 0; raises ``UserError`` (exit 2) for every problem with the file.
     """
+    if str(path).startswith("builtin:"):
+        path = _builtin_path(str(path))
     facts = read_model_facts(path)
     if render is not None:
         print(render_prompt(facts.path, render), end="")

@@ -607,7 +607,7 @@ def render_plan(specs: list[InstanceSpec]) -> Any:
     parts: list[Any] = [table]
     for s in specs:
         parts.append(Text(f"{s.name}:", style="bold"))
-        parts.append(Text(f"  {s.command_line}", overflow="fold"))
+        parts.append(Text(f"  {s.command_line}", no_wrap=True, overflow="ignore"))
         for note in s.notes:
             parts.append(Text(f"  note: {note}", style="yellow"))
     return Group(*parts)

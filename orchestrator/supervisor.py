@@ -463,7 +463,7 @@ class Instance:
             self._crash_times = [t for t in self._crash_times if now - t <= self.policy.crash_loop_window]
             self._crash_times.append(now)
             recent = len(self._crash_times)
-            why = detail if outcome == "stalled" else f"exited with code {self.exit_code}"
+            why = detail if outcome == "stalled" else describe_exit(self.exit_code)
             cause = failure_lines(self._run_tail, 3)
             if recent >= self.policy.crash_loop_count:
                 # transition: crash loop -> FAILED
@@ -781,3 +781,14 @@ class Supervisor:
     def snapshot(self) -> list[dict[str, Any]]:
         """One JSON-serialisable row per instance (see ``Instance.snapshot``)."""
         return [i.snapshot() for i in self.instances]
+
+
+def describe_exit(code: int | None) -> str:
+    """``-9`` -> ``"killed by signal 9 (SIGKILL)"``; ``1`` -> ``"exited with code 1"`` (Popen's convention)."""
+    if code is not None and code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = "unknown signal"
+        return f"killed by signal {-code} ({name})"
+    return f"exited with code {code}"

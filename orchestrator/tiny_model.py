@@ -601,6 +601,12 @@ def demo_model() -> Path:
 
 def cli_make(out: Path, mode: str = "echo", q: float = 0.0, seed: int = 0, variant: str = "embedded") -> int:
     """``orchestrator make-tiny-model OUT``: write the model, print what was written. Returns 0."""
+    from orchestrator.errors import UserError
+
+    if Path(out).is_dir():
+        raise UserError(f"{out} is a directory", hint=f"give a file name, e.g. {Path(out) / 'tiny.gguf'}")
+    if not Path(out).parent.is_dir():
+        raise UserError(f"{Path(out).parent} does not exist", hint="create the folder first or pick another path")
     t0 = time.monotonic()
     write_tiny_model(out, mode=mode, q=q, seed=seed, variant=variant)
     written = [Path(out)] + ([draft_path(out)] if variant == "separate" else [])

@@ -71,7 +71,7 @@ def run_up(config_path: Path, dry_run: bool = False, force: bool = False) -> int
     specs = launch.plan_launch(config, gpus=found, build=build_info, force=force, check_ports=not dry_run)
     if dry_run:
         console.print(f"GPUs: {source}" if not found else f"GPUs ({source}): " + ", ".join(g.name for g in found))
-        console.print(launch.render_plan(specs))
+        console.print(launch.render_plan(specs), soft_wrap=True)
         return 0
     sock = _bind_proxy_socket(config)
     try:
@@ -118,7 +118,7 @@ def examples(config: Config, url: str) -> str:
     model = config.models[0].name
     key_header = ' -H "Authorization: Bearer $ORCHESTRATOR_API_KEY"' if config.server.api_keys else ""
     key_arg = 'os.environ["ORCHESTRATOR_API_KEY"]' if config.server.api_keys else '"none"'
-    body = json.dumps({"model": model, "messages": [{"role": "user", "content": "Hello!"}], "stream": True})
+    body = json.dumps({"model": model, "max_tokens": 64, "messages": [{"role": "user", "content": "Hello!"}], "stream": True})
     lines = [f"endpoint: {url}/v1  (OpenAI-compatible; models: {', '.join(m.name for m in config.models)})"]
     if config.server.api_keys:
         lines.append("export ORCHESTRATOR_API_KEY=<one of server.api_keys in models.yaml>")
@@ -135,7 +135,7 @@ def examples(config: Config, url: str) -> str:
     lines += [
         "  from openai import OpenAI",
         f'  client = OpenAI(base_url="{url}/v1", api_key={key_arg})',
-        f'  stream = client.chat.completions.create(model="{model}", messages=[{{"role": "user", "content": "Hello!"}}], stream=True)',
+        f'  stream = client.chat.completions.create(model="{model}", max_tokens=64, messages=[{{"role": "user", "content": "Hello!"}}], stream=True)',
         "  for chunk in stream:",
         '      print(chunk.choices[0].delta.content or "", end="", flush=True)',
     ]
