@@ -143,14 +143,23 @@ def wait_http(url: str, timeout: float, ok: int = 200) -> None:
     raise RuntimeError(f"{url} not answering {ok} after {timeout:g} s")
 
 
-# `orchestrator up` as a child. A listening socket made with socket.socket(AF_INET, SOCK_STREAM)
-# has proto 0, and asyncio sets TCP_NODELAY only on accepted sockets whose proto is TCP: every
-# response then waits ~40 ms (Nagle + delayed ACK). Until up.py sets it, the bootstrap sets
-# TCP_NODELAY on the listener (accepted sockets inherit it on Linux); --as-shipped skips that.
+# `orchestrator up` as a child, by default with the two up.py changes this benchmark argues for
+# (--as-shipped runs it untouched):
+# - TCP_NODELAY: a listening socket made with socket.socket(AF_INET, SOCK_STREAM) has proto 0,
+#   and asyncio sets TCP_NODELAY only on accepted sockets whose proto is TCP, so every response
+#   waits ~40 ms (Nagle + delayed ACK). Setting it on the listener fixes that (accepted sockets
+#   inherit it on Linux); so would socket.socket(family, SOCK_STREAM, IPPROTO_TCP).
+# - uvloop: up.py runs its own asyncio loop, so uvicorn's loop="auto" never applies; the bare
+#   proxy below (uvicorn.Server.run) gets uvloop whenever it is installed.
 UP_PLAIN = "import sys; from orchestrator.cli import app; sys.argv[0] = 'orchestrator'; app()"
 UP_BOOTSTRAP = """
 import socket, sys
 import orchestrator.up as up
+try:
+    import uvloop
+    uvloop.install()
+except ImportError:
+    pass
 _bind = up._bind_proxy_socket
 def _bind_nodelay(config):
     sock = _bind(config)
@@ -348,12 +357,14 @@ def main() -> int:
     ap.add_argument("--streams", type=int, default=8, help="concurrent streams")
     ap.add_argument("--json", type=Path, default=None, help="also write the results here")
     ap.add_argument("--as-shipped", action="store_true",
-                    help="run `orchestrator up` without the TCP_NODELAY bootstrap (see UP_BOOTSTRAP)")
+                    help="run `orchestrator up` untouched, without UP_BOOTSTRAP's TCP_NODELAY and uvloop")
     ap.add_argument("--serve-bare", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.serve_bare:
         serve_bare(args.serve_bare)
         return 0
+    # SIGTERM (e.g. from `timeout`) must unwind like Ctrl-C so the children are stopped.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     with tempfile.TemporaryDirectory(prefix="bench-proxy-") as tmp, targets(Path(tmp), not args.as_shipped) as urls:
         print("targets: " + ", ".join(f"{k} {v}" for k, v in urls.items()), flush=True)
         ts = asyncio.run(run_rounds(urls, args.rounds, args.requests, args.tokens, args.streams))
