@@ -154,6 +154,10 @@ def _too_large(limit: int) -> ApiError:
                     code="request_too_large")
 
 
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
 def parse_body(raw: bytes) -> dict[str, Any]:
     """Parse a request body as a JSON object.
 
@@ -161,9 +165,12 @@ def parse_body(raw: bytes) -> dict[str, Any]:
         ApiError: 400 when it is not valid JSON or not an object.
     """
     try:
-        body = json.loads(raw)
+        # NaN/Infinity are not JSON (RFC 8259) and llama-server's parser rejects them: refuse here
+        body = json.loads(raw, parse_constant=_refuse_constant)
     except ValueError as err:
         raise ApiError(400, f"request body is not valid JSON: {err}", code="invalid_json") from None
+    except RecursionError:
+        raise ApiError(400, "request body is nested too deeply", code="invalid_json") from None
     if not isinstance(body, dict):
         raise ApiError(400, "request body must be a JSON object", code="invalid_json")
     return body

@@ -96,6 +96,20 @@ def create_app(config: Config, supervisor: Supervisor) -> FastAPI:
     @app.get("/v1/models")
     async def list_models(request: Request) -> dict[str, Any]:
         guard(request)
+        return {"object": "list", "data": model_entries()}
+
+    @app.get("/v1/models/{model_id:path}")
+    async def retrieve_model(request: Request, model_id: str) -> dict[str, Any]:
+        """OpenAI's ``models.retrieve``: one entry by name or alias, else 404 ``model_not_found``."""
+        guard(request)
+        entries = model_entries()
+        for entry in entries:
+            if entry["id"] == model_id:
+                return entry
+        names = ", ".join(e["id"] for e in entries)
+        raise ApiError(404, f"model {model_id!r} not found; available: {names}", param="model", code="model_not_found")
+
+    def model_entries() -> list[dict[str, Any]]:
         data = []
         for model in config.models:
             replicas = supervisor.for_model(model.name)
@@ -107,9 +121,10 @@ def create_app(config: Config, supervisor: Supervisor) -> FastAPI:
                 entry["aliases" if name == model.name else "alias_of"] = (
                     list(model.aliases) if name == model.name else model.name)
                 data.append(entry)
-        return {"object": "list", "data": data}
+        return data
 
-    @app.get("/health")
+    # HEAD too: uptime checkers and load balancers probe with it
+    @app.api_route("/health", methods=["GET", "HEAD"])
     async def health(request: Request) -> JSONResponse:
         guard(request, config.server.auth_health)
         models = {}

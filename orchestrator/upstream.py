@@ -121,6 +121,11 @@ def from_upstream_status(status: int, body: bytes) -> ApiError:
         message = err
     if message is None:
         message = body[:500].decode("utf-8", errors="replace").strip() or f"HTTP {status}"
+    if status == 501:
+        # llama-server's "not supported" (e.g. /v1/embeddings without --embeddings): a fact about
+        # the model's launch, not an upstream failure
+        return ApiError(501, f"llama-server: {message}", code="not_implemented",
+                        type_="invalid_request_error")
     if status >= 500:
         return ApiError(502, f"llama-server answered {status}: {message}", code="upstream_error")
     return ApiError(status, message, type_=type_, code=code)

@@ -19,6 +19,7 @@ from proxy_harness import FakeUpstream, Stack, chat_completion
 from supervision_helpers import fake_spec
 
 from orchestrator.config import Config, ModelConfig, ServerConfig
+from orchestrator.errors import ApiError
 
 CHAT = {"model": "demo", "messages": [{"role": "user", "content": "Hi"}]}
 KEY = "sk-test-123"
@@ -181,3 +182,20 @@ def test_unexpected_exception_is_a_500_in_the_openai_shape(proxy: tuple[Stack, F
     assert_error(httpx.post(stack.url + "/v1/chat/completions", json=CHAT), 500, "server_error",
                  code="internal_error")
     assert fake.connections == 0
+
+
+def test_nan_and_deep_nesting_are_400_invalid_json() -> None:
+    """NaN/Infinity pass Python's json but not llama-server's parser; deep nesting would recurse."""
+    from orchestrator.forward import parse_body
+
+    for raw in (b'{"model":"demo","temperature":NaN}', b'{"x":Infinity}', b"[" * 100_000):
+        with pytest.raises(ApiError) as info:
+            parse_body(raw)
+        assert info.value.status == 400 and info.value.code == "invalid_json"
+
+
+def test_upstream_501_is_passed_on_as_501_not_502() -> None:
+    from orchestrator.upstream import from_upstream_status
+
+    err = from_upstream_status(501, b'{"error":{"message":"This server does not support embeddings."}}')
+    assert err.status == 501 and "embeddings" in err.message

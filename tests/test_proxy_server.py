@@ -194,3 +194,13 @@ def test_draining_answers_503_with_retry_after(stack: Stack, rec: Any) -> None:
         assert rec.requests == []
     finally:
         stack.app.state.draining = False
+
+
+def test_models_retrieve_by_name_and_alias_and_head_health(stack: Stack) -> None:
+    c = client(stack)
+    assert c.models.retrieve("demo").id == "demo"
+    assert c.models.retrieve("tiny").id == "tiny"  # an alias
+    with pytest.raises(openai.NotFoundError) as info:
+        c.models.retrieve("nope")
+    assert info.value.body["code"] == "model_not_found"  # type: ignore[index]
+    assert httpx.head(stack.url + "/health").status_code == 200
