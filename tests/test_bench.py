@@ -11,8 +11,10 @@ from pathlib import Path
 import pytest
 
 from orchestrator import bench_report, bench_stats
-from orchestrator.bench import Variant, parse_int_list, reported_n_max, request_body, schedule
+from orchestrator.bench_args import parse_int_list
+from orchestrator.bench_plan import Variant, schedule
 from orchestrator.bench_prompts import BUILTIN, builtin_prompts, load_prompts_file, select_prompts
+from orchestrator.bench_requests import reported_n_max, request_body
 from orchestrator.bench_stats import (
     Candidate,
     RequestResult,

@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from orchestrator.bench import has_patch, reported_n_max
+from orchestrator.bench_plan import has_patch
+from orchestrator.bench_requests import reported_n_max
 from orchestrator.bench_stats import perfect_draft_counts, tokens_per_step
 
 N_PREDICT = 128
