@@ -1,4 +1,4 @@
-"""models.yaml: the pydantic model, the loader, and located error messages.
+"""models.yaml: the pydantic model and the loader (``load_config``).
 
 ``load_config(path)`` reads the file with ruamel.yaml's round-trip loader (so every key
 keeps its line number), validates it with pydantic (``extra="forbid"`` everywhere) and
@@ -7,7 +7,7 @@ turns every validation problem into one line that says where and what::
     models.yaml:14: models[0].speculative.n_min: must be <= n_max (3)
 
 followed by what to do. Several problems become several lines of one ``ConfigError``
-(a ``UserError``). The JSON schema in ``orchestrator/data/models.schema.json`` is
+(a ``UserError``; located by ``orchestrator.config_errors``). The JSON schema in ``orchestrator/data/models.schema.json`` is
 generated from these classes (``python -m orchestrator.config`` rewrites it; a test
 checks that it is current), so editors with yaml-language-server validate as you type.
 
@@ -18,16 +18,18 @@ Rules beyond the types:
 - Model names and aliases are unique across the file.
 - ``extra_args`` may not carry a flag the launch plan sets itself (``-m``, ``--port``,
   ``--host``, ``--spec-type``, ...): it would fight the plan, so the error names the key to use.
+
+Next door: ``orchestrator.config_errors`` (YAML reading, line lookup, pydantic errors -> located
+``Problem`` lines with hints), ``orchestrator.model_paths`` (``resolve_model_path`` and friends),
+``orchestrator.plan_flags`` (``PLAN_FLAGS``/``PLAN_ENV``). Their public names are re-exported here.
 """
 
 from __future__ import annotations
 
 import difflib
 import json
-import re
 import sys
 import typing
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -43,75 +45,26 @@ from pydantic import (
     model_validator,
 )
 from pydantic.json_schema import SkipJsonSchema
-from pydantic_core import PydanticCustomError
 
-from orchestrator.errors import UserError
+from orchestrator.config_errors import (
+    _UNIQUE_MSG,
+    ConfigError,
+    Problem,
+    _collect_lines,
+    _dedupe,
+    _located,
+    _nearest_line,
+    _plain,
+    _problem_unknown,
+    _problems,
+    _read_yaml,
+    format_loc,
+)
+from orchestrator.model_paths import BUILTIN_MODELS, resolve_draft_path, resolve_file, resolve_model_path
+from orchestrator.plan_flags import PLAN_ENV, PLAN_FLAGS
 
 SCHEMA_FILE = Path(__file__).parent / "data" / "models.schema.json"
 SCHEMA_COMMENT = "# yaml-language-server: $schema=./orchestrator/data/models.schema.json"
-
-#: ``path:`` values that name a model the orchestrator generates itself.
-BUILTIN_MODELS = ("builtin:tiny-mtp",)
-
-# llama.cpp's `-m FILE-00001-of-00003.gguf` loads every part; see src/llama-model-loader.cpp.
-_SPLIT_RE = re.compile(r"^(?P<prefix>.+)-(?P<part>\d{5})-of-(?P<count>\d{5})\.gguf$")
-
-# Flags the launch plan sets itself, and the models.yaml key that controls each one.
-# Spellings from common/arg.cpp of the pin. llama.cpp turns '_' into '-' in `--` flags.
-PLAN_FLAGS: dict[str, str] = {
-    "-m": "path",
-    "--model": "path",
-    "-a": "aliases (the plan passes --alias <name>)",
-    "--alias": "aliases (the plan passes --alias <name>)",
-    "--host": "server.host (children always bind 127.0.0.1)",
-    "--port": "port",
-    "-c": "ctx_size",
-    "--ctx-size": "ctx_size",
-    "-np": "parallel",
-    "--parallel": "parallel",
-    "-t": "threads",
-    "--threads": "threads",
-    "-ngl": "gpu_layers",
-    "--gpu-layers": "gpu_layers",
-    "--n-gpu-layers": "gpu_layers",
-    "-ts": "gpus (several GPUs in one list = --tensor-split)",
-    "--tensor-split": "gpus (several GPUs in one list = --tensor-split)",
-    "--spec-type": "speculative.type",
-    "--spec-draft-n-max": "speculative.n_max",
-    "--spec-draft-n-min": "speculative.n_min",
-    "--spec-draft-p-min": "speculative.p_min",
-    "--draft-p-min": "speculative.p_min",
-    "--draft-max": "speculative.n_max",
-    "--draft-min": "speculative.n_min",
-    "--draft-n-min": "speculative.n_min",
-    "--draft-n": "speculative.n_max",
-    "--spec-draft-model": "speculative.draft",
-    "-md": "speculative.draft",
-    "--model-draft": "speculative.draft",
-    "--metrics": "nothing (the plan always passes --metrics)",
-}
-
-# Child environment variables that would override the plan (llama.cpp reads LLAMA_ARG_*).
-PLAN_ENV: dict[str, str] = {
-    "CUDA_VISIBLE_DEVICES": "gpus",
-    "CUDA_DEVICE_ORDER": "gpus",
-    "LLAMA_ARG_MODEL": "path",
-    "LLAMA_ARG_HOST": "server.host",
-    "LLAMA_ARG_PORT": "port",
-    "LLAMA_ARG_SPEC_TYPE": "speculative.type",
-    "LLAMA_ARG_SPEC_DRAFT_N_MAX": "speculative.n_max",
-    "LLAMA_ARG_SPEC_DRAFT_N_MIN": "speculative.n_min",
-    "LLAMA_ARG_SPEC_DRAFT_P_MIN": "speculative.p_min",
-    "LLAMA_ARG_SPEC_DRAFT_MODEL": "speculative.draft",
-}
-
-
-def _located(at: str, message: str) -> PydanticCustomError:
-    """A validation error for the key ``at`` (``/``-separated, relative to the validated object).
-
-    Model validators are located at the model; ``at`` lets them point at the exact key.
-    """
-    return PydanticCustomError("orchestrator", message.replace("{", "(").replace("}", ")"), {"at": at})
 
 
 def _mentions(annotation: Any, kinds: tuple[type, ...]) -> bool:
@@ -330,8 +283,6 @@ class ModelConfig(_Strict):
         return self
 
 
-_UNIQUE_MSG = "model names and aliases must be unique"
-
 
 class Config(_Strict):
     """The whole models.yaml. ``path`` is the file it came from (set by ``load_config``)."""
@@ -376,94 +327,6 @@ class Config(_Strict):
         return f"{self.path}:{line}: {key}" if line else f"{self.path}: {key}"
 
 
-# --------------------------------------------------------------------------- paths
-
-
-def resolve_model_path(model: ModelConfig, config_dir: Path) -> Path:
-    """Resolve ``model.path`` to a GGUF file (not checked for existence).
-
-    ``builtin:tiny-mtp`` -> ``orchestrator.tiny_model.demo_model()`` (generated on first use);
-    ``~`` expands; relative paths resolve against ``config_dir`` (the YAML's directory);
-    a split model resolves to its first part (``-00001-of-0000N.gguf``), which llama.cpp
-    needs in ``-m``.
-    """
-    if model.path in BUILTIN_MODELS:
-        from orchestrator import tiny_model  # lazy: imports numpy/gguf
-
-        return Path(tiny_model.demo_model())
-    return resolve_file(model.path, config_dir)
-
-
-def resolve_draft_path(model: ModelConfig, config_dir: Path) -> Path | None:
-    """Resolve ``model.speculative.draft`` like ``resolve_model_path``; None when unset."""
-    if model.speculative.draft is None:
-        return None
-    return resolve_file(model.speculative.draft, config_dir)
-
-
-def resolve_file(text: str, config_dir: Path) -> Path:
-    """Expand ``~``, anchor relative paths at ``config_dir``, map any split part to part 1."""
-    path = Path(text).expanduser()
-    if not path.is_absolute():
-        path = config_dir / path
-    match = _SPLIT_RE.match(path.name)
-    if match and match["part"] != "00001":
-        path = path.with_name(f"{match['prefix']}-00001-of-{match['count']}.gguf")
-    elif not match and not path.exists() and path.suffix == ".gguf":
-        # `model.gguf` may be published as model-00001-of-00003.gguf
-        parts = sorted(path.parent.glob(f"{path.stem}-00001-of-*.gguf")) if path.parent.is_dir() else []
-        if len(parts) == 1:
-            path = parts[0]
-    return path
-
-
-# --------------------------------------------------------------------------- loading
-
-
-@dataclass(frozen=True)
-class Problem:
-    """One located config problem: ``"{file}:{line}: {key}: {message}"`` plus a hint."""
-
-    file: str
-    line: int | None
-    key: str
-    message: str
-    hint: str | None = None
-
-    def __str__(self) -> str:
-        where = f"{self.file}:{self.line}" if self.line else self.file
-        return f"{where}: {self.key}: {self.message}" if self.key else f"{where}: {self.message}"
-
-
-class ConfigError(UserError):
-    """models.yaml is invalid. ``problems`` holds each located problem; str() has one per line."""
-
-    def __init__(self, problems: list[Problem]) -> None:
-        self.problems = problems
-        if len(problems) == 1:
-            super().__init__(str(problems[0]), problems[0].hint)
-        else:
-            lines = [f"{len(problems)} problems in {problems[0].file}:"]
-            for p in problems:
-                lines.append(f"  {p}")
-                if p.hint:
-                    lines.append(f"      fix: {p.hint}")
-            super().__init__("\n".join(lines), "fix each key above; an editor with the YAML schema shows them as you type")
-
-
-def format_loc(loc: tuple[str | int, ...] | list[str | int]) -> str:
-    """``("models", 0, "speculative", "n_min")`` -> ``"models[0].speculative.n_min"``."""
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        elif re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", part):
-            out += f".{part}" if out else part
-        else:
-            out += f"[{part!r}]"
-    return out
-
-
 def load_config(path: Path) -> Config:
     """Read and validate a models.yaml.
 
@@ -475,40 +338,8 @@ def load_config(path: Path) -> Config:
         ConfigError (a UserError): missing/empty file, YAML syntax error (with line), or one
         located line per validation problem (file:line: key path: what, plus the fix).
     """
-    from ruamel.yaml import YAML
-    from ruamel.yaml.error import MarkedYAMLError, YAMLError
-
     name = str(path)
-    if not path.exists():
-        raise ConfigError(
-            [Problem(name, None, "", "no such file", "create it (the repository's models.yaml is an example) or pass --config PATH")]
-        )
-    if path.is_dir():
-        raise ConfigError([Problem(name, None, "", "is a directory, not a YAML file", "pass --config path/to/models.yaml")])
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
-        raise ConfigError([Problem(name, None, "", f"cannot read: {err}", "check the file's permissions and encoding (UTF-8)")]) from None
-    yaml = YAML(typ="rt")
-    try:
-        data = yaml.load(text)
-    except MarkedYAMLError as err:
-        mark = err.problem_mark or err.context_mark
-        line = mark.line + 1 if mark is not None else None
-        what = " ".join(x for x in (err.context, err.problem) if x)
-        raise ConfigError([Problem(name, line, "", f"YAML syntax error: {what}", "fix the YAML at that line (indentation, quotes, ':' after keys)")]) from None
-    except YAMLError as err:
-        raise ConfigError([Problem(name, None, "", f"YAML error: {err}", "fix the YAML syntax")]) from None
-    except RecursionError:
-        raise ConfigError([Problem(name, None, "", "YAML nested too deeply to read", "a models.yaml needs only a few levels")]) from None
-    if data is None:
-        raise ConfigError(
-            [Problem(name, None, "", "is empty", "add a `models:` list, e.g. `models: [{name: demo, path: 'builtin:tiny-mtp'}]`")]
-        )
-    if not isinstance(data, dict):
-        raise ConfigError(
-            [Problem(name, 1, "", f"the top level must be a mapping with a `models:` key, not a {_yaml_kind(data)}", "start the file with `models:`")]
-        )
+    data = _read_yaml(path)
     try:
         lines = _collect_lines(data)
         plain = _plain(data)
@@ -528,250 +359,6 @@ def load_config(path: Path) -> Config:
     config.path = path
     config._lines = lines
     return config
-
-
-def _yaml_kind(node: Any) -> str:
-    """``"list"``, ``"string"``, ... for a loaded YAML node (ruamel's class names mean nothing to users)."""
-    if isinstance(node, list):
-        return "list"
-    if isinstance(node, str):
-        return f"string ({str(node)[:40]!r})"
-    if isinstance(node, bool) or type(node).__name__ == "ScalarBoolean":
-        return "boolean"
-    if isinstance(node, (int, float)):
-        return "number"
-    return type(node).__name__
-
-
-def _plain(node: Any) -> Any:
-    """ruamel round-trip nodes -> plain dict/list/str/int/float/bool for pydantic."""
-    if isinstance(node, dict):
-        return {str(k) if not isinstance(k, (int, float, bool)) or k is None else k: _plain(v) for k, v in node.items()}
-    if isinstance(node, list):
-        return [_plain(v) for v in node]
-    if isinstance(node, bool) or node is None:
-        return node
-    # ScalarBoolean subclasses int and keeps its truth value
-    if type(node).__name__ == "ScalarBoolean":
-        return bool(node)
-    for base in (str, int, float):
-        if isinstance(node, base):
-            return base(node)
-    return node
-
-
-def _collect_lines(data: Any) -> dict[tuple[str | int, ...], int]:
-    """Map every key path to its 1-based line (mapping keys via ``lc.key``, items via ``lc.item``)."""
-    out: dict[tuple[str | int, ...], int] = {}
-
-    def walk(node: Any, loc: tuple[str | int, ...]) -> None:
-        lc = getattr(node, "lc", None)
-        if isinstance(node, dict):
-            for k, v in node.items():
-                sub = loc + (str(k),)
-                if lc is not None:
-                    try:
-                        out[sub] = lc.key(k)[0] + 1
-                    except (KeyError, TypeError):
-                        pass
-                walk(v, sub)
-        elif isinstance(node, list):
-            for i, v in enumerate(node):
-                sub = loc + (i,)
-                if lc is not None:
-                    try:
-                        out[sub] = lc.item(i)[0] + 1
-                    except (KeyError, TypeError, IndexError):
-                        pass
-                walk(v, sub)
-
-    walk(data, ())
-    return out
-
-
-def _nearest_line(lines: dict[tuple[str | int, ...], int], loc: tuple[str | int, ...]) -> int | None:
-    """Line of ``loc`` or of its nearest ancestor present in the file (1 for the top level)."""
-    for n in range(len(loc), 0, -1):
-        line = lines.get(tuple(loc[:n]))
-        if line is not None:
-            return line
-    return 1 if lines else None
-
-
-def _model_at(loc: tuple[str | int, ...]) -> type[BaseModel] | None:
-    """The pydantic model class that holds the last key of ``loc`` (for 'allowed keys' lists)."""
-    cls: type[BaseModel] = Config
-    for part in loc[:-1]:
-        if isinstance(part, int):
-            continue
-        field = cls.model_fields.get(part)
-        if field is None:
-            return None
-        sub = _find_model(field.annotation)
-        if sub is None:
-            return None
-        cls = sub
-    return cls
-
-
-def _find_model(annotation: Any) -> type[BaseModel] | None:
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    for arg in typing.get_args(annotation):
-        found = _find_model(arg)
-        if found is not None:
-            return found
-    return None
-
-
-_SECTION_NAMES: dict[type[BaseModel], str] = {
-    ServerConfig: "server",
-    Timeouts: "server.timeouts",
-    BuildConfig: "build",
-    ModelConfig: "a model entry (models[i])",
-    SpeculativeConfig: "models[i].speculative",
-}
-
-
-def _section_of(key: str) -> type[BaseModel] | None:
-    for cls in _SECTION_NAMES:
-        if key in cls.model_fields:
-            return cls
-    return None
-
-
-def _problem_unknown(name: str, lines: dict[tuple[str | int, ...], int], loc: tuple[str | int, ...], cls: type[BaseModel] | None) -> Problem:
-    key = str(loc[-1])
-    allowed = [k for k, f in cls.model_fields.items() if not f.exclude] if cls is not None else []
-    near = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
-    hint = f"did you mean `{near[0]}`? " if near else ""
-    home = _section_of(key)
-    if not near and home is not None and home is not cls:
-        hint = f"`{key}` belongs under {_SECTION_NAMES[home]}; "
-    if allowed:
-        hint += "allowed here: " + ", ".join(allowed)
-    return Problem(name, _nearest_line(lines, loc), format_loc(loc), f"unknown key `{key}`", hint or None)
-
-
-_HINTS: dict[tuple[str, ...], str] = {
-    ("speculative", "n_min"): "lower n_min or raise n_max",
-    ("models",): "add at least one model: `- {name: demo, path: 'builtin:tiny-mtp'}`",
-    ("name",): "use letters, digits, '.', '_' and '-' (it becomes the model id and instance name)",
-    ("path",): "give a .gguf path (relative to this file) or 'builtin:tiny-mtp'",
-    ("gpus",): "write `auto` or a list of GPU indices such as [0] or [0, 1]",
-    ("replicas",): "write a count such as 2, or one GPU list per replica such as [[0], [1]]",
-    ("port",): "pick a port between 1 and 65535, or leave it out for an OS-picked one",
-}
-
-
-def _problems(name: str, lines: dict[tuple[str | int, ...], int], err: ValidationError, data: Any) -> list[Problem]:
-    """One ``Problem`` per pydantic error; union branches collapse into the branch that matched."""
-    grouped: dict[tuple[str | int, ...], list[tuple[tuple[str | int, ...], dict[str, Any]]]] = {}
-    order: list[tuple[str | int, ...]] = []
-    for e in err.errors(include_url=False):
-        loc, tail = _split_union_loc(tuple(e["loc"]), data)
-        ctx = e.get("ctx") or {}
-        if e["type"] == "orchestrator" and ctx.get("at"):
-            loc = loc + tuple(int(p) if p.isdigit() else p for p in str(ctx["at"]).split("/"))
-        if loc not in grouped:
-            grouped[loc] = []
-            order.append(loc)
-        grouped[loc].append((tail, e))
-    problems: list[Problem] = []
-    for loc in order:
-        entries = grouped[loc]
-        deep = [(t, e) for t, e in entries if len(t) > 1]
-        if deep:
-            # the input had the container type of that branch: report inside it
-            for tail, e in deep:
-                problems.append(_one(name, lines, loc + tail[1:], e))
-            continue
-        if len(entries) == 1:
-            problems.append(_one(name, lines, loc, entries[0][1]))
-            continue
-        msgs = []
-        for _, e in entries:
-            m = _clean_msg(e)
-            if m not in msgs:
-                msgs.append(m)
-        got = entries[0][1].get("input")
-        problems.append(
-            Problem(name, _nearest_line(lines, loc), format_loc(loc), " or ".join(msgs) + f" (got {got!r})", _hint_for(loc))
-        )
-    return problems
-
-
-def _split_union_loc(loc: tuple[str | int, ...], data: Any) -> tuple[tuple[str | int, ...], tuple[str | int, ...]]:
-    """Cut pydantic's union tags (e.g. ``'list[int]'``) out of a loc: (key path, (tag, rest...))."""
-    node = data
-    for i, part in enumerate(loc):
-        if isinstance(part, int):
-            if isinstance(node, list) and 0 <= part < len(node):
-                node = node[part]
-                continue
-            return loc[:i], loc[i:]
-        if isinstance(node, dict):
-            if part in node:
-                node = node[part]
-                continue
-            # a missing or unknown key: the loc ends here
-            if i == len(loc) - 1:
-                return loc, ()
-            return loc[:i], loc[i:]
-        return loc[:i], loc[i:]
-    return loc, ()
-
-
-def _clean_msg(e: dict[str, Any]) -> str:
-    msg = str(e["msg"])
-    for prefix in ("Value error, ", "Assertion failed, "):
-        if msg.startswith(prefix):
-            msg = msg[len(prefix):]
-    msg = re.sub(r"^(Input|String|List|Dictionary|Value|Tuple|Object) should", "should", msg)
-    msg = msg.replace(" after validation", "")
-    return msg[:1].lower() + msg[1:] if msg[:2] != msg[:2].upper() else msg
-
-
-def _hint_for(loc: tuple[str | int, ...]) -> str | None:
-    keys = tuple(p for p in loc if isinstance(p, str))
-    for n in range(len(keys), 0, -1):
-        hint = _HINTS.get(keys[-n:]) if n <= len(keys) else None
-        if hint:
-            return hint
-    return None
-
-
-def _one(name: str, lines: dict[tuple[str | int, ...], int], loc: tuple[str | int, ...], e: dict[str, Any]) -> Problem:
-    kind = e["type"]
-    if kind == "extra_forbidden":
-        return _problem_unknown(name, lines, loc, _model_at(loc))
-    if kind == "missing":
-        parent = loc[:-1]
-        return Problem(
-            name, _nearest_line(lines, parent), format_loc(loc), "required key missing", _hint_for(loc) or f"add `{loc[-1]}:`"
-        )
-    msg = _clean_msg(e)
-    hint = _hint_for(loc)
-    if kind == "orchestrator" and _UNIQUE_MSG in msg:
-        hint = "rename one of them or drop the duplicate alias"
-    if kind == "literal_error" and isinstance(e.get("input"), str):
-        expected = re.findall(r"'([^']*)'", str(e.get("ctx", {}).get("expected", "")))
-        near = difflib.get_close_matches(e["input"], expected, n=1)
-        if near:
-            hint = f"did you mean {near[0]!r}?"
-    if kind not in ("orchestrator", "value_error") and "input" in e and not isinstance(e["input"], (dict, list)):
-        msg += f" (got {e['input']!r})"
-    return Problem(name, _nearest_line(lines, loc), format_loc(loc), msg, hint)
-
-
-def _dedupe(problems: list[Problem]) -> list[Problem]:
-    seen: set[str] = set()
-    out = []
-    for p in problems:
-        if str(p) not in seen:
-            seen.add(str(p))
-            out.append(p)
-    return out
 
 
 # --------------------------------------------------------------------------- schema
