@@ -1,0 +1,32 @@
+"""The CLI stays light: ``orchestrator --help`` must not import the heavy stacks."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+HEAVY = ("fastapi", "uvicorn", "numpy", "gguf", "llama_cpp", "httpx", "matplotlib", "pydantic", "prometheus_client")
+
+
+def test_help_imports_none_of_the_heavy_modules() -> None:
+    code = (
+        "import sys, json\n"
+        "from typer.testing import CliRunner\n"
+        "from orchestrator.cli import app\n"
+        "r = CliRunner().invoke(app, ['--help'])\n"
+        "assert r.exit_code == 0, r.output\n"
+        f"print(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert json.loads(out.strip().splitlines()[-1]) == []
+
+
+def test_user_error_is_one_line_and_exit_2_not_a_traceback(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    bad = tmp_path / "models.yaml"
+    bad.write_text("models:\n  - name: demo\n    path: builtin:tiny-mtp\n    speculative: {n_max: 2, n_min: 5}\n")
+    r = subprocess.run([sys.executable, "-m", "orchestrator.cli", "up", "--dry-run", "-c", str(bad)],
+                       capture_output=True, text=True)
+    assert r.returncode == 2
+    assert "Traceback" not in r.stderr
+    assert f"{bad}:4" in r.stderr and "n_min" in r.stderr
