@@ -307,6 +307,23 @@ def _check_speculative_value(key: str, value: Any) -> None:
         raise _bad(f"{key} must be at most {_INT32_MAX} (a draft length in tokens), got {value}", key)
 
 
+def flatten_speculative(body: dict[str, Any]) -> dict[str, Any] | None:
+    """The ``speculative`` translation alone, for bodies without messages (``/v1/completions``).
+
+    Returns a new body with ``"speculative": {"n_max": K, "n_min": M}`` replaced by the flat
+    ``"speculative.n_max"``/``"speculative.n_min"`` fields, or None when there is nothing to translate.
+
+    Raises:
+        ApiError: 400 with ``param`` for a bad ``speculative`` object or value.
+    """
+    flat = _repair_speculative(body, _Kinds())
+    if flat is None:
+        return None
+    new = {k: v for k, v in body.items() if k != "speculative"}
+    new.update(flat)
+    return new
+
+
 def _repair_speculative(body: dict[str, Any], kinds: _Kinds) -> dict[str, Any] | None:
     """Return the flat ``speculative.*`` fields to set, or None when there is nothing to flatten.
 

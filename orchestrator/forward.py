@@ -216,24 +216,6 @@ def stream_repair(prep: _Prepared) -> reasoning.StreamRepair | None:
     return None
 
 
-def _flatten_speculative(body: dict[str, Any]) -> dict[str, Any] | None:
-    """``/v1/completions``: the same ``speculative`` translation chat requests get.
-
-    Returns the new body, or None when there is nothing to translate.
-
-    Raises:
-        ApiError: 400 for a bad ``speculative`` object (see ``orchestrator.chat``).
-    """
-    kinds = chat._Kinds()
-    flat = chat._repair_speculative(body, kinds)
-    if flat is None:
-        return None
-    new = dict(body)
-    del new["speculative"]
-    new.update(flat)
-    return new
-
-
 class Endpoint:
     """One POST route as an ASGI app.
 
@@ -285,7 +267,7 @@ class Endpoint:
                 for kind in result.repairs:
                     mm.repair(kind)
         elif self.kind == "completions":
-            new = _flatten_speculative(body)
+            new = chat.flatten_speculative(body)
             if new is not None:
                 mm.repair("speculative_flattened")
         if new is None:
