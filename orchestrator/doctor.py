@@ -7,9 +7,7 @@ look: nothing is built, downloaded or generated.
 
 from __future__ import annotations
 
-import errno
 import shutil
-import socket
 import subprocess
 import sys
 from collections.abc import Callable
@@ -204,17 +202,15 @@ def check_port(config: Path) -> Check:
     host, port = configured_address(config)
     if port == 0:
         return Check("port", OK, "server.port is 0: the OS picks one")
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as sock:
-        try:
-            sock.bind((host, port))
-        except OSError as err:
-            if err.errno == errno.EADDRINUSE:
-                ours = _running_orchestrator_on(port)
-                if ours is not None:
-                    return Check("port", OK, f"{host}:{port} is served by the running orchestrator (pid {ours})")
-                return Check("port", FAIL, f"{host}:{port} is in use", "change server.port, or `orchestrator status` if it is already running")
-            return Check("port", FAIL, f"cannot bind {host}:{port}: {err.strerror}", "check server.host")
+    from orchestrator.launch import check_port_free  # the same check `up` runs, naming the holder
+
+    try:
+        check_port_free(host, port)
+    except UserError as err:
+        ours = _running_orchestrator_on(port)
+        if ours is not None:
+            return Check("port", OK, f"{host}:{port} is served by the running orchestrator (pid {ours})")
+        return Check("port", FAIL, str(err), "change server.port, or `orchestrator status` if it is already running")
     return Check("port", OK, f"{host}:{port} is free")
 
 

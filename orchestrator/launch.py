@@ -33,6 +33,7 @@ from orchestrator.gpus import GPU
 
 if TYPE_CHECKING:
     from orchestrator.build import BuildInfo
+    from orchestrator.gguf_info import ModelFacts
 
 CHILD_HOST = "127.0.0.1"
 # Architecture names that forks write for the same model with the MTP head; the pin
@@ -84,20 +85,14 @@ def read_facts(path: Path) -> Any:
     return gguf_info.read_model_facts(path)
 
 
-def facts_arch(facts: Any) -> str:
+def facts_arch(facts: ModelFacts) -> str:
     """The GGUF's ``general.architecture``."""
-    return str(getattr(facts, "architecture", None) or getattr(facts, "arch", None) or "unknown")
+    return facts.architecture
 
 
-def facts_mtp(facts: Any) -> str:
-    """Where the NextN/MTP head is: ``embedded``, ``draft-only``, ``none`` or ``unsupported``
-    (``ModelFacts.mtp``; derived from ``nextn_layers`` for facts without it)."""
-    kind = getattr(facts, "mtp", None)
-    if kind:
-        return str(kind)
-    if facts_arch(facts) in FORK_ARCHS:
-        return "unsupported"
-    return "embedded" if int(getattr(facts, "nextn_layers", 0) or 0) > 0 else "none"
+def facts_mtp(facts: ModelFacts) -> str:
+    """Where the NextN/MTP head is: ``embedded``, ``draft-only``, ``none`` or ``unsupported``."""
+    return str(facts.mtp)
 
 
 # --------------------------------------------------------------------------- the build
@@ -389,7 +384,7 @@ def _decide_spec(
         return None, []
     if kind == "draft-mtp":
         if not has_head and draft is None:
-            why = getattr(facts, "mtp_message", None) or "nextn_predict_layers = 0"
+            why = facts.mtp_message or "nextn_predict_layers = 0"
             raise UserError(
                 f"{config.where('models', i, 'speculative', 'type')}: model {model.name!r} asks for draft-mtp "
                 f"but {gguf} has no NextN/MTP head ({why}) and no speculative.draft is set",
