@@ -10,10 +10,13 @@ guessed). On CPU the weights are mmapped, so exceeding available RAM is allowed 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.errors import UserError
 from orchestrator.gpus import GPU
+
+if TYPE_CHECKING:
+    from orchestrator.gguf_info import ModelFacts
 
 GIB = 2**30
 # llama.cpp's compute buffers come on top of weights + KV (hundreds of MiB on large models).
@@ -31,33 +34,19 @@ class FitRequest:
     partial_offload: bool = False
 
 
-def estimate_bytes(facts: Any, ctx: int, parallel: int, *, draft_n_max: int = 0, draft_facts: Any = None) -> int | None:
+def estimate_bytes(facts: ModelFacts, ctx: int, parallel: int, *, draft_n_max: int = 0,
+                   draft_facts: ModelFacts | None = None) -> int:
     """Estimated bytes for one llama-server: ``gguf_info.estimate_memory`` (weights, KV cache
     for ``ctx`` tokens over ``parallel`` slots, recurrent state; the NextN block and its KV
     only when ``draft_n_max`` > 0), plus a separate draft GGUF's weights. Compute buffers are
-    not included (``check_fit`` adds ``COMPUTE_HEADROOM`` per GPU instance). None when unknown.
+    not included (``check_fit`` adds ``COMPUTE_HEADROOM`` per GPU instance).
     """
     from orchestrator import gguf_info
 
-    try:
-        total = _as_bytes(gguf_info.estimate_memory(facts, ctx, parallel, draft_n_max=draft_n_max))
-    except (AttributeError, TypeError):  # facts without the fields the estimate needs
-        total = None
-    if total is not None and draft_facts is not None:
-        total += int(getattr(draft_facts, "weights_bytes", 0) or getattr(draft_facts, "file_size", 0) or 0)
+    total = gguf_info.estimate_memory(facts, ctx, parallel, draft_n_max=draft_n_max).total
+    if draft_facts is not None:
+        total += draft_facts.weights_bytes
     return total
-
-
-def _as_bytes(result: Any) -> int | None:
-    if result is None:
-        return None
-    if isinstance(result, (int, float)):
-        return int(result)
-    for name in ("total", "total_bytes", "bytes"):
-        value = getattr(result, name, None)
-        if isinstance(value, (int, float)):
-            return int(value)
-    return None
 
 
 def gib(n: int | float) -> str:
