@@ -35,7 +35,7 @@ import httpx
 from orchestrator import chat, reasoning
 from orchestrator.errors import ApiError
 from orchestrator.metrics import NO_MODEL, ModelMetrics, ProxyMetrics
-from orchestrator.streaming import SSE_HEADERS, relay_sse
+from orchestrator.streaming import SSE_HEADERS, RelayOutcome, relay_sse
 from orchestrator.upstream import UpstreamPool, UpstreamTimeout, from_upstream_status, to_api_error
 
 if TYPE_CHECKING:
@@ -386,16 +386,16 @@ class Endpoint:
                      response: httpx.Response, send: Send, watch: _Watch, started: float) -> int:
         await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
 
-        def finished() -> None:
+        def finished(outcome: RelayOutcome) -> None:
             watch.finished = True
+            if outcome.first_chunk_at is not None:
+                mm.ttft.observe(outcome.first_chunk_at - started)
+            if outcome.timings is not None:
+                mm.timings(outcome.timings)
+                instance.record_timings(outcome.timings)
+            for kind in outcome.repairs:
+                mm.repair(kind)
 
         repair = stream_repair(prep) if self.kind == "chat" else None
         outcome = await relay_sse(upstream.iter_body(response), send, repair=repair, before_last_send=finished)
-        if outcome.first_chunk_at is not None:
-            mm.ttft.observe(outcome.first_chunk_at - started)
-        if outcome.timings is not None:
-            mm.timings(outcome.timings)
-            instance.record_timings(outcome.timings)
-        for kind in outcome.repairs:
-            mm.repair(kind)
         return outcome.error.status if outcome.error is not None else 200

@@ -165,7 +165,7 @@ async def relay_sse(
     send: Send,
     *,
     repair: Any = None,
-    before_last_send: Callable[[], None] | None = None,
+    before_last_send: Callable[[RelayOutcome], None] | None = None,
 ) -> RelayOutcome:
     """Relay an upstream SSE body to the client; the response head must already be sent.
 
@@ -175,8 +175,10 @@ async def relay_sse(
         send: the ASGI send callable.
         repair: an ``orchestrator.reasoning.StreamRepair`` when a response repair can apply,
             else None (pure pass-through).
-        before_last_send: called just before the final (``more_body=False``) send, so the caller
-            can tell a completed response from a client disconnect.
+        before_last_send: called with the outcome just before the final (``more_body=False``)
+            send, which carries ``data: [DONE]``: the caller accounts the response (metrics,
+            timings) before the client can see the end of it, and can tell a completed response
+            from a client disconnect.
 
     Returns:
         A :class:`RelayOutcome`. Transport failures do not raise: they end the stream with an
@@ -184,7 +186,7 @@ async def relay_sse(
     """
     outcome = RelayOutcome()
     rewriter = _EventRewriter(repair, outcome) if repair is not None else None
-    prev = last = b""
+    prev = last = held = b""
     try:
         async with contextlib.aclosing(chunks):
             async for chunk in chunks:
@@ -192,8 +194,11 @@ async def relay_sse(
                     outcome.first_chunk_at = time.monotonic()
                 prev, last = last, chunk
                 body = rewriter.feed(chunk) if rewriter is not None else chunk
-                if body:
-                    await send({"type": "http.response.body", "body": body, "more_body": True})
+                if body.endswith(DONE):
+                    held = body  # [DONE] goes out with the final send, after the accounting
+                elif body:
+                    await send({"type": "http.response.body", "body": held + body, "more_body": True})
+                    held = b""
     except (UpstreamTimeout, httpx.TransportError) as exc:
         outcome.error = to_api_error(exc)
     tail = prev + last  # small: only the stream's last two chunks are joined, once
@@ -209,6 +214,6 @@ async def relay_sse(
         closing += DONE
     outcome.timings = final_timings(tail)
     if before_last_send is not None:
-        before_last_send()
-    await send({"type": "http.response.body", "body": closing, "more_body": False})
+        before_last_send(outcome)
+    await send({"type": "http.response.body", "body": held + closing, "more_body": False})
     return outcome
