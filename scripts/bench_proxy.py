@@ -56,6 +56,7 @@ THREADS = 1
 
 # ----------------------------------------------------------------------------- the bare proxy
 
+
 def bare_app(upstream: str) -> Any:
     """A minimal FastAPI + httpx pass-through: the yardstick for 'just forwarding'."""
     from fastapi import FastAPI, Request
@@ -68,12 +69,17 @@ def bare_app(upstream: str) -> Any:
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> Response:
         body = await request.body()
-        req = client.build_request("POST", "/v1/chat/completions", content=body,
-                                   headers={"content-type": "application/json"})
+        req = client.build_request(
+            "POST", "/v1/chat/completions", content=body, headers={"content-type": "application/json"}
+        )
         resp = await client.send(req, stream=True)
         if json.loads(body).get("stream"):
-            return StreamingResponse(resp.aiter_raw(), status_code=resp.status_code,
-                                     media_type="text/event-stream", background=BackgroundTask(resp.aclose))
+            return StreamingResponse(
+                resp.aiter_raw(),
+                status_code=resp.status_code,
+                media_type="text/event-stream",
+                background=BackgroundTask(resp.aclose),
+            )
         data = await resp.aread()
         await resp.aclose()
         return Response(data, status_code=resp.status_code, media_type="application/json")
@@ -96,12 +102,19 @@ def serve_bare(upstream: str) -> None:
 
 # ----------------------------------------------------------------------------- processes
 
+
 class Child:
     """A child process in its own session, its output kept in a tail; killed with its group."""
 
     def __init__(self, argv: list[str], env: dict[str, str] | None = None) -> None:
-        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                     env={**os.environ, **(env or {})}, start_new_session=True)
+        self.proc = subprocess.Popen(
+            argv,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={**os.environ, **(env or {})},
+            start_new_session=True,
+        )
         self.lines: deque[str] = deque(maxlen=200)
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -151,10 +164,10 @@ def wait_http(url: str, timeout: float, ok: int = 200) -> None:
 #   inherit it on Linux); so would socket.socket(family, SOCK_STREAM, IPPROTO_TCP).
 # - uvloop: up.py runs its own asyncio loop, so uvicorn's loop="auto" never applies; the bare
 #   proxy below (uvicorn.Server.run) gets uvloop whenever it is installed.
-UP_PLAIN = "import sys; from orchestrator.cli import app; sys.argv[0] = 'orchestrator'; app()"
+UP_PLAIN = "import sys; from orchestrator.cli.app import app; sys.argv[0] = 'orchestrator'; app()"
 UP_BOOTSTRAP = """
 import socket, sys
-import orchestrator.up as up
+import orchestrator.serve.run as up
 try:
     import uvloop
     uvloop.install()
@@ -166,7 +179,7 @@ def _bind_nodelay(config):
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     return sock
 up._bind_proxy_socket = _bind_nodelay
-from orchestrator.cli import app
+from orchestrator.cli.app import app
 sys.argv[0] = "orchestrator"
 app()
 """
@@ -175,9 +188,9 @@ app()
 @contextlib.contextmanager
 def targets(work: Path, nodelay_fix: bool = True) -> Iterator[dict[str, str]]:
     """Start everything; yield {target name: base URL}."""
-    from orchestrator.build import locate
-    from orchestrator.readiness import parse_listening_port
-    from orchestrator.tiny_model import demo_model
+    from orchestrator.models.tiny import demo_model
+    from orchestrator.native.build import locate
+    from orchestrator.supervise.readiness import parse_listening_port
 
     model = demo_model()
     children: list[Child] = []
@@ -189,8 +202,10 @@ def targets(work: Path, nodelay_fix: bool = True) -> Iterator[dict[str, str]]:
             f"  - name: demo\n    path: {model}\n    parallel: {PARALLEL}\n    ctx_size: {CTX}\n"
             f"    threads: {THREADS}\n"
         )
-        up = Child([sys.executable, "-c", UP_BOOTSTRAP if nodelay_fix else UP_PLAIN, "up", "-c", str(yaml)],
-                   env={"ORCHESTRATOR_STATE": str(state)})
+        up = Child(
+            [sys.executable, "-c", UP_BOOTSTRAP if nodelay_fix else UP_PLAIN, "up", "-c", str(yaml)],
+            env={"ORCHESTRATOR_STATE": str(state)},
+        )
         children.append(up)
         run_json = state / "run.json"
         deadline = time.monotonic() + 120
@@ -215,17 +230,31 @@ def targets(work: Path, nodelay_fix: bool = True) -> Iterator[dict[str, str]]:
             f"model = {model}\nc = {CTX}\nnp = {PARALLEL}\nt = {THREADS}\nspec-type = draft-mtp\n"
             "spec-draft-n-max = 3\nspec-draft-n-min = 1\nmetrics = true\nload-on-startup = true\n"
         )
-        router = Child([str(build.server), "--models-preset", str(preset), "--models-max", "1",
-                        "--host", "127.0.0.1", "--port", "0"],
-                       env={"LD_LIBRARY_PATH": str(build.lib_dir)})
+        router = Child(
+            [
+                str(build.server),
+                "--models-preset",
+                str(preset),
+                "--models-max",
+                "1",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "0",
+            ],
+            env={"LD_LIBRARY_PATH": str(build.lib_dir)},
+        )
         children.append(router)
         line = router.wait_line(lambda s: parse_listening_port(s) is not None, 60)
         router_url = f"http://127.0.0.1:{parse_listening_port(line)}"
         deadline = time.monotonic() + 120
         while True:  # the router loads the model in a child; wait until it answers a chat request
             with contextlib.suppress(httpx.HTTPError):
-                r = httpx.post(router_url + "/v1/chat/completions", timeout=30,
-                               json={"model": "demo", "max_tokens": 1, "messages": [{"role": "user", "content": "hi"}]})
+                r = httpx.post(
+                    router_url + "/v1/chat/completions",
+                    timeout=30,
+                    json={"model": "demo", "max_tokens": 1, "messages": [{"role": "user", "content": "hi"}]},
+                )
                 if r.status_code == 200:
                     break
             if time.monotonic() > deadline:
@@ -239,14 +268,16 @@ def targets(work: Path, nodelay_fix: bool = True) -> Iterator[dict[str, str]]:
 
 # ----------------------------------------------------------------------------- the load
 
+
 class Target:
     """One endpoint and its keep-alive client. Resends once when a pooled connection dies
     unanswered (unpatched llama-server; counted in ``resends``), like any careful client."""
 
     def __init__(self, name: str, url: str) -> None:
         self.name = name
-        self.client = httpx.AsyncClient(base_url=url, timeout=120,
-                                        limits=httpx.Limits(max_connections=64, max_keepalive_connections=64))
+        self.client = httpx.AsyncClient(
+            base_url=url, timeout=120, limits=httpx.Limits(max_connections=64, max_keepalive_connections=64)
+        )
         self.resends = 0
         self.latencies: list[list[float]] = []  # per round, seconds
         self.tps1: list[float] = []
@@ -264,8 +295,7 @@ class Target:
         raise AssertionError("unreachable")
 
     async def one_token(self) -> float:
-        body = {"model": "demo", "max_tokens": 1, "temperature": 0,
-                "messages": [{"role": "user", "content": "Say hi"}]}
+        body = {"model": "demo", "max_tokens": 1, "temperature": 0, "messages": [{"role": "user", "content": "Say hi"}]}
         t0 = time.perf_counter()
         resp = await self.post(body)
         await resp.aread()
@@ -276,9 +306,15 @@ class Target:
         return dt
 
     async def stream(self, tokens: int, k: int) -> float:
-        body = {"model": "demo", "max_tokens": tokens, "temperature": 0, "ignore_eos": True, "stream": True,
-                "chat_template_kwargs": {"enable_thinking": False},
-                "messages": [{"role": "user", "content": f"Tell a long story number {k}"}]}
+        body = {
+            "model": "demo",
+            "max_tokens": tokens,
+            "temperature": 0,
+            "ignore_eos": True,
+            "stream": True,
+            "chat_template_kwargs": {"enable_thinking": False},
+            "messages": [{"role": "user", "content": f"Tell a long story number {k}"}],
+        }
         resp = await self.post(body)
         tail = b""
         async for chunk in resp.aiter_raw():
@@ -301,16 +337,22 @@ async def run_rounds(urls: dict[str, str], rounds: int, requests: int, tokens: i
             await t.one_token()
         await t.streams(1, 16)
     for r in range(rounds):
-        order = ts[r % len(ts):] + ts[: r % len(ts)]
+        order = ts[r % len(ts) :] + ts[: r % len(ts)]
         for t in order:
             t.latencies.append([await t.one_token() for _ in range(requests)])
         for t in order:
             t.tps1.append(await t.streams(1, tokens))
         for t in order:
             t.tpsn.append(await t.streams(streams, tokens))
-        print(f"round {r + 1}/{rounds}: " + ", ".join(
-            f"{t.name} p50 {statistics.median(t.latencies[-1]) * 1e3:.2f} ms, "
-            f"{t.tps1[-1]:.0f}/{t.tpsn[-1]:.0f} tok/s" for t in ts), flush=True)
+        print(
+            f"round {r + 1}/{rounds}: "
+            + ", ".join(
+                f"{t.name} p50 {statistics.median(t.latencies[-1]) * 1e3:.2f} ms, "
+                f"{t.tps1[-1]:.0f}/{t.tpsn[-1]:.0f} tok/s"
+                for t in ts
+            ),
+            flush=True,
+        )
     for t in ts:
         await t.client.aclose()
     return ts
@@ -339,13 +381,17 @@ def report(ts: list[Target], streams: int) -> dict[str, Any]:
             "ratio_n": statistics.median(a / b for a, b in zip(t.tpsn, direct.tpsn)),
             "resends": t.resends,
         }
-    head = (f"| target | p50 ms | added p50 ms | added p99 ms | tok/s 1 stream | vs direct | "
-            f"tok/s {streams} streams | vs direct | client resends |")
+    head = (
+        f"| target | p50 ms | added p50 ms | added p99 ms | tok/s 1 stream | vs direct | "
+        f"tok/s {streams} streams | vs direct | client resends |"
+    )
     print("\n" + head)
     print("|" + "---|" * 9)
     for name, r in rows.items():
-        print(f"| {name} | {r['p50_ms']:.2f} | {r['added_p50_ms']:+.2f} | {r['added_p99_ms']:+.2f} | "
-              f"{r['tps_1']:.0f} | {r['ratio_1']:.2f}x | {r['tps_n']:.0f} | {r['ratio_n']:.2f}x | {r['resends']} |")
+        print(
+            f"| {name} | {r['p50_ms']:.2f} | {r['added_p50_ms']:+.2f} | {r['added_p99_ms']:+.2f} | "
+            f"{r['tps_1']:.0f} | {r['ratio_1']:.2f}x | {r['tps_n']:.0f} | {r['ratio_n']:.2f}x | {r['resends']} |"
+        )
     return rows
 
 
@@ -356,8 +402,11 @@ def main() -> int:
     ap.add_argument("--tokens", type=int, default=128, help="tokens per stream")
     ap.add_argument("--streams", type=int, default=8, help="concurrent streams")
     ap.add_argument("--json", type=Path, default=None, help="also write the results here")
-    ap.add_argument("--as-shipped", action="store_true",
-                    help="run `orchestrator up` untouched, without UP_BOOTSTRAP's TCP_NODELAY and uvloop")
+    ap.add_argument(
+        "--as-shipped",
+        action="store_true",
+        help="run `orchestrator up` untouched, without UP_BOOTSTRAP's TCP_NODELAY and uvloop",
+    )
     ap.add_argument("--serve-bare", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.serve_bare:
@@ -370,8 +419,11 @@ def main() -> int:
         ts = asyncio.run(run_rounds(urls, args.rounds, args.requests, args.tokens, args.streams))
         rows = report(ts, args.streams)
     if args.json:
-        args.json.write_text(json.dumps({"args": {k: v for k, v in vars(args).items() if k != "json"},
-                                         "rows": rows}, indent=2, default=str))
+        args.json.write_text(
+            json.dumps(
+                {"args": {k: v for k, v in vars(args).items() if k != "json"}, "rows": rows}, indent=2, default=str
+            )
+        )
     return 0
 
 

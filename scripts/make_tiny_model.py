@@ -13,15 +13,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from orchestrator.errors import UserError  # noqa: E402
-from orchestrator.tiny_model import MODES, VARIANTS, cli_make  # noqa: E402
+from orchestrator.errors import UserError
+from orchestrator.models.tiny import MODES, VARIANTS, cli_make
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path, help="output .gguf path")
     parser.add_argument("--mode", choices=MODES, default="echo")
-    parser.add_argument("--q", type=float, default=0.0, help="echo mode: fraction of drafts made wrong (acceptance = 1 - q)")
+    parser.add_argument(
+        "--q", type=float, default=0.0, help="echo mode: fraction of drafts made wrong (acceptance = 1 - q)"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--variant", choices=VARIANTS, default="embedded")
     args = parser.parse_args(argv)

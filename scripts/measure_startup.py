@@ -12,7 +12,7 @@ The two alternate, ``--reps`` times each; medians and their ratio are printed. S
 
     python scripts/measure_startup.py [--model PATH] [--reps 3]
 
-The default model is the tiny demo model (``orchestrator.tiny_model.demo_model()``).
+The default model is the tiny demo model (``orchestrator.models.tiny.demo_model()``).
 """
 
 from __future__ import annotations
@@ -30,11 +30,11 @@ from pathlib import Path
 
 import httpx
 
-from orchestrator.build import locate
-from orchestrator.config import load_config
-from orchestrator.gpus import detect_gpus
-from orchestrator.launch import plan_launch
-from orchestrator.process import listening_ports
+from orchestrator.config.schema import load_config
+from orchestrator.host.gpus import detect_gpus
+from orchestrator.host.process import listening_ports
+from orchestrator.launch.plan import plan_launch
+from orchestrator.native.build import locate
 
 POLL = 0.05  # seconds
 
@@ -77,8 +77,12 @@ def time_up(config: Path, state: Path) -> float:
     """Seconds from spawning ``orchestrator up`` to every instance ready in its run.json."""
     env = {**os.environ, "ORCHESTRATOR_STATE": str(state)}
     started = time.monotonic()
-    proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "up", "--config", str(config)],
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "orchestrator.cli.app", "up", "--config", str(config)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         while True:
             if proc.poll() is not None:
@@ -106,7 +110,7 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=3)
     args = ap.parse_args()
     if args.model is None:
-        from orchestrator.tiny_model import demo_model
+        from orchestrator.models.tiny import demo_model
 
         args.model = demo_model()
     with tempfile.TemporaryDirectory(prefix="measure-startup-") as tmp:

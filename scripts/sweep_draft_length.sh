@@ -47,8 +47,8 @@ echo "== 2/4 model facts"
 GGUF=$(python - "$CONFIG" "$MODEL" <<'EOF'
 import sys
 from pathlib import Path
-from orchestrator.bench import pick_model
-from orchestrator.config import load_config, resolve_model_path
+from orchestrator.bench.sweep import pick_model
+from orchestrator.config.schema import load_config, resolve_model_path
 cfg = load_config(Path(sys.argv[1]))
 model = pick_model(cfg, sys.argv[2] or None)
 print(resolve_model_path(model, cfg.config_dir))

@@ -1,8 +1,8 @@
 """Shared fixtures: the native build, generated tiny models, and real llama-server processes.
 
-- ``bin_info``: ``orchestrator.build.locate()`` (session); skips the test when there is no build.
+- ``bin_info``: ``orchestrator.native.build.locate()`` (session); skips the test when there is no build.
 - ``echo_model`` / ``echo_model_q02``: echo tiny models with acceptance 1.0 / 0.8 (session).
-- ``demo_model``: ``orchestrator.tiny_model.demo_model()`` (echo, q = 0.1, cached).
+- ``demo_model``: ``orchestrator.models.tiny.demo_model()`` (echo, q = 0.1, cached).
 - ``llama_server``: a factory; ``llama_server(model, *extra_args)`` starts a real llama-server on
   an OS-chosen port (``--port 0``), waits for ``/health`` 200 and returns a ``LlamaServer``.
   Every server it started is stopped at teardown (SIGTERM to its process group, then SIGKILL).
@@ -39,7 +39,7 @@ def _missing(what: str) -> None:
 @pytest.fixture(scope="session")
 def bin_info() -> Any:
     """The native build (``BuildInfo``); skips when there is none."""
-    from orchestrator import build
+    from orchestrator.native import build
 
     try:
         return build.locate()
@@ -50,7 +50,7 @@ def bin_info() -> Any:
 @pytest.fixture(scope="session")
 def pinned_source() -> Path:
     """Root of the pinned llama.cpp source (tokenizer and template for tiny models)."""
-    from orchestrator import build
+    from orchestrator.native import build
 
     try:
         return build.pinned_source()
@@ -66,7 +66,7 @@ def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def echo_model(tiny_dir: Path, pinned_source: Path) -> Path:
     """Echo model, head embedded, q = 0: every NextN draft is right."""
-    from orchestrator.tiny_model import write_tiny_model
+    from orchestrator.models.tiny import write_tiny_model
 
     return write_tiny_model(tiny_dir / "echo-q0.gguf", mode="echo", q=0.0)
 
@@ -74,7 +74,7 @@ def echo_model(tiny_dir: Path, pinned_source: Path) -> Path:
 @pytest.fixture(scope="session")
 def echo_model_q02(tiny_dir: Path, pinned_source: Path) -> Path:
     """Echo model, head embedded, q = 0.2: per-token draft acceptance 0.8."""
-    from orchestrator.tiny_model import write_tiny_model
+    from orchestrator.models.tiny import write_tiny_model
 
     return write_tiny_model(tiny_dir / "echo-q0.2.gguf", mode="echo", q=0.2)
 
@@ -82,7 +82,7 @@ def echo_model_q02(tiny_dir: Path, pinned_source: Path) -> Path:
 @pytest.fixture(scope="session")
 def demo_model(pinned_source: Path) -> Path:
     """The cached demo model (echo, q = 0.1, embedded head)."""
-    from orchestrator.tiny_model import demo_model as make_demo
+    from orchestrator.models.tiny import demo_model as make_demo
 
     return make_demo()
 
@@ -117,7 +117,7 @@ class LlamaServer:
         if self._stopped:
             return
         self._stopped = True
-        from orchestrator.process import signal_group
+        from orchestrator.host.process import signal_group
 
         if self.process.poll() is None:
             signal_group(self.process.pid, signal.SIGTERM)
@@ -129,9 +129,11 @@ class LlamaServer:
         signal_group(self.process.pid, signal.SIGKILL)  # stragglers in the group
 
 
-def _start_server(bin_info: Any, log_path: Path, model: Path, args: tuple[str, ...], ctx: int, threads: int) -> LlamaServer:
-    from orchestrator.process import _pdeathsig_preexec
-    from orchestrator.readiness import failure_lines, parse_listening_port
+def _start_server(
+    bin_info: Any, log_path: Path, model: Path, args: tuple[str, ...], ctx: int, threads: int
+) -> LlamaServer:
+    from orchestrator.host.process import _pdeathsig_preexec
+    from orchestrator.supervise.readiness import failure_lines, parse_listening_port
 
     argv = [
         str(bin_info.server),
@@ -174,7 +176,9 @@ def _start_server(bin_info: Any, log_path: Path, model: Path, args: tuple[str, .
                 except httpx.TransportError:
                     pass
             time.sleep(0.05)
-        raise AssertionError(f"llama-server not healthy after {SERVER_START_TIMEOUT:.0f} s; log tail: {server.log()[-1000:]}")
+        raise AssertionError(
+            f"llama-server not healthy after {SERVER_START_TIMEOUT:.0f} s; log tail: {server.log()[-1000:]}"
+        )
     except BaseException:
         server.stop()
         raise

@@ -58,7 +58,7 @@ def main() -> int:
             self.end_headers()
             self.wfile.write(body)
 
-        def do_GET(self) -> None:  # noqa: N802
+        def do_GET(self) -> None:
             if self.path == "/v1/models":
                 self._json(200, {"object": "list", "data": [{"id": alias}]})
             elif not ready.is_set():

@@ -21,9 +21,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from orchestrator.build import BuildInfo, locate
 from orchestrator.errors import UserError
-from orchestrator.readiness import parse_listening_port
+from orchestrator.native.build import BuildInfo, locate
+from orchestrator.supervise.readiness import parse_listening_port
 
 START_TIMEOUT_S = 60.0
 

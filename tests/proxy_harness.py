@@ -24,10 +24,10 @@ from typing import Any, TypeVar
 import httpx
 import uvicorn
 
-from orchestrator.config import Config
-from orchestrator.launch import InstanceSpec
-from orchestrator.proxy import create_app
-from orchestrator.supervisor import ProcessState, Supervisor, SupervisorPolicy
+from orchestrator.config.schema import Config
+from orchestrator.launch.plan import InstanceSpec
+from orchestrator.serve.app import create_app
+from orchestrator.supervise.supervisor import ProcessState, Supervisor, SupervisorPolicy
 
 T = TypeVar("T")
 
@@ -66,8 +66,9 @@ class Stack:
         policy: supervisor timing rules.
     """
 
-    def __init__(self, config: Config, specs: list[InstanceSpec], log_dir: Path,
-                 policy: SupervisorPolicy | None = None) -> None:
+    def __init__(
+        self, config: Config, specs: list[InstanceSpec], log_dir: Path, policy: SupervisorPolicy | None = None
+    ) -> None:
         self.config = config
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, name="proxy-stack", daemon=True)
@@ -82,8 +83,9 @@ class Stack:
         self.url = self.run(self._serve())
 
     @staticmethod
-    async def _make_supervisor(specs: list[InstanceSpec], config: Config, log_dir: Path,
-                               policy: SupervisorPolicy | None) -> Supervisor:
+    async def _make_supervisor(
+        specs: list[InstanceSpec], config: Config, log_dir: Path, policy: SupervisorPolicy | None
+    ) -> Supervisor:
         return Supervisor(specs, config, log_dir=log_dir, policy=policy)
 
     def run(self, coro: Coroutine[Any, Any, T], timeout: float = 120) -> T:
@@ -211,8 +213,11 @@ class FakeUpstream:
     @staticmethod
     async def write_json(writer: asyncio.StreamWriter, obj: Any, status: int = 200) -> None:
         body = json.dumps(obj).encode()
-        writer.write(f"HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
-                     "Connection: keep-alive\r\n\r\n".encode() + body)
+        writer.write(
+            f"HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+            "Connection: keep-alive\r\n\r\n".encode()
+            + body
+        )
         await writer.drain()
 
     @staticmethod
@@ -246,14 +251,19 @@ class FakeUpstream:
         self.stack.run(stop())
 
 
-def chat_completion(content: str, *, reasoning: str | None = None, timings: dict[str, Any] | None = None) -> dict[str, Any]:
+def chat_completion(
+    content: str, *, reasoning: str | None = None, timings: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """A llama-server-shaped non-streamed chat completion."""
     message: dict[str, Any] = {"role": "assistant", "content": content}
     if reasoning is not None:
         message["reasoning_content"] = reasoning
     body: dict[str, Any] = {
         "choices": [{"finish_reason": "stop", "index": 0, "message": message}],
-        "created": 0, "model": "demo", "object": "chat.completion", "id": "chatcmpl-fake",
+        "created": 0,
+        "model": "demo",
+        "object": "chat.completion",
+        "id": "chatcmpl-fake",
         "usage": {"completion_tokens": 3, "prompt_tokens": 5, "total_tokens": 8},
     }
     if timings is not None:
@@ -271,31 +281,50 @@ def delta_chunk(content: str | None = None, *, finish: str | None = None, **extr
     delta: dict[str, Any] = {}
     if content is not None:
         delta["content"] = content
-    chunk: dict[str, Any] = {"choices": [{"finish_reason": finish, "index": 0, "delta": delta}],
-                             "created": 0, "id": "chatcmpl-fake", "model": "demo", "object": "chat.completion.chunk"}
+    chunk: dict[str, Any] = {
+        "choices": [{"finish_reason": finish, "index": 0, "delta": delta}],
+        "created": 0,
+        "id": "chatcmpl-fake",
+        "model": "demo",
+        "object": "chat.completion.chunk",
+    }
     chunk.update(extra)
     return chunk
 
 
-def real_stack(tmp_path: Path, model: Path, build: Any, *, server: dict[str, Any] | None = None,
-               models: list[dict[str, Any]] | None = None, wait: bool = True) -> Stack:
+def real_stack(
+    tmp_path: Path,
+    model: Path,
+    build: Any,
+    *,
+    server: dict[str, Any] | None = None,
+    models: list[dict[str, Any]] | None = None,
+    wait: bool = True,
+) -> Stack:
     """The proxy in front of a real ``Supervisor`` running real llama-servers on ``model``.
 
-    The instances come from the real launch plan (``orchestrator.launch.plan_launch``, CPU) for
+    The instances come from the real launch plan (``orchestrator.launch.plan.plan_launch``, CPU) for
     ``build`` (the ``bin_info`` fixture).
     ``models`` holds ModelConfig fields per model (default: one model ``demo`` with alias
     ``tiny``, 2 slots of 4096 tokens, embeddings on so ``/v1/embeddings`` can be passed through).
     """
     from supervision_helpers import fast_policy
 
-    from orchestrator.config import ModelConfig, ServerConfig, Timeouts
-    from orchestrator.launch import plan_launch
+    from orchestrator.config.schema import ModelConfig, ServerConfig, Timeouts
+    from orchestrator.launch.plan import plan_launch
 
     server = dict(server or {})
     server.setdefault("timeouts", Timeouts(load=120))
     if models is None:
-        models = [{"name": "demo", "aliases": ["tiny"], "parallel": 2, "ctx_size": 8192,
-                   "extra_args": ["--embeddings", "--pooling", "mean"]}]
+        models = [
+            {
+                "name": "demo",
+                "aliases": ["tiny"],
+                "parallel": 2,
+                "ctx_size": 8192,
+                "extra_args": ["--embeddings", "--pooling", "mean"],
+            }
+        ]
     config = Config(server=ServerConfig(**server), models=[ModelConfig(path=str(model), **m) for m in models])
     specs = plan_launch(config, gpus=[], build=build, check_ports=False)
     stack = Stack(config, specs, tmp_path / "logs", policy=fast_policy())

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import psutil
 
-from orchestrator.config import Config, ModelConfig, ServerConfig, SpeculativeConfig, Timeouts
-from orchestrator.launch import InstanceSpec
-from orchestrator.supervisor import Instance, ProcessState, SupervisorPolicy
+from orchestrator.config.schema import Config, ModelConfig, ServerConfig, SpeculativeConfig, Timeouts
+from orchestrator.launch.plan import InstanceSpec
+from orchestrator.supervise.supervisor import Instance, ProcessState, SupervisorPolicy
 
 FAKE_SERVER = Path(__file__).with_name("fake_llama_server.py")
 
@@ -46,9 +46,20 @@ def fake_spec(*flags: str, name: str = "demo-0", alias: str = "demo", spec_type:
     if spec_type:
         argv += ["--spec-type", spec_type]
     return InstanceSpec(
-        name=name, model=alias, replica=0, gpus=(), host="127.0.0.1", port=0, argv=tuple(argv), env={},
-        gguf=Path(f"/nowhere/{alias}.gguf"), draft=None, spec_type=spec_type,
-        n_max=3 if spec_type else None, n_min=1 if spec_type else None, alias=alias,
+        name=name,
+        model=alias,
+        replica=0,
+        gpus=(),
+        host="127.0.0.1",
+        port=0,
+        argv=tuple(argv),
+        env={},
+        gguf=Path(f"/nowhere/{alias}.gguf"),
+        draft=None,
+        spec_type=spec_type,
+        n_max=3 if spec_type else None,
+        n_min=1 if spec_type else None,
+        alias=alias,
     )
 
 
@@ -63,15 +74,42 @@ def real_spec(
     extra: Iterable[str] = (),
 ) -> InstanceSpec:
     """A spec for the real llama-server on ``model`` (CPU, port 0, small context)."""
-    argv = [str(server), "-m", str(model), "--alias", alias, "--host", "127.0.0.1", "--port", "0",
-            "--metrics", "-c", "512", "-np", "1", "-t", "2"]
+    argv = [
+        str(server),
+        "-m",
+        str(model),
+        "--alias",
+        alias,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "0",
+        "--metrics",
+        "-c",
+        "512",
+        "-np",
+        "1",
+        "-t",
+        "2",
+    ]
     if spec:
         argv += ["--spec-type", "draft-mtp", "--spec-draft-n-max", "3", "--spec-draft-n-min", "1"]
     argv += list(extra)
     return InstanceSpec(
-        name=name, model=alias, replica=0, gpus=(), host="127.0.0.1", port=0, argv=tuple(argv),
-        env={"LD_LIBRARY_PATH": str(lib_dir)}, gguf=model, draft=None,
-        spec_type="draft-mtp" if spec else None, n_max=3 if spec else None, n_min=1 if spec else None, alias=alias,
+        name=name,
+        model=alias,
+        replica=0,
+        gpus=(),
+        host="127.0.0.1",
+        port=0,
+        argv=tuple(argv),
+        env={"LD_LIBRARY_PATH": str(lib_dir)},
+        gguf=model,
+        draft=None,
+        spec_type="draft-mtp" if spec else None,
+        n_max=3 if spec else None,
+        n_min=1 if spec else None,
+        alias=alias,
     )
 
 
@@ -114,7 +152,9 @@ def child_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def write_models_yaml(path: Path, model: Path, *, port: int = 0, model_port: int | None = None, extra: str = "") -> Path:
+def write_models_yaml(
+    path: Path, model: Path, *, port: int = 0, model_port: int | None = None, extra: str = ""
+) -> Path:
     """A models.yaml serving ``model`` as "demo" on CPU with a small context; the proxy on ``port``."""
     lines = [
         "server:",
@@ -152,16 +192,23 @@ class RunningUp:
 
     def cli(self, *args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
         """Run another ``orchestrator`` command against this state dir."""
-        return subprocess.run([sys.executable, "-m", "orchestrator.cli", *args], env=self.env(),
-                              capture_output=True, text=True, timeout=timeout)
+        return subprocess.run(
+            [sys.executable, "-m", "orchestrator.cli.app", *args],
+            env=self.env(),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
 
     def __enter__(self) -> RunningUp:
         self.state.mkdir(parents=True, exist_ok=True)
         self.started = time.monotonic()
         with open(self.out, "wb") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "orchestrator.cli", "up", "--config", str(self.config)],
-                env=self.env(), stdout=out, stderr=subprocess.STDOUT,
+                [sys.executable, "-m", "orchestrator.cli.app", "up", "--config", str(self.config)],
+                env=self.env(),
+                stdout=out,
+                stderr=subprocess.STDOUT,
             )
         deadline = time.monotonic() + self.timeout
         run_file = self.state / "run.json"

@@ -10,12 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import bench_report, bench_stats
-from orchestrator.bench_args import parse_int_list
-from orchestrator.bench_plan import Variant, schedule
-from orchestrator.bench_prompts import BUILTIN, builtin_prompts, load_prompts_file, select_prompts
-from orchestrator.bench_requests import reported_n_max, request_body
-from orchestrator.bench_stats import (
+from orchestrator.bench import report as bench_report
+from orchestrator.bench import stats as bench_stats
+from orchestrator.bench.args import parse_int_list
+from orchestrator.bench.plan import Variant, schedule
+from orchestrator.bench.prompts import BUILTIN, builtin_prompts, load_prompts_file, select_prompts
+from orchestrator.bench.requests import reported_n_max, request_body
+from orchestrator.bench.stats import (
     Candidate,
     RequestResult,
     geometric_tokens_per_step,
@@ -88,19 +89,39 @@ def test_recommend_prefers_best_then_smaller_k_within_the_noise_band() -> None:
     assert recommend_k([Candidate(0, 100.0, 0.0), Candidate(1, 60.0, 5.0)])[0] == 0
 
 
-def _r(k: int, rep: int, predicted: int, ms: float, drafted: int, accepted: int, domain: str = "math", text: str = "t") -> RequestResult:
+def _r(
+    k: int, rep: int, predicted: int, ms: float, drafted: int, accepted: int, domain: str = "math", text: str = "t"
+) -> RequestResult:
     return RequestResult(
-        k=k, domain=domain, prompt_index=0, rep=rep, seed=0, ttft_s=0.01 * (rep + 1), prompt_ms=5.0,
-        predicted_n=predicted, predicted_ms=ms, decode_tps=1000.0 * predicted / ms, drafted=drafted,
-        accepted=accepted, n_max_effective=k or None, instance="x", text_sha1=text,
+        k=k,
+        domain=domain,
+        prompt_index=0,
+        rep=rep,
+        seed=0,
+        ttft_s=0.01 * (rep + 1),
+        prompt_ms=5.0,
+        predicted_n=predicted,
+        predicted_ms=ms,
+        decode_tps=1000.0 * predicted / ms,
+        drafted=drafted,
+        accepted=accepted,
+        n_max_effective=k or None,
+        instance="x",
+        text_sha1=text,
     )
 
 
 def test_summarize_cells_speedup_and_geometric() -> None:
     rows = [
-        _r(0, 0, 100, 1000.0, 0, 0), _r(0, 1, 100, 1250.0, 0, 0), _r(0, 2, 100, 500.0, 0, 0),  # 100, 80, 200 tok/s
-        _r(1, 0, 100, 500.0, 50, 40), _r(1, 1, 100, 500.0, 50, 40), _r(1, 2, 100, 500.0, 50, 40),  # 200 tok/s
-        _r(2, 0, 100, 400.0, 60, 50, text="other"), _r(2, 1, 100, 400.0, 60, 50), _r(2, 2, 100, 400.0, 60, 50),
+        _r(0, 0, 100, 1000.0, 0, 0),
+        _r(0, 1, 100, 1250.0, 0, 0),
+        _r(0, 2, 100, 500.0, 0, 0),  # 100, 80, 200 tok/s
+        _r(1, 0, 100, 500.0, 50, 40),
+        _r(1, 1, 100, 500.0, 50, 40),
+        _r(1, 2, 100, 500.0, 50, 40),  # 200 tok/s
+        _r(2, 0, 100, 400.0, 60, 50, text="other"),
+        _r(2, 1, 100, 400.0, 60, 50),
+        _r(2, 2, 100, 400.0, 60, 50),
     ]
     by_k = {s.k: s for s in summarize(rows)}
     assert set(by_k) == {0, 1, 2}
@@ -127,8 +148,12 @@ def test_noise_warning_above_a_quarter_iqr() -> None:
 
 
 def test_summarize_adds_all_domain_and_recommend() -> None:
-    rows = [_r(0, 0, 100, 1000.0, 0, 0, "math"), _r(0, 0, 100, 1000.0, 0, 0, "code"),
-            _r(1, 0, 100, 800.0, 50, 45, "math"), _r(1, 0, 100, 2000.0, 50, 10, "code")]
+    rows = [
+        _r(0, 0, 100, 1000.0, 0, 0, "math"),
+        _r(0, 0, 100, 1000.0, 0, 0, "code"),
+        _r(1, 0, 100, 800.0, 50, 45, "math"),
+        _r(1, 0, 100, 2000.0, 50, 10, "code"),
+    ]
     sums = summarize(rows)
     assert {s.domain for s in sums} == {"math", "code", "all"}
     assert bench_stats.recommend(sums, "math")[0] == 1
@@ -159,7 +184,12 @@ def test_analysis_line_for_a_win_and_for_low_acceptance() -> None:
 
 
 def test_report_files(tmp_path: Path) -> None:
-    rows = [_r(k, rep, 64, 500.0 + 10 * k + rep, 20 * k, 15 * k, d) for k in (0, 1, 2) for rep in (0, 1) for d in ("math", "code")]
+    rows = [
+        _r(k, rep, 64, 500.0 + 10 * k + rep, 20 * k, 15 * k, d)
+        for k in (0, 1, 2)
+        for rep in (0, 1)
+        for d in ("math", "code")
+    ]
     rows = [dataclass_replace(r, drafted=0, accepted=0) if r.k == 0 else r for r in rows]
     sums = summarize(rows)
     bench_report.write_csv(tmp_path / "summary.csv", sums)
@@ -195,7 +225,9 @@ def test_builtin_prompt_sets() -> None:
 
 def test_prompts_file_and_bad_lines(tmp_path: Path) -> None:
     good = tmp_path / "p.jsonl"
-    good.write_text('{"domain": "law", "prompt": "What is a tort?"}\n\n{"domain": "law", "prompt": "Define estoppel."}\n')
+    good.write_text(
+        '{"domain": "law", "prompt": "What is a tort?"}\n\n{"domain": "law", "prompt": "Define estoppel."}\n'
+    )
     assert [p.domain for p in load_prompts_file(good)] == ["law", "law"]
     assert [p.domain for p in select_prompts("math,code,general", good)] == ["law", "law"]
     assert {p.domain for p in select_prompts("math", good)} == {"math", "law"}
@@ -223,8 +255,12 @@ def test_parse_k_list() -> None:
 def test_request_body_carries_k_only_per_request() -> None:
     body = request_body("p", k=3, per_request=True, n_min=1, n_predict=8, temperature=0.0, seed=1)
     assert body["speculative.n_max"] == 3 and body["speculative.n_min"] == 1 and body["cache_prompt"] is False
-    assert "speculative.n_max" not in request_body("p", k=3, per_request=False, n_min=1, n_predict=8, temperature=0.0, seed=1)
-    assert "speculative.n_max" not in request_body("p", k=0, per_request=True, n_min=1, n_predict=8, temperature=0.0, seed=1)
+    assert "speculative.n_max" not in request_body(
+        "p", k=3, per_request=False, n_min=1, n_predict=8, temperature=0.0, seed=1
+    )
+    assert "speculative.n_max" not in request_body(
+        "p", k=0, per_request=True, n_min=1, n_predict=8, temperature=0.0, seed=1
+    )
     assert reported_n_max({"speculative.n_max": 2}) == 2
     assert reported_n_max({"speculative": {"n_max": 4}}) == 4
     assert reported_n_max({"speculative.types": "draft-mtp"}) is None
@@ -254,8 +290,8 @@ def test_schedule_interleaves_every_k_each_round() -> None:
 def test_bench_end_to_end_on_the_echo_model(tmp_path: Path, bin_info, echo_model) -> None:  # type: ignore[no-untyped-def]
     from typer.testing import CliRunner
 
-    from orchestrator.cli import app
-    from orchestrator.config import load_config
+    from orchestrator.cli.app import app
+    from orchestrator.config.schema import load_config
 
     cfg = tmp_path / "models.yaml"
     cfg.write_text(
@@ -272,8 +308,22 @@ def test_bench_end_to_end_on_the_echo_model(tmp_path: Path, bin_info, echo_model
     env = {"ORCHESTRATOR_BIN_DIR": str(bin_info.bin_dir)}
     result = CliRunner().invoke(
         app,
-        ["bench", "--config", str(cfg), "--k", "0,1,2", "--reps", "1", "--n-predict", "32", "--prompts", "math",
-         "--out", str(out), "--apply"],
+        [
+            "bench",
+            "--config",
+            str(cfg),
+            "--k",
+            "0,1,2",
+            "--reps",
+            "1",
+            "--n-predict",
+            "32",
+            "--prompts",
+            "math",
+            "--out",
+            str(out),
+            "--apply",
+        ],
         env=env,
     )
     assert result.exit_code == 0, result.output
@@ -308,8 +358,8 @@ def test_bench_end_to_end_on_the_echo_model(tmp_path: Path, bin_info, echo_model
 @pytest.mark.slow
 def test_bench_relaunch_per_k_without_the_patch(tmp_path: Path, bin_info, echo_model, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """Without the per-request patch every K gets its own llama-server (--spec-draft-n-max K)."""
-    from orchestrator import bench
-    from orchestrator.bench_stats import perfect_draft_counts
+    from orchestrator.bench import sweep as bench
+    from orchestrator.bench.stats import perfect_draft_counts
 
     async def unpatched(self, v, inst):  # type: ignore[no-untyped-def]
         return False  # what the probe answers on a build without 0002-per-request-draft-length
@@ -321,8 +371,19 @@ def test_bench_relaunch_per_k_without_the_patch(tmp_path: Path, bin_info, echo_m
     prompts = tmp_path / "p.jsonl"
     prompts.write_text('{"domain": "chat", "prompt": "Hello there"}\n')
     out = tmp_path / "results"
-    code = bench.cli_bench(None, config=cfg, k="0,1,3", prompts="math,code,general", prompts_file=prompts,
-                           n_predict=24, reps=2, seeds="0", temperature=0.0, out=out, apply=False)
+    code = bench.cli_bench(
+        None,
+        config=cfg,
+        k="0,1,3",
+        prompts="math,code,general",
+        prompts_file=prompts,
+        n_predict=24,
+        reps=2,
+        seeds="0",
+        temperature=0.0,
+        out=out,
+        apply=False,
+    )
     assert code == 0
     data = json.loads((out / "results.json").read_text())
     assert data["settings"]["mode"] == "relaunch"
@@ -343,6 +404,10 @@ def test_sweep_script_is_valid_bash_and_runs_the_whole_pipeline() -> None:
     result = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stderr
     text = script.read_text()
-    for step in ('orchestrator build "${build_args[@]}"', 'orchestrator inspect "$GGUF"',
-                 'orchestrator bench "${bench_args[@]}"', "--apply"):
+    for step in (
+        'orchestrator build "${build_args[@]}"',
+        'orchestrator inspect "$GGUF"',
+        'orchestrator bench "${bench_args[@]}"',
+        "--apply",
+    ):
         assert step in text

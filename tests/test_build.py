@@ -14,8 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import build, native_cuda, native_fetch, native_plan
 from orchestrator.errors import UserError
+from orchestrator.native import build
+from orchestrator.native import cuda as native_cuda
+from orchestrator.native import fetch as native_fetch
+from orchestrator.native import plan as native_plan
 
 NATIVE = Path(__file__).resolve().parents[1] / "native"
 
@@ -33,7 +36,9 @@ def _key(patches: list[native_fetch.Patch], **kw: str | None) -> str:
     args = dict(backend="cpu", cuda_arch=None, compiler="gcc 12", nvcc=None)
     args.update(kw)
     defines = native_plan.cmake_defines(str(args["backend"]), "0c1e570")
-    return native_plan.build_key(_pin(), patches, str(args["backend"]), args["cuda_arch"], str(args["compiler"]), args["nvcc"], defines)
+    return native_plan.build_key(
+        _pin(), patches, str(args["backend"]), args["cuda_arch"], str(args["compiler"]), args["nvcc"], defines
+    )
 
 
 # --- pure functions ------------------------------------------------------------------------
@@ -48,7 +53,9 @@ def test_build_key_is_stable_and_follows_every_input() -> None:
     assert _key(edited) != key
     assert _key(patches[:1]) != key
     assert _key(patches, compiler="gcc 13") != key
-    assert _key(patches, backend="cuda", cuda_arch="120", nvcc="13.0") != _key(patches, backend="cuda", cuda_arch="89", nvcc="13.0")
+    assert _key(patches, backend="cuda", cuda_arch="120", nvcc="13.0") != _key(
+        patches, backend="cuda", cuda_arch="89", nvcc="13.0"
+    )
 
 
 def test_presets_are_base_plus_backend_leaf() -> None:
@@ -173,7 +180,9 @@ def test_sha_mismatch_refuses_to_extract(tmp_path: Path, monkeypatch: pytest.Mon
     assert not (tmp_path / "cache/sources").exists() or not any((tmp_path / "cache/sources").rglob("*.cpp"))
 
 
-def test_extract_takes_only_the_subdir_and_drops_the_submodule_link(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_extract_takes_only_the_subdir_and_drops_the_submodule_link(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("ORCHESTRATOR_CACHE", str(tmp_path / "cache"))
     sdist = tmp_path / "cache/downloads/pkg-1.0.tar.gz"
     sdist.parent.mkdir(parents=True)
@@ -221,7 +230,13 @@ def test_patches_apply_to_the_pin_and_are_then_skipped(pristine_source: Path, tm
     shutil.copytree(pristine_source, src)
     patches = native_fetch.list_patches(NATIVE)
     for patch in patches:
-        check = subprocess.run(["git", "apply", "--check", str(patch.path)], cwd=src, env=native_fetch.git_env(src), capture_output=True, text=True)
+        check = subprocess.run(
+            ["git", "apply", "--check", str(patch.path)],
+            cwd=src,
+            env=native_fetch.git_env(src),
+            capture_output=True,
+            text=True,
+        )
         assert check.returncode == 0, f"{patch.name}: {check.stderr}"
     assert native_fetch.apply_patches(src, patches) == []
     assert "return true;" in (src / "tools/server/server-http.cpp").read_text()
@@ -300,9 +315,13 @@ def test_second_build_is_a_no_op(real_build: build.BuildInfo, capsys: pytest.Cap
 
 
 def test_ninja_steps_drive_the_progress_bar() -> None:
-    from orchestrator.native_make import parse_step
+    from orchestrator.native.make import parse_step
 
-    assert parse_step("[12/212] Building CXX object tools/server/server-http.cpp.o") == (12, 212, "Building CXX object tools/server/server-http.cpp.o")
+    assert parse_step("[12/212] Building CXX object tools/server/server-http.cpp.o") == (
+        12,
+        212,
+        "Building CXX object tools/server/server-http.cpp.o",
+    )
     assert parse_step("FAILED: tools/server/server-http.cpp.o") is None
     assert parse_step("-- Configuring done") is None
 
@@ -310,7 +329,7 @@ def test_ninja_steps_drive_the_progress_bar() -> None:
 def test_failed_configure_prints_the_log_path_and_tail(tmp_path: Path) -> None:
     from rich.console import Console
 
-    from orchestrator.native_make import configure_and_compile
+    from orchestrator.native.make import configure_and_compile
 
     if shutil.which("cmake") is None or shutil.which("ninja") is None:
         pytest.skip("needs cmake and ninja")
@@ -324,7 +343,9 @@ def test_failed_configure_prints_the_log_path_and_tail(tmp_path: Path) -> None:
 
 
 def test_low_disk_space_is_refused_before_work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(shutil, "disk_usage", lambda _p: shutil._ntuple_diskusage(10 * 2**30, 10 * 2**30 - 2**20, 2**20))  # type: ignore[attr-defined]
+    monkeypatch.setattr(
+        shutil, "disk_usage", lambda _p: shutil._ntuple_diskusage(10 * 2**30, 10 * 2**30 - 2**20, 2**20)
+    )  # type: ignore[attr-defined]
     with pytest.raises(UserError, match="not enough disk space") as err:
         native_fetch.require_space(tmp_path, 2**30, "a cpu build")
     assert "ORCHESTRATOR_CACHE" in (err.value.hint or "")

@@ -1,4 +1,4 @@
-"""Request repair (orchestrator.chat): the user-reported cases C01-C09 plus each rule on its own."""
+"""Request repair (orchestrator.serve.request_repair): the user-reported cases C01-C09 plus each rule on its own."""
 
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
-from orchestrator.chat import (
+from orchestrator.errors import ApiError
+from orchestrator.serve.request_repair import (
     SYSTEM_AS_USER_PREFIX,
     RepairPolicy,
     normalize_messages,
     repair_request,
 )
-from orchestrator.errors import ApiError
 
 CASES_FILE = Path(__file__).parent / "data" / "chat_requests.json"
 CASES: list[dict[str, Any]] = json.loads(CASES_FILE.read_text())["cases"]
@@ -23,8 +23,15 @@ CASES: list[dict[str, Any]] = json.loads(CASES_FILE.read_text())["cases"]
 # Every key a case may carry, and therefore every key test_case asserts on. A new key in the
 # cases file fails test_case_keys_are_all_asserted instead of being silently ignored.
 CASE_KEYS = {
-    "id", "kind", "input", "upstream_messages", "expect_status", "expect_error",
-    "expect_upstream_called", "expect_upstream_body_has", "expect_upstream_body_lacks",
+    "id",
+    "kind",
+    "input",
+    "upstream_messages",
+    "expect_status",
+    "expect_error",
+    "expect_upstream_called",
+    "expect_upstream_body_has",
+    "expect_upstream_body_lacks",
     "expect_upstream_messages_unchanged",
 }
 
@@ -98,14 +105,17 @@ def test_case_repair_kinds(case_id: str, kinds: list[str]) -> None:
 
 
 def test_merge_every_system_and_developer_message_in_order() -> None:
-    body = {"model": "demo", "messages": [
-        {"role": "developer", "content": "A"},
-        {"role": "user", "content": "q1"},
-        {"role": "system", "content": "  B\n"},
-        {"role": "assistant", "content": "a1"},
-        {"role": "developer", "content": "C"},
-        {"role": "user", "content": "q2"},
-    ]}
+    body = {
+        "model": "demo",
+        "messages": [
+            {"role": "developer", "content": "A"},
+            {"role": "user", "content": "q1"},
+            {"role": "system", "content": "  B\n"},
+            {"role": "assistant", "content": "a1"},
+            {"role": "developer", "content": "C"},
+            {"role": "user", "content": "q2"},
+        ],
+    }
     result = _repair(body)
     assert result.body["messages"] == [
         {"role": "system", "content": "A\n\nB\n\nC"},
@@ -118,14 +128,16 @@ def test_merge_every_system_and_developer_message_in_order() -> None:
 
 
 def test_to_user_merges_the_leading_run_and_turns_late_ones_into_user_messages() -> None:
-    body = {"messages": [
-        {"role": "system", "content": "You are terse."},
-        {"role": "developer", "content": "Use metric units."},
-        {"role": "user", "content": "Plan a picnic."},
-        {"role": "assistant", "content": "Where?"},
-        {"role": "system", "content": " Answer in one sentence. "},
-        {"role": "user", "content": "In a park."},
-    ]}
+    body = {
+        "messages": [
+            {"role": "system", "content": "You are terse."},
+            {"role": "developer", "content": "Use metric units."},
+            {"role": "user", "content": "Plan a picnic."},
+            {"role": "assistant", "content": "Where?"},
+            {"role": "system", "content": " Answer in one sentence. "},
+            {"role": "user", "content": "In a park."},
+        ]
+    }
     result = _repair(body, system_messages="to_user")
     assert result.body["messages"] == [
         {"role": "system", "content": "You are terse.\n\nUse metric units."},
@@ -156,11 +168,13 @@ def test_single_system_message_at_start_keeps_its_whitespace() -> None:
 
 
 def test_system_message_first_after_a_dropped_empty_assistant_is_not_moved() -> None:
-    body = {"messages": [
-        {"role": "assistant", "content": ""},
-        {"role": "system", "content": "S"},
-        {"role": "user", "content": "Hi"},
-    ]}
+    body = {
+        "messages": [
+            {"role": "assistant", "content": ""},
+            {"role": "system", "content": "S"},
+            {"role": "user", "content": "Hi"},
+        ]
+    }
     result = _repair(body)
     assert result.body["messages"] == [{"role": "system", "content": "S"}, {"role": "user", "content": "Hi"}]
     assert result.repairs == ["empty_dropped"]
@@ -170,11 +184,13 @@ def test_system_message_first_after_a_dropped_empty_assistant_is_not_moved() -> 
 
 
 def test_text_parts_are_joined_with_no_separator_like_the_template() -> None:
-    body = {"messages": [
-        {"role": "system", "content": [{"type": "text", "text": "Be "}, {"type": "text", "text": "brief."}]},
-        {"role": "user", "content": [{"type": "text", "text": "Hello"}, {"type": "text", "text": "\nworld"}]},
-        {"role": "tool", "tool_call_id": "c1", "content": []},
-    ]}
+    body = {
+        "messages": [
+            {"role": "system", "content": [{"type": "text", "text": "Be "}, {"type": "text", "text": "brief."}]},
+            {"role": "user", "content": [{"type": "text", "text": "Hello"}, {"type": "text", "text": "\nworld"}]},
+            {"role": "tool", "tool_call_id": "c1", "content": []},
+        ]
+    }
     result = _repair(body)
     assert result.body["messages"] == [
         {"role": "system", "content": "Be brief."},
@@ -201,27 +217,38 @@ def test_null_user_content_is_kept_as_an_empty_user_message() -> None:
 
 def test_whitespace_assistant_with_tool_calls_is_kept() -> None:
     calls = [{"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}]
-    body = {"messages": [
-        {"role": "user", "content": "go"},
-        {"role": "assistant", "content": " ", "tool_calls": calls},
-        {"role": "tool", "tool_call_id": "c", "content": "ok"},
-    ]}
+    body = {
+        "messages": [
+            {"role": "user", "content": "go"},
+            {"role": "assistant", "content": " ", "tool_calls": calls},
+            {"role": "tool", "tool_call_id": "c", "content": "ok"},
+        ]
+    }
     assert _repair(body).body is body
 
 
 @pytest.mark.parametrize("part_type", ["image_url", "input_audio", "input_video", "video_url"])
 def test_media_parts_are_refused_for_a_text_only_model(part_type: str) -> None:
-    body = {"messages": [
-        {"role": "system", "content": "S"},
-        {"role": "user", "content": [{"type": "text", "text": "What is this?"},
-                                     {"type": part_type, part_type: {"url": "data:image/png;base64,AA=="}}]},
-    ]}
+    body = {
+        "messages": [
+            {"role": "system", "content": "S"},
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "What is this?"},
+                    {"type": part_type, part_type: {"url": "data:image/png;base64,AA=="}},
+                ],
+            },
+        ]
+    }
     assert _error(body).param == "messages[1].content[1].type"
 
 
 def test_image_parts_are_kept_as_a_list_for_a_multimodal_model() -> None:
-    parts = [{"type": "text", "text": "What is this?"},
-             {"type": "image_url", "image_url": {"url": "data:image/png;base64,AA=="}}]
+    parts = [
+        {"type": "text", "text": "What is this?"},
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,AA=="}},
+    ]
     body = {"messages": [{"role": "user", "content": parts}]}
     result = _repair(body, multimodal=True)
     assert result.body is body and result.body["messages"][0]["content"] is parts
@@ -234,10 +261,12 @@ def test_an_image_only_user_message_counts_as_a_query() -> None:
 
 
 def test_system_message_cannot_contain_images_even_when_multimodal() -> None:
-    body = {"messages": [
-        {"role": "system", "content": [{"type": "image_url", "image_url": {"url": "x"}}]},
-        {"role": "user", "content": "Hi"},
-    ]}
+    body = {
+        "messages": [
+            {"role": "system", "content": [{"type": "image_url", "image_url": {"url": "x"}}]},
+            {"role": "user", "content": "Hi"},
+        ]
+    }
     assert _error(body, multimodal=True).param == "messages[0].content[0].type"
 
 
@@ -271,8 +300,10 @@ def test_missing_role() -> None:
     assert _error({"messages": [{"content": "Hi"}]}).param == "messages[0].role"
 
 
-@pytest.mark.parametrize("body", [{}, {"messages": []}, {"messages": "Hi"}, {"messages": None},
-                                  {"messages": {"role": "user", "content": "Hi"}}])
+@pytest.mark.parametrize(
+    "body",
+    [{}, {"messages": []}, {"messages": "Hi"}, {"messages": None}, {"messages": {"role": "user", "content": "Hi"}}],
+)
 def test_no_messages(body: dict[str, Any]) -> None:
     assert _error(body).param == "messages"
 
@@ -304,12 +335,16 @@ def test_late_system_message_as_user_does_not_rescue_a_conversation_without_a_qu
 def test_tool_conversation_fields_are_preserved() -> None:
     tools = [{"type": "function", "function": {"name": "weather", "parameters": {"type": "object"}}}]
     calls = [{"id": "call_1", "type": "function", "function": {"name": "weather", "arguments": "{}"}}]
-    body = {"model": "demo", "tools": tools, "messages": [
-        {"role": "developer", "content": "Use tools."},
-        {"role": "user", "content": "Weather?", "name": "ann"},
-        {"role": "assistant", "content": None, "tool_calls": calls, "reasoning_content": "Need data."},
-        {"role": "tool", "tool_call_id": "call_1", "name": "weather", "content": "-3 C"},
-    ]}
+    body = {
+        "model": "demo",
+        "tools": tools,
+        "messages": [
+            {"role": "developer", "content": "Use tools."},
+            {"role": "user", "content": "Weather?", "name": "ann"},
+            {"role": "assistant", "content": None, "tool_calls": calls, "reasoning_content": "Need data."},
+            {"role": "tool", "tool_call_id": "call_1", "name": "weather", "content": "-3 C"},
+        ],
+    }
     result = _repair(body)
     assert result.body["messages"] == [
         {"role": "system", "content": "Use tools."},
@@ -337,8 +372,11 @@ def test_normalize_messages_matches_repair_request() -> None:
 
 
 def test_top_level_thinking_moves_and_keeps_other_template_kwargs() -> None:
-    body = {"enable_thinking": True, "chat_template_kwargs": {"add_vision_id": True},
-            "messages": [{"role": "user", "content": "Hi"}]}
+    body = {
+        "enable_thinking": True,
+        "chat_template_kwargs": {"add_vision_id": True},
+        "messages": [{"role": "user", "content": "Hi"}],
+    }
     result = _repair(body)
     assert result.body["chat_template_kwargs"] == {"add_vision_id": True, "enable_thinking": True}
     assert "enable_thinking" not in result.body
@@ -347,8 +385,11 @@ def test_top_level_thinking_moves_and_keeps_other_template_kwargs() -> None:
 
 
 def test_explicit_template_kwargs_win_over_top_level_thinking() -> None:
-    body = {"enable_thinking": True, "chat_template_kwargs": {"enable_thinking": False},
-            "messages": [{"role": "user", "content": "Hi"}]}
+    body = {
+        "enable_thinking": True,
+        "chat_template_kwargs": {"enable_thinking": False},
+        "messages": [{"role": "user", "content": "Hi"}],
+    }
     result = _repair(body)
     assert result.body["chat_template_kwargs"] == {"enable_thinking": False}
     assert "enable_thinking" not in result.body
@@ -435,7 +476,10 @@ def test_bad_draft_length(extra: dict[str, Any], param: str) -> None:
 def test_compliant_request_with_everything_is_the_same_object() -> None:
     calls = [{"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}]
     body = {
-        "model": "demo", "stream": True, "temperature": 0, "n": 1,
+        "model": "demo",
+        "stream": True,
+        "temperature": 0,
+        "n": 1,
         "tools": [{"type": "function", "function": {"name": "f"}}],
         "chat_template_kwargs": {"enable_thinking": False},
         "speculative.n_max": 4,
@@ -466,7 +510,7 @@ def _template() -> Any:
     llama-cpp-python renders chat templates."""
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-    from orchestrator.build import pinned_source
+    from orchestrator.native.build import pinned_source
 
     def raise_exception(message: str) -> None:
         raise TemplateError(message)
@@ -503,19 +547,27 @@ def test_repaired_cases_render_with_the_pinned_template() -> None:
         assert raw_error == expected_raw_errors.get(case["id"]), case["id"]
         if case["expect_status"] == 200:
             prompt = _render(template, _repair(copy.deepcopy(case["input"])).body)
-            assert prompt.endswith("<|im_start|>assistant\n" + (
-                "<think>\n\n</think>\n\n" if case["id"] == "C08" else "<think>\n")), case["id"]
+            assert prompt.endswith(
+                "<|im_start|>assistant\n" + ("<think>\n\n</think>\n\n" if case["id"] == "C08" else "<think>\n")
+            ), case["id"]
     c01 = next(c for c in CASES if c["id"] == "C01")
     assert _render(template, _repair(copy.deepcopy(c01["input"])).body).startswith(
-        "<|im_start|>system\nAnswer in one sentence.<|im_end|>\n<|im_start|>user\nPlan a picnic.")
+        "<|im_start|>system\nAnswer in one sentence.<|im_end|>\n<|im_start|>user\nPlan a picnic."
+    )
 
 
 def test_joined_text_parts_render_exactly_like_the_list() -> None:
     template = _template()
     messages = [
         {"role": "system", "content": [{"type": "text", "text": " Be "}, {"type": "text", "text": "brief. "}]},
-        {"role": "user", "content": [{"type": "text", "text": "Hello"}, {"type": "text", "text": " world"},
-                                     {"type": "text", "text": "\nagain\n"}]},
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "Hello"},
+                {"type": "text", "text": " world"},
+                {"type": "text", "text": "\nagain\n"},
+            ],
+        },
     ]
     joined = normalize_messages(messages)
     assert _render(template, {"messages": joined}) == _render(template, {"messages": messages})
@@ -529,5 +581,7 @@ def test_speculative_n_max_beyond_int32_is_a_400_on_its_param() -> None:
         repair_request(body, RepairPolicy())
     assert info.value.status == 400 and info.value.param == "speculative.n_max"
     assert "at most 2147483647" in str(info.value)
-    ok = repair_request({"messages": [{"role": "user", "content": "u"}], "speculative": {"n_max": 2**31 - 1}}, RepairPolicy())
+    ok = repair_request(
+        {"messages": [{"role": "user", "content": "u"}], "speculative": {"n_max": 2**31 - 1}}, RepairPolicy()
+    )
     assert ok.body["speculative.n_max"] == 2**31 - 1

@@ -13,7 +13,7 @@ def test_help_imports_none_of_the_heavy_modules() -> None:
     code = (
         "import sys, json\n"
         "from typer.testing import CliRunner\n"
-        "from orchestrator.cli import app\n"
+        "from orchestrator.cli.app import app\n"
         "r = CliRunner().invoke(app, ['--help'])\n"
         "assert r.exit_code == 0, r.output\n"
         f"print(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))\n"
@@ -25,8 +25,11 @@ def test_help_imports_none_of_the_heavy_modules() -> None:
 def test_user_error_is_one_line_and_exit_2_not_a_traceback(tmp_path) -> None:  # type: ignore[no-untyped-def]
     bad = tmp_path / "models.yaml"
     bad.write_text("models:\n  - name: demo\n    path: builtin:tiny-mtp\n    speculative: {n_max: 2, n_min: 5}\n")
-    r = subprocess.run([sys.executable, "-m", "orchestrator.cli", "up", "--dry-run", "-c", str(bad)],
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli.app", "up", "--dry-run", "-c", str(bad)],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 2
     assert "Traceback" not in r.stderr
     assert f"{bad}:4" in r.stderr and "n_min" in r.stderr

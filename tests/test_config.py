@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.config import (
+from orchestrator.config.schema import (
     SCHEMA_COMMENT,
     SCHEMA_FILE,
     Config,
@@ -68,7 +68,9 @@ def test_draft_lengths_with_type_none_are_an_error(tmp_path: Path) -> None:
     )
     err = problems(path)
     lines = [str(p) for p in err.problems]
-    assert lines == [f"{path}:6: models[0].speculative.n_max: is set but speculative.type is none; remove n_max or set type: draft-mtp"]
+    assert lines == [
+        f"{path}:6: models[0].speculative.n_max: is set but speculative.type is none; remove n_max or set type: draft-mtp"
+    ]
 
 
 def test_type_none_alone_and_defaults_are_fine(tmp_path: Path) -> None:
@@ -167,7 +169,13 @@ def test_plan_flags_in_extra_args_are_refused_with_the_key_to_use(tmp_path: Path
 
 @pytest.mark.parametrize(
     ("flag", "key"),
-    [("--port", "port"), ("--host", "server.host"), ("-m", "path"), ("--spec-type", "speculative.type"), ("-md", "speculative.draft")],
+    [
+        ("--port", "port"),
+        ("--host", "server.host"),
+        ("-m", "path"),
+        ("--spec-type", "speculative.type"),
+        ("-md", "speculative.draft"),
+    ],
 )
 def test_each_plan_flag_names_its_key(flag: str, key: str) -> None:
     with pytest.raises(ValueError, match=f"use the models.yaml key {key}"):
@@ -302,18 +310,18 @@ def test_builtin_demo_model_resolves_through_tiny_model(monkeypatch: pytest.Monk
     import types
 
     fake = tmp_path / "demo.gguf"
-    module = types.ModuleType("orchestrator.tiny_model")
+    module = types.ModuleType("orchestrator.models.tiny")
     module.demo_model = lambda: fake  # type: ignore[attr-defined]
-    monkeypatch.setitem(__import__("sys").modules, "orchestrator.tiny_model", module)
-    import orchestrator
+    monkeypatch.setitem(__import__("sys").modules, "orchestrator.models.tiny", module)
+    import orchestrator.models
 
-    monkeypatch.setattr(orchestrator, "tiny_model", module, raising=False)
+    monkeypatch.setattr(orchestrator.models, "tiny", module, raising=False)
     assert resolve_model_path(ModelConfig(name="demo", path="builtin:tiny-mtp"), tmp_path) == fake
 
 
 def test_schema_file_is_current() -> None:
     committed = SCHEMA_FILE.read_text()
-    assert committed == schema_text(), "run `python -m orchestrator.config` to regenerate the schema"
+    assert committed == schema_text(), "run `python -m orchestrator.config.schema` to regenerate the schema"
 
 
 def test_repo_models_yaml_loads_and_serves_the_demo() -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import doctor
+from orchestrator.cli import doctor
 
 
 def test_port_comes_from_the_yaml_with_defaults(tmp_path: Path) -> None:

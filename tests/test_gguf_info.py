@@ -15,14 +15,16 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from orchestrator.cli import app
+from orchestrator.cli.app import app
 from orchestrator.errors import UserError
-from orchestrator.gguf_info import estimate_memory, read_model_facts, split_parts, template_family
+from orchestrator.models.facts import estimate_memory, read_model_facts, split_parts, template_family
 
 runner = CliRunner()
 
 
-def write_header_only(path: Path, arch: str, tensors: dict[str, tuple[tuple[int, ...], Any]], kv: dict[str, Any] | None = None) -> int:
+def write_header_only(
+    path: Path, arch: str, tensors: dict[str, tuple[tuple[int, ...], Any]], kv: dict[str, Any] | None = None
+) -> int:
     """Write a GGUF whose tensor data region is a sparse hole: header + tensor infos, then
     ``truncate`` to the full size. ``tensors`` maps name -> (numpy-order shape, qtype).
     Returns the file size in bytes."""
@@ -65,7 +67,10 @@ def test_reading_facts_never_reads_tensor_data(tmp_path: Path) -> None:
     size = write_header_only(
         path,
         "qwen35moe",
-        {"token_embd.weight": (four_gib, gguf.GGMLQuantizationType.F32), "blk.0.attn_norm.weight": ((64,), gguf.GGMLQuantizationType.F32)},
+        {
+            "token_embd.weight": (four_gib, gguf.GGMLQuantizationType.F32),
+            "blk.0.attn_norm.weight": ((64,), gguf.GGMLQuantizationType.F32),
+        },
         {"qwen35moe.block_count": 1},
     )
     assert size > 4 << 30
@@ -102,7 +107,7 @@ def test_facts_of_the_pinned_vocab_file(pinned_source: Path) -> None:
 
 
 def test_separate_draft_file_is_recognised(tiny_dir: Path, pinned_source: Path) -> None:
-    from orchestrator.tiny_model import draft_path, write_tiny_model
+    from orchestrator.models.tiny import draft_path, write_tiny_model
 
     trunk = write_tiny_model(tiny_dir / "facts-separate.gguf", variant="separate")
     draft = read_model_facts(draft_path(trunk))
@@ -112,7 +117,9 @@ def test_separate_draft_file_is_recognised(tiny_dir: Path, pinned_source: Path) 
 
 def test_fork_mtp_architecture_is_reported_unsupported(tmp_path: Path) -> None:
     path = tmp_path / "fork.gguf"
-    write_header_only(path, "qwen35moe_mtp", {}, {"qwen35moe_mtp.block_count": 41, "qwen35moe_mtp.nextn_predict_layers": 1})
+    write_header_only(
+        path, "qwen35moe_mtp", {}, {"qwen35moe_mtp.block_count": 41, "qwen35moe_mtp.nextn_predict_layers": 1}
+    )
     f = read_model_facts(path)
     assert f.mtp == "unsupported"
     assert "qwen35moe" in (f.mtp_message or "") and "draft-mtp" in (f.mtp_message or "")
@@ -121,7 +128,12 @@ def test_fork_mtp_architecture_is_reported_unsupported(tmp_path: Path) -> None:
 def test_stripped_head_is_not_reported_as_mtp(tmp_path: Path) -> None:
     path = tmp_path / "stripped.gguf"
     f32 = gguf.GGMLQuantizationType.F32
-    write_header_only(path, "qwen35moe", {"blk.0.attn_norm.weight": ((8,), f32)}, {"qwen35moe.block_count": 2, "qwen35moe.nextn_predict_layers": 1})
+    write_header_only(
+        path,
+        "qwen35moe",
+        {"blk.0.attn_norm.weight": ((8,), f32)},
+        {"qwen35moe.block_count": 2, "qwen35moe.nextn_predict_layers": 1},
+    )
     f = read_model_facts(path)
     assert f.mtp == "none" and "stripped" in (f.mtp_message or "")
 
@@ -133,7 +145,14 @@ def test_split_files_are_listed_and_summed(tmp_path: Path) -> None:
         kv: dict[str, Any] = {"split.no": i - 1, "split.count": 3}
         if i == 1:
             kv["qwen35moe.block_count"] = 3
-        sizes.append(write_header_only(tmp_path / f"big-{i:05d}-of-00003.gguf", "qwen35moe", {f"blk.{i - 1}.attn_norm.weight": ((1024,), f32)}, kv))
+        sizes.append(
+            write_header_only(
+                tmp_path / f"big-{i:05d}-of-00003.gguf",
+                "qwen35moe",
+                {f"blk.{i - 1}.attn_norm.weight": ((1024,), f32)},
+                kv,
+            )
+        )
     second = tmp_path / "big-00002-of-00003.gguf"
     f = read_model_facts(second)  # any part names the whole model
     assert f.split_count == 3 and [p.name for p in f.files] == [f"big-{i:05d}-of-00003.gguf" for i in (1, 2, 3)]
@@ -175,7 +194,9 @@ def test_truncated_copy_through_the_real_cli_process(tmp_path: Path, echo_model:
     shutil.copyfile(echo_model, copy)
     with open(copy, "r+b") as f:
         f.truncate(copy.stat().st_size - 4096)
-    res = subprocess.run([sys.executable, "-m", "orchestrator.cli", "inspect", str(copy)], capture_output=True, text=True, timeout=60)
+    res = subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli.app", "inspect", str(copy)], capture_output=True, text=True, timeout=60
+    )
     assert res.returncode == 2
     assert "truncated GGUF file" in res.stderr and "Traceback" not in res.stderr
 
@@ -186,7 +207,10 @@ def test_inspect_json_and_table(echo_model: Path) -> None:
     data = json.loads(res.output)
     assert data["architecture"] == "qwen35moe" and data["mtp"] == "embedded"
     assert data["memory"]["ctx"] == 2048 and data["memory_mtp"]["draft_n_max"] == 3
-    assert data["memory"]["total"] == data["memory"]["weights"] + data["memory"]["kv_cache"] + data["memory"]["recurrent_state"]
+    assert (
+        data["memory"]["total"]
+        == data["memory"]["weights"] + data["memory"]["kv_cache"] + data["memory"]["recurrent_state"]
+    )
     table = runner.invoke(app, ["inspect", str(echo_model)])
     assert table.exit_code == 0
     for needle in ("qwen35moe", "embedded", "qwen3.5", "151,936 tokens", "2 of 4 used"):
@@ -210,7 +234,9 @@ def test_memory_formula_by_hand(echo_model: Path) -> None:
 @pytest.mark.server
 def test_memory_estimate_matches_llama_server(llama_server: Any, echo_model: Path) -> None:
     ctx, n_par, n_max = 65536, 4, 8
-    server = llama_server(echo_model, "--spec-type", "draft-mtp", "--spec-draft-n-max", str(n_max), "-np", str(n_par), "-v", ctx=ctx)
+    server = llama_server(
+        echo_model, "--spec-type", "draft-mtp", "--spec-draft-n-max", str(n_max), "-np", str(n_par), "-v", ctx=ctx
+    )
     # the log holds fit probes first; the real target context comes right before the MTP one
     before, after = server.log().rsplit("creating MTP draft context", 1)
     kv_re = r"llama_kv_cache: size =\s*([\d.]+) MiB"
@@ -232,7 +258,7 @@ def test_template_family_marks() -> None:
 
 
 def test_render_prompt_after_request_repair(tmp_path: Path, echo_model: Path) -> None:
-    pytest.importorskip("orchestrator.runtime")
+    pytest.importorskip("orchestrator.models.runtime")
     msgs = tmp_path / "messages.json"
     msgs.write_text(json.dumps([{"role": "user", "content": "hi"}, {"role": "developer", "content": "be brief"}]))
     res = runner.invoke(app, ["inspect", str(echo_model), "--render", str(msgs)])

@@ -6,8 +6,8 @@ import shutil
 
 import pytest
 
-from orchestrator import gpus
-from orchestrator.gpus import GPU, MIB, detect_gpus, filter_visible, parse_nvidia_smi
+from orchestrator.host import gpus
+from orchestrator.host.gpus import GPU, MIB, detect_gpus, filter_visible, parse_nvidia_smi
 
 TWO_CARDS = (
     "0, NVIDIA GeForce RTX 5090, GPU-8d6c2f3e-1111-2222-3333-444455556666, 32607, 31842, 12.0\n"

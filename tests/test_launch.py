@@ -14,17 +14,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from orchestrator import build as build_mod
-from orchestrator.config import Config, ModelConfig, ServerConfig, SpeculativeConfig, load_config
+from orchestrator.config.schema import Config, ModelConfig, ServerConfig, SpeculativeConfig, load_config
 from orchestrator.errors import UserError
-from orchestrator.gpus import GPU
-from orchestrator.launch import (
+from orchestrator.host.gpus import GPU
+from orchestrator.launch.plan import (
     check_port_free,
     plan_launch,
     plan_lines,
     render_plan,
     with_argv_overrides,
 )
+from orchestrator.native import build as build_mod
 
 GIB = 2**30
 SPEC_FLAGS = ["--spec-type", "draft-mtp", "--spec-draft-n-max", "3", "--spec-draft-n-min", "1"]
@@ -90,7 +90,9 @@ def test_mtp_model_gets_all_speculative_flags_together(tmp_path: Path, native: b
     assert after(argv, "-m") == str(model)
     assert after(argv, "--alias") == "demo" and spec.alias == "demo"
     assert after(argv, "--host") == "127.0.0.1" and after(argv, "--port") == "0" and spec.port == 0
-    assert "--metrics" in argv and after(argv, "-c") == "4096" and after(argv, "-np") == "1" and after(argv, "-t") == "2"
+    assert (
+        "--metrics" in argv and after(argv, "-c") == "4096" and after(argv, "-np") == "1" and after(argv, "-t") == "2"
+    )
     assert "-ngl" not in argv  # CPU
     assert (spec.name, spec.spec_type, spec.n_max, spec.n_min, spec.gpus) == ("demo-0", "draft-mtp", 3, 1, ())
     # a CPU-only build leaves CUDA_VISIBLE_DEVICES alone
@@ -103,13 +105,25 @@ def test_p_min_and_separate_draft_gguf(tmp_path: Path, native: build_mod.BuildIn
     draft = write_gguf(tmp_path / "trunk.draft.gguf", nextn=1, trunk=False)
     config = config_for(
         tmp_path,
-        ModelConfig(name="sep", path="trunk.gguf", speculative=SpeculativeConfig(n_max=4, n_min=2, p_min=0.75, draft="trunk.draft.gguf")),
+        ModelConfig(
+            name="sep",
+            path="trunk.gguf",
+            speculative=SpeculativeConfig(n_max=4, n_min=2, p_min=0.75, draft="trunk.draft.gguf"),
+        ),
     )
     [spec] = plan_launch(config, gpus=[], build=native)
     start = spec.argv.index("--spec-type")
     assert list(spec.argv[start : start + 10]) == [
-        "--spec-type", "draft-mtp", "--spec-draft-n-max", "4", "--spec-draft-n-min", "2",
-        "--spec-draft-p-min", "0.75", "-md", str(draft),
+        "--spec-type",
+        "draft-mtp",
+        "--spec-draft-n-max",
+        "4",
+        "--spec-draft-n-min",
+        "2",
+        "--spec-draft-p-min",
+        "0.75",
+        "-md",
+        str(draft),
     ]
     assert spec.draft == draft and spec.spec_type == "draft-mtp"
 
@@ -167,7 +181,9 @@ def test_missing_gguf_names_the_key(tmp_path: Path, native: build_mod.BuildInfo)
     path.write_text("models:\n  - name: gone\n    path: weights/gone.gguf\n")
     with pytest.raises(UserError) as info:
         plan_launch(load_config(path), gpus=[], build=native)
-    assert str(info.value).startswith(f"{path}:3: models[0].path: model 'gone': no such GGUF file {tmp_path / 'weights/gone.gguf'}")
+    assert str(info.value).startswith(
+        f"{path}:3: models[0].path: model 'gone': no such GGUF file {tmp_path / 'weights/gone.gguf'}"
+    )
 
 
 def test_cpu_replicas_and_fixed_ports(tmp_path: Path, native: build_mod.BuildInfo) -> None:
@@ -263,7 +279,9 @@ def test_port_conflict_names_the_port_and_the_holder(tmp_path: Path, native: bui
         with pytest.raises(UserError) as info:
             plan_launch(load_config(path), gpus=[], build=native)
     text = str(info.value)
-    assert text.startswith(f"{path}:6: models[0].port (m-0): port {port} on 127.0.0.1 is already in use by pid {os.getpid()} (")
+    assert text.startswith(
+        f"{path}:6: models[0].port (m-0): port {port} on 127.0.0.1 is already in use by pid {os.getpid()} ("
+    )
     assert "leave the port out" in (info.value.hint or "")
 
 
@@ -279,7 +297,9 @@ def test_port_conflict_held_by_another_process(tmp_path: Path) -> None:
         with pytest.raises(UserError) as info:
             check_port_free("127.0.0.1", port, where="models.yaml:3: server.port")
         text = str(info.value)
-        assert text.startswith(f"models.yaml:3: server.port: port {port} on 127.0.0.1 is already in use by pid {child.pid} (")
+        assert text.startswith(
+            f"models.yaml:3: server.port: port {port} on 127.0.0.1 is already in use by pid {child.pid} ("
+        )
         assert "python" in text
     finally:
         child.kill()
@@ -318,11 +338,23 @@ def test_build_without_draft_mtp_is_refused(tmp_path: Path, native: build_mod.Bu
 
 
 def test_the_pinned_build_really_has_the_flags_the_plan_uses(native: build_mod.BuildInfo) -> None:
-    from orchestrator.launch import server_help
+    from orchestrator.launch.plan import server_help
 
     text = server_help(native)
-    for flag in ("--spec-type", "draft-mtp", "--spec-draft-n-max", "--spec-draft-n-min", "--spec-draft-p-min",
-                 "-md", "--alias", "--metrics", "--tensor-split", "-ngl", "-np", "--flash-attn"):
+    for flag in (
+        "--spec-type",
+        "draft-mtp",
+        "--spec-draft-n-max",
+        "--spec-draft-n-min",
+        "--spec-draft-p-min",
+        "-md",
+        "--alias",
+        "--metrics",
+        "--tensor-split",
+        "-ngl",
+        "-np",
+        "--flash-attn",
+    ):
         assert flag in text, flag
 
 
@@ -331,7 +363,12 @@ def test_spec_off_and_k_overrides(tmp_path: Path, native: build_mod.BuildInfo) -
     write_gguf(tmp_path / "d.gguf", nextn=1, trunk=False)
     config = config_for(
         tmp_path,
-        ModelConfig(name="m", path="trunk.gguf", extra_args=["-fa", "on"], speculative=SpeculativeConfig(p_min=0.5, draft="d.gguf")),
+        ModelConfig(
+            name="m",
+            path="trunk.gguf",
+            extra_args=["-fa", "on"],
+            speculative=SpeculativeConfig(p_min=0.5, draft="d.gguf"),
+        ),
     )
     [spec] = plan_launch(config, gpus=[], build=native)
     off = with_argv_overrides(spec, spec_off=True)
@@ -378,7 +415,7 @@ def test_repo_models_yaml_plans_the_demo(native: build_mod.BuildInfo, monkeypatc
 @pytest.fixture(scope="module")
 def tiny_separate(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny model's headless trunk; its NextN-only draft sits at ``.draft.gguf`` beside it."""
-    from orchestrator.tiny_model import write_tiny_model
+    from orchestrator.models.tiny import write_tiny_model
 
     return write_tiny_model(tmp_path_factory.mktemp("tiny") / "trunk.gguf", variant="separate", q=0.1)
 
@@ -417,7 +454,11 @@ def test_planned_command_really_serves_with_drafting(tmp_path: Path, native: bui
     log = tmp_path / "server.log"
     with log.open("wb") as sink:
         proc = subprocess.Popen(
-            list(spec.argv), env={**os.environ, **spec.env}, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True
+            list(spec.argv),
+            env={**os.environ, **spec.env},
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
     try:
         deadline = time.monotonic() + 120
@@ -437,8 +478,13 @@ def test_planned_command_really_serves_with_drafting(tmp_path: Path, native: bui
             assert props["model_alias"] == "demo"
             body = client.post(
                 "/v1/chat/completions",
-                json={"model": "demo", "messages": [{"role": "user", "content": "count"}], "max_tokens": 24,
-                      "temperature": 0, "chat_template_kwargs": {"enable_thinking": False}},
+                json={
+                    "model": "demo",
+                    "messages": [{"role": "user", "content": "count"}],
+                    "max_tokens": 24,
+                    "temperature": 0,
+                    "chat_template_kwargs": {"enable_thinking": False},
+                },
             ).json()
             assert body["timings"]["draft_n"] > 0
             assert body["timings"]["draft_n_accepted"] > 0
@@ -458,5 +504,7 @@ def test_a_bad_gguf_error_names_the_yaml_line_and_key(tmp_path: Path, native: bu
     assert str(info.value).startswith(f"{path}:3: models[0].path: model 'junk': ")
     assert "not a GGUF file" in str(info.value)
     path.write_text("models:\n  - name: dir\n    path: folder.gguf\n")
-    with pytest.raises(UserError, match=r"models\[0\]\.path: model 'dir': .*folder.gguf is a directory, not a GGUF file"):
+    with pytest.raises(
+        UserError, match=r"models\[0\]\.path: model 'dir': .*folder.gguf is a directory, not a GGUF file"
+    ):
         plan_launch(load_config(path), gpus=[], build=native)

@@ -7,8 +7,8 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 from supervision_helpers import fake_spec, make_config
 
-from orchestrator.metrics import NO_MODEL, ProxyMetrics
-from orchestrator.supervisor import ProcessState, Supervisor
+from orchestrator.serve.metrics import NO_MODEL, ProxyMetrics
+from orchestrator.supervise.supervisor import ProcessState, Supervisor
 
 
 def samples(metrics: ProxyMetrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -71,4 +71,6 @@ def test_each_app_has_its_own_registry(tmp_path: Path) -> None:
     a, _ = make(tmp_path / "a")
     b, _ = make(tmp_path / "b")
     a.model("demo").request("chat", 200)
-    assert ("orchestrator_requests_total", (("endpoint", "chat"), ("model", "demo"), ("status", "200"))) not in samples(b)
+    assert ("orchestrator_requests_total", (("endpoint", "chat"), ("model", "demo"), ("status", "200"))) not in samples(
+        b
+    )

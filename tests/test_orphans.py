@@ -13,8 +13,6 @@ from pathlib import Path
 
 import psutil
 import pytest
-
-from orchestrator import process
 from supervision_helpers import (
     RunningUp,
     child_env,
@@ -22,10 +20,12 @@ from supervision_helpers import (
     write_models_yaml,
 )
 
+from orchestrator.host import process
+
 PARENT = textwrap.dedent(
     """
     import asyncio, sys
-    from orchestrator import process
+    from orchestrator.host import process
 
     async def main():
         child = await process.spawn([sys.executable, "-c", "import time; time.sleep(120)"])

@@ -12,9 +12,9 @@ from typing import Any
 
 import httpx
 import pytest
-
 from native_server import running_server
-from orchestrator.tiny_model import write_tiny_model
+
+from orchestrator.models.tiny import write_tiny_model
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 

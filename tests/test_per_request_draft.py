@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from orchestrator.bench_plan import has_patch
-from orchestrator.bench_requests import reported_n_max
-from orchestrator.bench_stats import perfect_draft_counts, tokens_per_step
+from orchestrator.bench.plan import has_patch
+from orchestrator.bench.requests import reported_n_max
+from orchestrator.bench.stats import perfect_draft_counts, tokens_per_step
 
 N_PREDICT = 128
 LAUNCH_N_MAX = 4
@@ -32,12 +32,18 @@ def patched(bin_info: Any) -> None:
 @pytest.mark.server
 @pytest.mark.usefixtures("patched")
 def test_request_n_max_sets_tokens_per_step(llama_server: Any, echo_model: Any) -> None:
-    server = llama_server(echo_model, "--spec-type", "draft-mtp", "--spec-draft-n-max", str(LAUNCH_N_MAX),
-                          "--spec-draft-n-min", "1")
+    server = llama_server(
+        echo_model, "--spec-type", "draft-mtp", "--spec-draft-n-max", str(LAUNCH_N_MAX), "--spec-draft-n-min", "1"
+    )
     texts = set()
     for n_max, effective in ((1, 1), (2, 2), (4, 4), (8, LAUNCH_N_MAX)):
-        body = {"prompt": "Hello", "n_predict": N_PREDICT, "temperature": 0.0, "cache_prompt": False,
-                "speculative.n_max": n_max}
+        body = {
+            "prompt": "Hello",
+            "n_predict": N_PREDICT,
+            "temperature": 0.0,
+            "cache_prompt": False,
+            "speculative.n_max": n_max,
+        }
         answer = server.post("/completion", body)
         timings = answer["timings"]
         assert reported_n_max(answer["generation_settings"]) == effective
@@ -55,8 +61,9 @@ def test_request_n_max_sets_tokens_per_step(llama_server: Any, echo_model: Any) 
 @pytest.mark.server
 @pytest.mark.usefixtures("patched")
 def test_request_n_max_zero_and_n_min(llama_server: Any, echo_model: Any) -> None:
-    server = llama_server(echo_model, "--spec-type", "draft-mtp", "--spec-draft-n-max", str(LAUNCH_N_MAX),
-                          "--spec-draft-n-min", "1")
+    server = llama_server(
+        echo_model, "--spec-type", "draft-mtp", "--spec-draft-n-max", str(LAUNCH_N_MAX), "--spec-draft-n-min", "1"
+    )
     off = server.post("/completion", {"prompt": "Hello", "n_predict": 32, "temperature": 0.0, "speculative.n_max": 0})
     assert off["timings"].get("draft_n", 0) == 0 and off["timings"]["predicted_n"] == 32
     # n_min 3 with n_max 3: the last short drafts (fewer than 3 tokens of room) are dropped

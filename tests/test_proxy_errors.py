@@ -18,7 +18,7 @@ import pytest
 from proxy_harness import FakeUpstream, Stack, chat_completion
 from supervision_helpers import fake_spec
 
-from orchestrator.config import Config, ModelConfig, ServerConfig
+from orchestrator.config.schema import Config, ModelConfig, ServerConfig
 from orchestrator.errors import ApiError
 
 CHAT = {"model": "demo", "messages": [{"role": "user", "content": "Hi"}]}
@@ -26,8 +26,10 @@ KEY = "sk-test-123"
 
 
 def build(tmp_path: Path, *, models: list[str] = ("demo",), **server: Any) -> tuple[Stack, FakeUpstream]:
-    config = Config(server=ServerConfig(**server),
-                    models=[ModelConfig(name=m, path="/unused.gguf", aliases=[f"{m}-alias"]) for m in models])
+    config = Config(
+        server=ServerConfig(**server),
+        models=[ModelConfig(name=m, path="/unused.gguf", aliases=[f"{m}-alias"]) for m in models],
+    )
     stack = Stack(config, [fake_spec(name=f"{m}-0", alias=m) for m in models], tmp_path / "logs")
 
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
@@ -60,14 +62,15 @@ def assert_error(r: httpx.Response, status: int, type_: str, **fields: Any) -> d
 def test_body_over_the_limit_is_413(proxy: tuple[Stack, FakeUpstream]) -> None:
     stack, fake = proxy
     big = {**CHAT, "messages": [{"role": "user", "content": "x" * 5000}]}
-    assert_error(httpx.post(stack.url + "/v1/chat/completions", json=big), 413, "invalid_request_error",
-                 code="request_too_large")
+    assert_error(
+        httpx.post(stack.url + "/v1/chat/completions", json=big), 413, "invalid_request_error", code="request_too_large"
+    )
 
     # no Content-Length (chunked upload): counted while reading
     def chunks() -> Iterator[bytes]:
         data = json.dumps(big).encode()
         for i in range(0, len(data), 1000):
-            yield data[i:i + 1000]
+            yield data[i : i + 1000]
 
     assert_error(httpx.post(stack.url + "/v1/chat/completions", content=chunks()), 413, "invalid_request_error")
     assert fake.connections == 0
@@ -76,8 +79,12 @@ def test_body_over_the_limit_is_413(proxy: tuple[Stack, FakeUpstream]) -> None:
 def test_malformed_json_is_400(proxy: tuple[Stack, FakeUpstream]) -> None:
     stack, fake = proxy
     for raw in (b'{"model": "demo", "messages": [', b"[1, 2]", b"\xff\xfe"):
-        assert_error(httpx.post(stack.url + "/v1/chat/completions", content=raw), 400, "invalid_request_error",
-                     code="invalid_json")
+        assert_error(
+            httpx.post(stack.url + "/v1/chat/completions", content=raw),
+            400,
+            "invalid_request_error",
+            code="invalid_json",
+        )
     assert fake.connections == 0
 
 
@@ -120,7 +127,9 @@ def test_api_keys(tmp_path: Path) -> None:
         assert_error(httpx.get(stack.url + "/status"), 401, "authentication_error")
         assert fake.connections == 0
         client = openai.OpenAI(base_url=stack.url + "/v1", api_key=KEY, max_retries=0)
-        assert client.chat.completions.create(model="demo", messages=CHAT["messages"]).choices[0].message.content == "ok"
+        assert (
+            client.chat.completions.create(model="demo", messages=CHAT["messages"]).choices[0].message.content == "ok"
+        )
         # health and metrics stay open by default
         assert httpx.get(stack.url + "/health").status_code == 200
         assert httpx.get(stack.url + "/metrics").status_code == 200
@@ -147,10 +156,18 @@ def test_framework_errors_are_openai_shaped(proxy: tuple[Stack, FakeUpstream]) -
 def test_request_repair_errors_never_reach_upstream(proxy: tuple[Stack, FakeUpstream]) -> None:
     stack, fake = proxy
     body = {"model": "demo", "messages": [{"role": "user", "content": "Hi"}], "speculative": {"n_max": -1}}
-    assert_error(httpx.post(stack.url + "/v1/chat/completions", json=body), 400, "invalid_request_error",
-                 param="speculative.n_max")
-    assert_error(httpx.post(stack.url + "/v1/completions", json={"model": "demo", "prompt": "x", "speculative": 3}),
-                 400, "invalid_request_error", param="speculative")
+    assert_error(
+        httpx.post(stack.url + "/v1/chat/completions", json=body),
+        400,
+        "invalid_request_error",
+        param="speculative.n_max",
+    )
+    assert_error(
+        httpx.post(stack.url + "/v1/completions", json={"model": "demo", "prompt": "x", "speculative": 3}),
+        400,
+        "invalid_request_error",
+        param="speculative",
+    )
     assert fake.connections == 0
 
 
@@ -179,14 +196,13 @@ def test_unexpected_exception_is_a_500_in_the_openai_shape(proxy: tuple[Stack, F
         raise RuntimeError("bug in pick")
 
     stack.supervisor.pick = broken  # type: ignore[method-assign]
-    assert_error(httpx.post(stack.url + "/v1/chat/completions", json=CHAT), 500, "server_error",
-                 code="internal_error")
+    assert_error(httpx.post(stack.url + "/v1/chat/completions", json=CHAT), 500, "server_error", code="internal_error")
     assert fake.connections == 0
 
 
 def test_nan_and_deep_nesting_are_400_invalid_json() -> None:
     """NaN/Infinity pass Python's json but not llama-server's parser; deep nesting would recurse."""
-    from orchestrator.forward import parse_body
+    from orchestrator.serve.forward import parse_body
 
     for raw in (b'{"model":"demo","temperature":NaN}', b'{"x":Infinity}', b"[" * 100_000):
         with pytest.raises(ApiError) as info:
@@ -195,7 +211,7 @@ def test_nan_and_deep_nesting_are_400_invalid_json() -> None:
 
 
 def test_upstream_501_is_passed_on_as_501_not_502() -> None:
-    from orchestrator.upstream import from_upstream_status
+    from orchestrator.serve.upstream import from_upstream_status
 
     err = from_upstream_status(501, b'{"error":{"message":"This server does not support embeddings."}}')
     assert err.status == 501 and "embeddings" in err.message

@@ -21,14 +21,15 @@ import pytest
 from proxy_harness import FakeUpstream, Stack, chat_completion, delta_chunk, sse_event
 from supervision_helpers import fake_spec
 
-from orchestrator.config import Config, ModelConfig, ServerConfig, Timeouts
+from orchestrator.config.schema import Config, ModelConfig, ServerConfig, Timeouts
 
 CHAT = {"model": "demo", "messages": [{"role": "user", "content": "Hi"}]}
 
 
 def make_stack(tmp_path: Path, *, model: dict[str, Any] | None = None, **server: Any) -> Stack:
-    config = Config(server=ServerConfig(**server),
-                    models=[ModelConfig(name="demo", path="/unused.gguf", **(model or {}))])
+    config = Config(
+        server=ServerConfig(**server), models=[ModelConfig(name="demo", path="/unused.gguf", **(model or {}))]
+    )
     return Stack(config, [fake_spec()], tmp_path / "logs")
 
 
@@ -89,6 +90,7 @@ def test_a_fresh_connection_closed_unanswered_is_retried_once_then_502(stack: St
 def test_first_byte_timeout_gives_504(tmp_path: Path) -> None:
     stack = make_stack(tmp_path, timeouts=Timeouts(first_byte=0.5))
     try:
+
         async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
             await fake.read_request(reader)
             await asyncio.sleep(30)  # a prefill that never ends
@@ -108,6 +110,7 @@ def test_first_byte_timeout_gives_504(tmp_path: Path) -> None:
 def test_idle_timeout_mid_stream_ends_with_an_error_event_and_done(tmp_path: Path) -> None:
     stack = make_stack(tmp_path, timeouts=Timeouts(idle=0.5))
     try:
+
         async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
             await fake.read_request(reader)
             await fake.write_sse_head(writer)
@@ -116,8 +119,7 @@ def test_idle_timeout_mid_stream_ends_with_an_error_event_and_done(tmp_path: Pat
 
         fake = FakeUpstream(stack, handler)
         stack.point_at(fake.url)
-        with httpx.stream("POST", stack.url + "/v1/chat/completions", json={**CHAT, "stream": True},
-                          timeout=20) as r:
+        with httpx.stream("POST", stack.url + "/v1/chat/completions", json={**CHAT, "stream": True}, timeout=20) as r:
             assert r.status_code == 200
             body = r.read()
         events = [e for e in body.split(b"\n\n") if e]
@@ -141,23 +143,29 @@ def test_upstream_5xx_becomes_502_with_its_message_and_4xx_passes(stack: Stack) 
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
         while (body := await fake.read_request(reader)) is not None:
             if b"boom" in body:
-                await fake.write_json(writer, {"error": {"code": 500, "message": "template exploded",
-                                                         "type": "server_error"}}, status=500)
+                await fake.write_json(
+                    writer, {"error": {"code": 500, "message": "template exploded", "type": "server_error"}}, status=500
+                )
             else:
-                await fake.write_json(writer, {"error": {"code": 400, "message": "context too long",
-                                                         "type": "exceed_context_size_error"}}, status=400)
+                await fake.write_json(
+                    writer,
+                    {"error": {"code": 400, "message": "context too long", "type": "exceed_context_size_error"}},
+                    status=400,
+                )
 
     fake = FakeUpstream(stack, handler)
     stack.point_at(fake.url)
-    r = httpx.post(stack.url + "/v1/chat/completions",
-                   json={"model": "demo", "messages": [{"role": "user", "content": "boom"}]})
+    r = httpx.post(
+        stack.url + "/v1/chat/completions", json={"model": "demo", "messages": [{"role": "user", "content": "boom"}]}
+    )
     assert r.status_code == 502
     assert r.json()["error"]["type"] == "upstream_error"
     assert "template exploded" in r.json()["error"]["message"]
     r = httpx.post(stack.url + "/v1/chat/completions", json=CHAT)
     assert r.status_code == 400
-    assert r.json() == {"error": {"message": "context too long", "type": "exceed_context_size_error",
-                                  "param": None, "code": None}}
+    assert r.json() == {
+        "error": {"message": "context too long", "type": "exceed_context_size_error", "param": None, "code": None}
+    }
     # a stream request that fails upstream before streaming gets a plain JSON error too
     r = httpx.post(stack.url + "/v1/chat/completions", json={**CHAT, "stream": True})
     assert r.status_code == 400 and r.headers["content-type"] == "application/json"
@@ -196,8 +204,9 @@ def test_r01_stream_with_the_tag_split_across_chunks(stack: Stack) -> None:
     stack.point_at(fake.url)
     client = openai.OpenAI(base_url=stack.url + "/v1", api_key="x", max_retries=0)
     reasoning, content = "", ""
-    for chunk in client.chat.completions.create(model="demo", messages=CHAT["messages"], stream=True,
-                                                extra_body={"reasoning_format": "none"}):
+    for chunk in client.chat.completions.create(
+        model="demo", messages=CHAT["messages"], stream=True, extra_body={"reasoning_format": "none"}
+    ):
         delta = chunk.choices[0].delta
         content += delta.content or ""
         reasoning += (delta.model_extra or {}).get("reasoning_content") or ""
@@ -207,8 +216,13 @@ def test_r01_stream_with_the_tag_split_across_chunks(stack: Stack) -> None:
 
 
 def test_stream_without_repair_passes_upstream_bytes_untouched(stack: Stack) -> None:
-    events = [sse_event(delta_chunk("a <b> c")), sse_event(delta_chunk(" d")),
-              b": ping\n\n", sse_event(delta_chunk(finish="stop", timings={"predicted_n": 2})), b"data: [DONE]\n\n"]
+    events = [
+        sse_event(delta_chunk("a <b> c")),
+        sse_event(delta_chunk(" d")),
+        b": ping\n\n",
+        sse_event(delta_chunk(finish="stop", timings={"predicted_n": 2})),
+        b"data: [DONE]\n\n",
+    ]
 
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
         await fake.read_request(reader)
@@ -239,8 +253,11 @@ def test_thinking_off_stream_moves_reasoning_to_content(stack: Stack) -> None:
     fake = FakeUpstream(stack, handler)
     stack.point_at(fake.url)
     client = openai.OpenAI(base_url=stack.url + "/v1", api_key="x", max_retries=0)
-    chunks = list(client.chat.completions.create(model="demo", messages=CHAT["messages"], stream=True,
-                                                 extra_body={"enable_thinking": False}))
+    chunks = list(
+        client.chat.completions.create(
+            model="demo", messages=CHAT["messages"], stream=True, extra_body={"enable_thinking": False}
+        )
+    )
     assert "".join(c.choices[0].delta.content or "" for c in chunks) == "Four."
     assert metric(stack, "orchestrator_repairs_total", kind="reasoning_moved_to_content", model="demo") == 1.0
 
@@ -248,6 +265,7 @@ def test_thinking_off_stream_moves_reasoning_to_content(stack: Stack) -> None:
 def test_reasoning_only_answer_is_retried_without_thinking(tmp_path: Path) -> None:
     stack = make_stack(tmp_path, model={"on_reasoning_only": "retry_without_thinking"})
     try:
+
         async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
             while (body := await fake.read_request(reader)) is not None:
                 kwargs = json.loads(body).get("chat_template_kwargs") or {}
@@ -274,8 +292,11 @@ def test_reasoning_only_answer_passes_by_default(stack: Stack) -> None:
     fake = FakeUpstream(stack, handler)
     stack.point_at(fake.url)
     r = httpx.post(stack.url + "/v1/chat/completions", json=CHAT)
-    assert r.json()["choices"][0]["message"] == {"role": "assistant", "content": "",
-                                                 "reasoning_content": "I should greet."}
+    assert r.json()["choices"][0]["message"] == {
+        "role": "assistant",
+        "content": "",
+        "reasoning_content": "I should greet.",
+    }
     assert len(fake.requests) == 1
     assert metric(stack, "orchestrator_repairs_total", kind="reasoning_only_passed", model="demo") == 1.0
 

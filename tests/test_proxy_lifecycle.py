@@ -24,8 +24,8 @@ import pytest
 from proxy_harness import Stack, real_stack
 from supervision_helpers import fake_spec, fast_policy
 
-from orchestrator.config import Config, ModelConfig, ServerConfig, Timeouts
-from orchestrator.supervisor import ProcessState
+from orchestrator.config.schema import Config, ModelConfig, ServerConfig, Timeouts
+from orchestrator.supervise.supervisor import ProcessState
 
 CHAT = {"model": "demo", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4}
 
@@ -117,16 +117,25 @@ def test_kill_9_mid_stream_gives_an_error_event_then_recovers(tmp_path: Path, bi
         stack.wait_serving(60)
         assert inst.restarts == 1 and inst.pid != pid
         c = openai.OpenAI(base_url=stack.url + "/v1", api_key="x", max_retries=0, timeout=60)
-        again = c.chat.completions.create(model="demo", messages=CHAT["messages"], max_tokens=4,
-                                          extra_body={"chat_template_kwargs": {"enable_thinking": False}})
+        again = c.chat.completions.create(
+            model="demo",
+            messages=CHAT["messages"],
+            max_tokens=4,
+            extra_body={"chat_template_kwargs": {"enable_thinking": False}},
+        )
         assert again.choices[0].message.content
         assert [u.base_url for u in stack.app.state.pool.all()] == [inst.base_url]  # the old port's client went
 
         # The official client sees the mid-stream death as an APIError.
         pid = inst.pid
         assert pid is not None
-        stream = c.chat.completions.create(model="demo", messages=CHAT["messages"], max_tokens=3900, stream=True,
-                                           extra_body={"chat_template_kwargs": {"enable_thinking": False}})
+        stream = c.chat.completions.create(
+            model="demo",
+            messages=CHAT["messages"],
+            max_tokens=3900,
+            stream=True,
+            extra_body={"chat_template_kwargs": {"enable_thinking": False}},
+        )
         with pytest.raises(openai.APIError, match="closed the connection"):
             for n, _chunk in enumerate(stream):
                 if n == 2:

@@ -55,8 +55,9 @@ def test_chat_request_cases(stack: Stack, rec: Any, case: dict[str, Any]) -> Non
     """C01-C09: the exact upstream body and a 200 from the real server, or the error and no call."""
     body = {**case["input"], "max_tokens": 4}
     raw = json.dumps(body).encode()
-    r = httpx.post(stack.url + "/v1/chat/completions", content=raw, headers={"content-type": "application/json"},
-                   timeout=60)
+    r = httpx.post(
+        stack.url + "/v1/chat/completions", content=raw, headers={"content-type": "application/json"}, timeout=60
+    )
     assert r.status_code == case["expect_status"], r.text
     if case["expect_status"] != 200:
         error = r.json()["error"]
@@ -83,12 +84,15 @@ def test_chat_request_cases(stack: Stack, rec: Any, case: dict[str, Any]) -> Non
 def test_openai_client_non_streamed_and_streamed_agree(stack: Stack, rec: Any) -> None:
     c = client(stack)
     messages = [{"role": "user", "content": "Name three colours."}]
-    whole = c.chat.completions.create(model="demo", messages=messages, max_tokens=12, temperature=0, extra_body=NO_THINK)
+    whole = c.chat.completions.create(
+        model="demo", messages=messages, max_tokens=12, temperature=0, extra_body=NO_THINK
+    )
     text = whole.choices[0].message.content
     assert text and whole.usage is not None and whole.usage.completion_tokens == 12
     pieces = []
-    for chunk in c.chat.completions.create(model="tiny", messages=messages, max_tokens=12, temperature=0,
-                                          stream=True, extra_body=NO_THINK):
+    for chunk in c.chat.completions.create(
+        model="tiny", messages=messages, max_tokens=12, temperature=0, stream=True, extra_body=NO_THINK
+    ):
         if chunk.choices:
             pieces.append(chunk.choices[0].delta.content or "")
     assert "".join(pieces) == text  # greedy echo model: same text, streamed event by event
@@ -97,9 +101,16 @@ def test_openai_client_non_streamed_and_streamed_agree(stack: Stack, rec: Any) -
 
 
 def test_stream_headers_events_and_done(stack: Stack) -> None:
-    body = {"model": "demo", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 6, "stream": True, **NO_THINK}
-    with httpx.stream("POST", stack.url + "/v1/chat/completions", json=body,
-                      headers={"accept-encoding": "gzip"}, timeout=60) as r:
+    body = {
+        "model": "demo",
+        "messages": [{"role": "user", "content": "Hi"}],
+        "max_tokens": 6,
+        "stream": True,
+        **NO_THINK,
+    }
+    with httpx.stream(
+        "POST", stack.url + "/v1/chat/completions", json=body, headers={"accept-encoding": "gzip"}, timeout=60
+    ) as r:
         assert r.status_code == 200
         assert r.headers["content-type"] == "text/event-stream"
         assert r.headers["cache-control"] == "no-cache"
@@ -115,10 +126,14 @@ def test_stream_headers_events_and_done(stack: Stack) -> None:
 
 def test_completions_streamed_and_not_with_draft_length_translation(stack: Stack, rec: Any) -> None:
     c = client(stack)
-    whole = c.completions.create(model="demo", prompt="Once upon", max_tokens=8, temperature=0,
-                                 extra_body={"speculative": {"n_max": 2}})
-    streamed = "".join(ch.choices[0].text for ch in c.completions.create(
-        model="demo", prompt="Once upon", max_tokens=8, temperature=0, stream=True) if ch.choices)
+    whole = c.completions.create(
+        model="demo", prompt="Once upon", max_tokens=8, temperature=0, extra_body={"speculative": {"n_max": 2}}
+    )
+    streamed = "".join(
+        ch.choices[0].text
+        for ch in c.completions.create(model="demo", prompt="Once upon", max_tokens=8, temperature=0, stream=True)
+        if ch.choices
+    )
     assert whole.choices[0].text and streamed == whole.choices[0].text
     first = rec.bodies("/v1/completions")[0]
     assert first["speculative.n_max"] == 2 and "speculative" not in first
@@ -132,16 +147,29 @@ def test_embeddings_pass_through(stack: Stack, rec: Any) -> None:
 
 def test_metrics_show_drafted_and_accepted_tokens(stack: Stack) -> None:
     before = metric(stack, "orchestrator_draft_tokens_total", model="demo")
-    client(stack).chat.completions.create(model="demo", messages=[{"role": "user", "content": "Count to ten"}],
-                                          max_tokens=16, temperature=0, extra_body=NO_THINK)
+    client(stack).chat.completions.create(
+        model="demo",
+        messages=[{"role": "user", "content": "Count to ten"}],
+        max_tokens=16,
+        temperature=0,
+        extra_body=NO_THINK,
+    )
     drafted = metric(stack, "orchestrator_draft_tokens_total", model="demo")
     accepted = metric(stack, "orchestrator_draft_accepted_tokens_total", model="demo")
     assert drafted > before
     assert 0 < accepted <= drafted
     assert 0 < metric(stack, "orchestrator_draft_acceptance_rate", model="demo") <= 1
     # a stream's counts come from its last event
-    list(client(stack).chat.completions.create(model="demo", messages=[{"role": "user", "content": "More"}],
-                                               max_tokens=16, temperature=0, stream=True, extra_body=NO_THINK))
+    list(
+        client(stack).chat.completions.create(
+            model="demo",
+            messages=[{"role": "user", "content": "More"}],
+            max_tokens=16,
+            temperature=0,
+            stream=True,
+            extra_body=NO_THINK,
+        )
+    )
     assert metric(stack, "orchestrator_draft_tokens_total", model="demo") > drafted
     assert metric(stack, "orchestrator_requests_total", endpoint="chat", model="demo", status="200") >= 2
     assert metric(stack, "orchestrator_completion_tokens_total", model="demo") >= 32
@@ -156,8 +184,14 @@ def slots_busy(stack: Stack) -> bool:
 
 
 def test_client_disconnect_frees_the_slot_within_a_second(stack: Stack) -> None:
-    body = {"model": "demo", "messages": [{"role": "user", "content": "Go on"}], "max_tokens": 3900,
-            "stream": True, "temperature": 0, **NO_THINK}
+    body = {
+        "model": "demo",
+        "messages": [{"role": "user", "content": "Go on"}],
+        "max_tokens": 3900,
+        "stream": True,
+        "temperature": 0,
+        **NO_THINK,
+    }
     with httpx.stream("POST", stack.url + "/v1/chat/completions", json=body, timeout=60) as r:
         chunks = r.iter_raw()  # kept referenced: abandoning the iterator would close the stream early
         for _ in range(3):
@@ -186,8 +220,9 @@ def test_ops_routes(stack: Stack) -> None:
 def test_draining_answers_503_with_retry_after(stack: Stack, rec: Any) -> None:
     stack.app.state.draining = True
     try:
-        r = httpx.post(stack.url + "/v1/chat/completions",
-                       json={"model": "demo", "messages": [{"role": "user", "content": "Hi"}]})
+        r = httpx.post(
+            stack.url + "/v1/chat/completions", json={"model": "demo", "messages": [{"role": "user", "content": "Hi"}]}
+        )
         assert r.status_code == 503 and r.headers["retry-after"] == "5"
         assert r.json()["error"]["code"] == "draining"
         assert httpx.get(stack.url + "/health").status_code == 503

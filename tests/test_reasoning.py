@@ -1,4 +1,4 @@
-"""Response repair (orchestrator.reasoning): case R01, whole and streamed at every split point."""
+"""Response repair (orchestrator.serve.response_repair): case R01, whole and streamed at every split point."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from orchestrator.reasoning import (
+from orchestrator.serve.response_repair import (
     StreamingThinkSplitter,
     StreamRepair,
     is_reasoning_only,
@@ -43,9 +43,13 @@ def _stream(chunks: list[str], *, thinking: bool) -> tuple[str, str]:
 
 
 def _completion(message: dict[str, Any]) -> dict[str, Any]:
-    return {"id": "chatcmpl-1", "object": "chat.completion", "model": "demo",
-            "choices": [{"index": 0, "finish_reason": "stop", "message": message}],
-            "usage": {"completion_tokens": 9}}
+    return {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "model": "demo",
+        "choices": [{"index": 0, "finish_reason": "stop", "message": message}],
+        "usage": {"completion_tokens": 9},
+    }
 
 
 # --- R01 -------------------------------------------------------------------------------------
@@ -59,8 +63,11 @@ def test_r01_non_streamed() -> None:
     body = _completion({"role": "assistant", "content": R01["upstream_content"]})
     pristine = copy.deepcopy(body)
     fixed, kinds = repair_response(body, thinking=True)
-    assert fixed["choices"][0]["message"] == {"role": "assistant", "content": R01["expect_content"],
-                                              "reasoning_content": R01["expect_reasoning_content"]}
+    assert fixed["choices"][0]["message"] == {
+        "role": "assistant",
+        "content": R01["expect_content"],
+        "reasoning_content": R01["expect_reasoning_content"],
+    }
     assert kinds == ["think_split"]
     assert fixed["usage"] is body["usage"] and body == pristine
 
@@ -207,15 +214,23 @@ def test_is_reasoning_only_needs_every_choice() -> None:
 def _sse(deltas: list[dict[str, Any]], *, index: int = 0) -> list[dict[str, Any]]:
     """llama-server-shaped chunks: a role chunk, one chunk per delta, a finish chunk."""
     base = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "demo"}
-    chunks = [{**base, "choices": [{"index": index, "delta": {"role": "assistant", "content": None},
-                                    "finish_reason": None}]}]
+    chunks = [
+        {**base, "choices": [{"index": index, "delta": {"role": "assistant", "content": None}, "finish_reason": None}]}
+    ]
     chunks += [{**base, "choices": [{"index": index, "delta": d, "finish_reason": None}]} for d in deltas]
-    chunks.append({**base, "choices": [{"index": index, "delta": {}, "finish_reason": "stop"}],
-                   "timings": {"draft_n": 4, "draft_n_accepted": 3}})
+    chunks.append(
+        {
+            **base,
+            "choices": [{"index": index, "delta": {}, "finish_reason": "stop"}],
+            "timings": {"draft_n": 4, "draft_n_accepted": 3},
+        }
+    )
     return chunks
 
 
-def _proxy(chunks: list[dict[str, Any]], *, thinking: bool, n: int = 1) -> tuple[dict[int, dict[str, str]], int, list[str]]:
+def _proxy(
+    chunks: list[dict[str, Any]], *, thinking: bool, n: int = 1
+) -> tuple[dict[int, dict[str, str]], int, list[str]]:
     """Run chunks through StreamRepair the way the proxy does; return what the client
     accumulates per choice, how many events were parsed, and the repair kinds."""
     fix = StreamRepair(thinking=thinking, n=n)
@@ -289,8 +304,13 @@ def test_thinking_off_reasoning_deltas_are_streamed_as_content() -> None:
 
 
 def test_upstream_that_splits_reasoning_itself_passes_through() -> None:
-    deltas = [{"reasoning_content": "The user"}, {"reasoning_content": " greets me."},
-              {"content": "Hello"}, {"content": " there!"}, {"content": " Bye."}]
+    deltas = [
+        {"reasoning_content": "The user"},
+        {"reasoning_content": " greets me."},
+        {"content": "Hello"},
+        {"content": " there!"},
+        {"content": " Bye."},
+    ]
     chunks = _sse(deltas)
     seen, parsed, kinds = _proxy(chunks, thinking=True)
     assert seen[0] == {"reasoning_content": "The user greets me.", "content": "Hello there! Bye."}
@@ -312,8 +332,7 @@ def test_two_choices_are_split_independently() -> None:
     b = _sse([{"content": "rb\n</"}, {"content": "think> cb"}], index=1)
     interleaved = [c for pair in zip(a, b, strict=True) for c in pair]
     seen, _, kinds = _proxy(interleaved, thinking=True, n=2)
-    assert seen == {0: {"reasoning_content": "ra", "content": "ca"},
-                    1: {"reasoning_content": "rb", "content": "cb"}}
+    assert seen == {0: {"reasoning_content": "ra", "content": "ca"}, 1: {"reasoning_content": "rb", "content": "cb"}}
     assert kinds == ["think_split", "think_split"]
 
 

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import httpx
 import pytest
-
 from native_server import running_server
-from orchestrator import runtime
-from orchestrator.build import locate, pinned_source
+
 from orchestrator.errors import UserError
-from orchestrator.tiny_model import write_tiny_model
+from orchestrator.models import runtime
+from orchestrator.models.tiny import write_tiny_model
+from orchestrator.native.build import locate, pinned_source
 
 SEP = "\n__ggml_vocab_test__\n"
 
@@ -58,7 +58,10 @@ def test_tokenizer_matches_the_upstream_reference(source: Path, qwen_vocab: runt
     inputs = raw.split(SEP)
     if raw.endswith(SEP):
         inputs = inputs[:-1]
-    expected = [[int(t) for t in line.split()] for line in (source / "models/ggml-vocab-qwen35.gguf.out").read_text().splitlines()]
+    expected = [
+        [int(t) for t in line.split()]
+        for line in (source / "models/ggml-vocab-qwen35.gguf.out").read_text().splitlines()
+    ]
     assert len(inputs) == len(expected) >= 40
     for text, ids in zip(inputs, expected, strict=True):
         assert qwen_vocab.tokenize(text, parse_special=False) == ids, repr(text)
@@ -94,7 +97,10 @@ def test_missing_file_is_a_clear_error(tmp_path: Path) -> None:
 def test_qwen35_generation_prompt_and_thinking(qwen35_template: str) -> None:
     msgs = [{"role": "system", "content": "  Be brief.  "}, {"role": "user", "content": "hi"}]
     thinking = runtime.render_template(qwen35_template, msgs)
-    assert thinking == "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n<think>\n"
+    assert (
+        thinking
+        == "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n<think>\n"
+    )
     plain = runtime.render_template(qwen35_template, msgs, enable_thinking=False)
     assert plain.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
     assert not runtime.render_template(qwen35_template, msgs, add_generation_prompt=False).endswith("assistant\n")
@@ -103,14 +109,23 @@ def test_qwen35_generation_prompt_and_thinking(qwen35_template: str) -> None:
 @pytest.mark.parametrize(
     ("messages", "rule"),
     [
-        ([{"role": "user", "content": "a"}, {"role": "system", "content": "late"}], "System message must be at the beginning."),
-        ([{"role": "system", "content": "a"}, {"role": "system", "content": "b"}, {"role": "user", "content": "c"}], "System message must be at the beginning."),
+        (
+            [{"role": "user", "content": "a"}, {"role": "system", "content": "late"}],
+            "System message must be at the beginning.",
+        ),
+        (
+            [{"role": "system", "content": "a"}, {"role": "system", "content": "b"}, {"role": "user", "content": "c"}],
+            "System message must be at the beginning.",
+        ),
         ([{"role": "developer", "content": "a"}, {"role": "user", "content": "b"}], "Unexpected message role."),
         ([{"role": "assistant", "content": "a"}], "No user query found in messages."),
         ([], "No messages provided."),
         ([{"role": "user", "content": [{"kind": "x"}]}], "Unexpected item type in content."),
         ([{"role": "user", "content": 42}], "Unexpected content type."),
-        ([{"role": "system", "content": [{"type": "image"}]}, {"role": "user", "content": "a"}], "System message cannot contain images."),
+        (
+            [{"role": "system", "content": [{"type": "image"}]}, {"role": "user", "content": "a"}],
+            "System message cannot contain images.",
+        ),
     ],
 )
 def test_template_rules_come_back_quoted(qwen35_template: str, messages: list[dict[str, object]], rule: str) -> None:

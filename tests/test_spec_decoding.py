@@ -57,7 +57,7 @@ def test_draft_mtp_drafts_and_accepts_everything_at_q0(llama_server: Any, echo_m
 
 
 def test_acceptance_is_one_minus_q(llama_server: Any, echo_model_q02: Path) -> None:
-    from orchestrator.tiny_model import load_echo_map
+    from orchestrator.models.tiny import load_echo_map
 
     server = llama_server(echo_model_q02, *spec_args(1))
     res = complete(server, 800)
@@ -69,7 +69,12 @@ def test_acceptance_is_one_minus_q(llama_server: Any, echo_model_q02: Path) -> N
     # the construction predicts the exact counts along this path (up to the last step)
     emap = load_echo_map(0.2, seed=0)
     want_drafted, want_accepted = simulate_n_max_1(res["tokens"][0], len(res["tokens"]), emap.successor, emap.flagged)
-    assert abs(drafted - want_drafted) <= 2 and abs(accepted - want_accepted) <= 2, (drafted, accepted, want_drafted, want_accepted)
+    assert abs(drafted - want_drafted) <= 2 and abs(accepted - want_accepted) <= 2, (
+        drafted,
+        accepted,
+        want_drafted,
+        want_accepted,
+    )
 
 
 def test_greedy_output_is_identical_with_and_without_speculation(llama_server: Any, echo_model_q02: Path) -> None:
@@ -87,21 +92,21 @@ def test_greedy_output_is_identical_with_and_without_speculation(llama_server: A
 
 @pytest.fixture(scope="module")
 def separate_model(tiny_dir: Path, pinned_source: Path) -> Path:
-    from orchestrator.tiny_model import write_tiny_model
+    from orchestrator.models.tiny import write_tiny_model
 
     return write_tiny_model(tiny_dir / "separate-q0.gguf", mode="echo", q=0.0, variant="separate")
 
 
 def assert_echo(tokens: list[int]) -> None:
     """Each generated token is the echo successor of the one before it."""
-    from orchestrator.tiny_model import load_echo_map
+    from orchestrator.models.tiny import load_echo_map
 
     successor = load_echo_map(0.0).successor
     assert [int(successor[t]) for t in tokens[:-1]] == tokens[1:]
 
 
 def test_separate_draft_file_serves_with_md(llama_server: Any, separate_model: Path) -> None:
-    from orchestrator.tiny_model import draft_path
+    from orchestrator.models.tiny import draft_path
 
     server = llama_server(separate_model, "-md", str(draft_path(separate_model)), *spec_args(3))
     res = complete(server, 64)
@@ -113,7 +118,7 @@ def test_separate_draft_file_serves_with_md(llama_server: Any, separate_model: P
 
 def test_separate_draft_type_is_inferred_from_the_draft_file(llama_server: Any, separate_model: Path) -> None:
     # common_speculative_types_from_gguf: a -md file whose last block has nextn.eh_proj -> draft-mtp
-    from orchestrator.tiny_model import draft_path
+    from orchestrator.models.tiny import draft_path
 
     server = llama_server(separate_model, "-md", str(draft_path(separate_model)))
     t = complete(server, 32)["timings"]
@@ -121,7 +126,7 @@ def test_separate_draft_type_is_inferred_from_the_draft_file(llama_server: Any, 
 
 
 def test_dense_variant_speculates(llama_server: Any, tiny_dir: Path, pinned_source: Path) -> None:
-    from orchestrator.tiny_model import write_tiny_model
+    from orchestrator.models.tiny import write_tiny_model
 
     dense = write_tiny_model(tiny_dir / "dense-q0.gguf", mode="echo", q=0.0, variant="dense")
     server = llama_server(dense, *spec_args(2))

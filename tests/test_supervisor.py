@@ -10,10 +10,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-
-from orchestrator.config import SpeculativeConfig
-from orchestrator.readiness import Health, classify_health, failure_lines, parse_listening_port
-from orchestrator.supervisor import SERVING, Instance, ProcessState, Supervisor
 from supervision_helpers import (
     chat_body,
     fake_spec,
@@ -24,6 +20,9 @@ from supervision_helpers import (
     wait_state,
 )
 
+from orchestrator.config.schema import SpeculativeConfig
+from orchestrator.supervise.readiness import Health, classify_health, failure_lines, parse_listening_port
+from orchestrator.supervise.supervisor import SERVING, Instance, ProcessState, Supervisor
 
 # --------------------------------------------------------------------------- pure readers
 
@@ -41,7 +40,11 @@ def test_listening_line_and_failure_lines() -> None:
     assert parse_listening_port("main: server is listening on http://127.0.0.1:40123") == 40123
     assert parse_listening_port("srv  main: listening on http://[::1]:8081") == 8081
     assert parse_listening_port("load_tensors: loading model tensors") is None
-    log = ["build: 1 (0c1e570)", "llama_model_load: error loading model: no such file", "main: exiting due to model loading error"]
+    log = [
+        "build: 1 (0c1e570)",
+        "llama_model_load: error loading model: no such file",
+        "main: exiting due to model loading error",
+    ]
     assert failure_lines(log) == log[1:]
 
 
@@ -78,7 +81,10 @@ def test_s01_stays_loading_until_health_ok_while_v1_models_answers(tmp_path: Pat
 def test_s01_load_timeout_fails_with_log_tail(tmp_path: Path) -> None:
     async def main() -> None:
         sup = Supervisor(
-            [fake_spec("--load-seconds", "-1", "--quiet")], make_config(load=1.5), log_dir=tmp_path, policy=fast_policy()
+            [fake_spec("--load-seconds", "-1", "--quiet")],
+            make_config(load=1.5),
+            log_dir=tmp_path,
+            policy=fast_policy(),
         )
         inst = sup.instances[0]
         await sup.start()
@@ -102,7 +108,9 @@ def test_s01_load_deadline_extends_while_the_child_logs(tmp_path: Path) -> None:
     """A load longer than the timeout survives as long as the child keeps logging progress."""
 
     async def main() -> None:
-        sup = Supervisor([fake_spec("--load-seconds", "3.2")], make_config(load=1.5), log_dir=tmp_path, policy=fast_policy())
+        sup = Supervisor(
+            [fake_spec("--load-seconds", "3.2")], make_config(load=1.5), log_dir=tmp_path, policy=fast_policy()
+        )
         await sup.start()
         try:
             assert await sup.wait_all_ready(timeout=30)
@@ -145,7 +153,9 @@ def test_s02_identity_mismatch_fails(tmp_path: Path) -> None:
     """A server on the port that reports another model is not ours: FAILED, clear message."""
 
     async def main() -> None:
-        sup = Supervisor([fake_spec("--props-alias", "someone-else")], make_config(), log_dir=tmp_path, policy=fast_policy())
+        sup = Supervisor(
+            [fake_spec("--props-alias", "someone-else")], make_config(), log_dir=tmp_path, policy=fast_policy()
+        )
         inst = sup.instances[0]
         await sup.start()
         try:
@@ -166,7 +176,12 @@ def test_s02_identity_mismatch_fails(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_s05_kill_9_restarts_and_next_request_succeeds(tmp_path: Path, bin_info, demo_model) -> None:
     async def main() -> None:
-        sup = Supervisor([real_spec(bin_info.server, bin_info.lib_dir, demo_model)], make_config(), log_dir=tmp_path, policy=fast_policy())
+        sup = Supervisor(
+            [real_spec(bin_info.server, bin_info.lib_dir, demo_model)],
+            make_config(),
+            log_dir=tmp_path,
+            policy=fast_policy(),
+        )
         inst = sup.instances[0]
         seen: list[ProcessState] = []
         await sup.start()
@@ -233,7 +248,9 @@ def test_s05_stalled_child_is_killed_and_restarted(tmp_path: Path, bin_info, dem
 
     async def main() -> None:
         policy = fast_policy(stall_timeout=1.5, health_timeout=0.5)
-        sup = Supervisor([real_spec(bin_info.server, bin_info.lib_dir, demo_model)], make_config(), log_dir=tmp_path, policy=policy)
+        sup = Supervisor(
+            [real_spec(bin_info.server, bin_info.lib_dir, demo_model)], make_config(), log_dir=tmp_path, policy=policy
+        )
         inst = sup.instances[0]
         await sup.start()
         try:
@@ -332,7 +349,9 @@ def test_s03_real_drafting_is_detected(tmp_path: Path, bin_info, demo_model) -> 
             async with httpx.AsyncClient(trust_env=False, timeout=120) as client:
                 for inst in sup.instances:
                     for n in range(3):
-                        resp = await client.post(f"{inst.base_url}/v1/chat/completions", json=chat_body(f"count {n}", 24))
+                        resp = await client.post(
+                            f"{inst.base_url}/v1/chat/completions", json=chat_body(f"count {n}", 24)
+                        )
                         assert resp.status_code == 200
                         inst.record_timings(resp.json()["timings"])
         finally:
@@ -370,8 +389,15 @@ def test_s03_acceptance_floor_relaunch_on_real_server(tmp_path: Path, bin_info, 
     """spec_fallback: relaunch_without_spec on a real MTP instance -> relaunched without speculation."""
 
     async def main() -> None:
-        config = make_config(speculative=SpeculativeConfig(acceptance_floor=0.99, spec_fallback="relaunch_without_spec"))
-        sup = Supervisor([real_spec(bin_info.server, bin_info.lib_dir, demo_model, spec=True)], config, log_dir=tmp_path, policy=fast_policy(acceptance_min_drafted=1))
+        config = make_config(
+            speculative=SpeculativeConfig(acceptance_floor=0.99, spec_fallback="relaunch_without_spec")
+        )
+        sup = Supervisor(
+            [real_spec(bin_info.server, bin_info.lib_dir, demo_model, spec=True)],
+            config,
+            log_dir=tmp_path,
+            policy=fast_policy(acceptance_min_drafted=1),
+        )
         inst = sup.instances[0]
         await sup.start()
         try:
@@ -391,7 +417,6 @@ def test_s03_acceptance_floor_relaunch_on_real_server(tmp_path: Path, bin_info, 
             await sup.stop(5)
 
     asyncio.run(main())
-
 
 
 def test_stop_during_backoff_ends_at_once(tmp_path: Path) -> None:

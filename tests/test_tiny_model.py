@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from orchestrator import tiny_model as tm
-from orchestrator.cli import app
-from orchestrator.gguf_info import read_model_facts
+from orchestrator.cli.app import app
+from orchestrator.models import tiny as tm
+from orchestrator.models.facts import read_model_facts
 
 REPO = Path(__file__).resolve().parents[1]
 MAX_BYTES = 25_000_000
@@ -68,7 +68,9 @@ def test_trunk_and_head_argmax_are_exact_after_quantisation(pinned_source: Path)
     embd = gguf.quants.dequantize(gguf.quants.quantize(w.tensors["token_embd.weight"][0], q8), q8)
     out = gguf.quants.dequantize(gguf.quants.quantize(w.tensors["output.weight"][0], q8), q8)
     emap = tm.echo_map(vocab.clean, vocab.n_vocab, 0.2, 0)
-    sample = np.concatenate([np.arange(0, 260), np.random.default_rng(1).choice(vocab.n_vocab, 300, replace=False), [151643, 151645]])
+    sample = np.concatenate(
+        [np.arange(0, 260), np.random.default_rng(1).choice(vocab.n_vocab, 300, replace=False), [151643, 151645]]
+    )
     h = embd[sample] / np.sqrt((embd[sample] ** 2).mean(axis=1, keepdims=True)) * tm.OUTPUT_NORM
     logits = h @ out.T
     assert np.array_equal(logits.argmax(axis=1), emap.successor[sample])
@@ -120,7 +122,7 @@ def test_layout_facts(tmp_path: Path, pinned_source: Path, variant: str) -> None
 
 
 def _tensor_names(path: Path) -> set[str]:
-    from orchestrator.gguf_header import read_header
+    from orchestrator.models.gguf_header import read_header
 
     return {t.name for t in read_header(path).tensors}
 
@@ -148,7 +150,9 @@ def test_bad_arguments_are_user_errors(tmp_path: Path, kwargs: dict[str, Any], n
         tm.write_tiny_model(tmp_path / "x.gguf", **kwargs)
 
 
-def test_demo_model_is_cached_and_versioned(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pinned_source: Path) -> None:
+def test_demo_model_is_cached_and_versioned(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pinned_source: Path
+) -> None:
     monkeypatch.setenv("ORCHESTRATOR_CACHE", str(tmp_path / "cache"))
     path = tm.demo_model()
     assert path.is_file() and f"v{tm.GENERATOR_VERSION}" in path.name
@@ -187,7 +191,9 @@ def test_script_wrapper(tmp_path: Path, pinned_source: Path) -> None:
 def test_echo_model_generates_the_successor_chain(llama_server: Any, echo_model: Path) -> None:
     server = llama_server(echo_model)
     prompt = server.post("/tokenize", {"content": "Hello world"})["tokens"]
-    res = server.post("/completion", {"prompt": "Hello world", "n_predict": 32, "temperature": 0, "return_tokens": True})
+    res = server.post(
+        "/completion", {"prompt": "Hello world", "n_predict": 32, "temperature": 0, "return_tokens": True}
+    )
     emap = tm.load_echo_map(0.0)
     want = [int(emap.successor[prompt[-1]])]
     while len(want) < 32:
@@ -197,9 +203,13 @@ def test_echo_model_generates_the_successor_chain(llama_server: Any, echo_model:
 
 
 @pytest.mark.server
-def test_random_model_serves_and_rarely_agrees_with_its_head(llama_server: Any, tmp_path: Path, pinned_source: Path) -> None:
+def test_random_model_serves_and_rarely_agrees_with_its_head(
+    llama_server: Any, tmp_path: Path, pinned_source: Path
+) -> None:
     rand = tm.write_tiny_model(tmp_path / "rand.gguf", mode="random")
     server = llama_server(rand, "--spec-type", "draft-mtp", "--spec-draft-n-max", "2")
-    t = server.post("/completion", {"prompt": "Hello", "n_predict": 32, "temperature": 0, "ignore_eos": True})["timings"]
+    t = server.post("/completion", {"prompt": "Hello", "n_predict": 32, "temperature": 0, "ignore_eos": True})[
+        "timings"
+    ]
     assert t["draft_n"] > 0
     assert t["draft_n_accepted"] < t["draft_n"] / 2

@@ -14,15 +14,16 @@ from pathlib import Path
 import httpx
 import psutil
 import pytest
-
-from orchestrator import control, statefile
-from orchestrator.errors import UserError
-from orchestrator.up import run_up
 from supervision_helpers import (
     RunningUp,
     gone,
     write_models_yaml,
 )
+
+from orchestrator.cli import control
+from orchestrator.errors import UserError
+from orchestrator.host import statefile
+from orchestrator.serve.run import run_up
 
 
 @pytest.fixture()
@@ -57,7 +58,9 @@ def test_dry_run_prints_the_plan_and_starts_nothing(tmp_path: Path, state: Path,
 
 
 @pytest.mark.server
-def test_s02_instance_port_taken_is_refused_before_loading(tmp_path: Path, state: Path, bin_info, demo_model, busy_port: int) -> None:
+def test_s02_instance_port_taken_is_refused_before_loading(
+    tmp_path: Path, state: Path, bin_info, demo_model, busy_port: int
+) -> None:
     config = write_models_yaml(tmp_path / "models.yaml", demo_model, model_port=busy_port)
     with pytest.raises(UserError) as err:
         run_up(config, dry_run=False, force=False)
@@ -69,7 +72,9 @@ def test_s02_instance_port_taken_is_refused_before_loading(tmp_path: Path, state
 
 
 @pytest.mark.server
-def test_s02_proxy_port_taken_is_refused_before_loading(tmp_path: Path, state: Path, bin_info, demo_model, busy_port: int) -> None:
+def test_s02_proxy_port_taken_is_refused_before_loading(
+    tmp_path: Path, state: Path, bin_info, demo_model, busy_port: int
+) -> None:
     config = write_models_yaml(tmp_path / "models.yaml", demo_model, port=busy_port)
     with pytest.raises(UserError) as err:
         run_up(config, dry_run=False, force=False)
@@ -78,7 +83,9 @@ def test_s02_proxy_port_taken_is_refused_before_loading(tmp_path: Path, state: P
 
 
 @pytest.mark.server
-def test_second_orchestrator_is_refused_and_a_stale_record_cleared(tmp_path: Path, state: Path, bin_info, demo_model) -> None:
+def test_second_orchestrator_is_refused_and_a_stale_record_cleared(
+    tmp_path: Path, state: Path, bin_info, demo_model
+) -> None:
     config = write_models_yaml(tmp_path / "models.yaml", demo_model)
     me = os.getpid()
     statefile.write({"pid": me, "pid_started": statefile.process_start_time(me), "endpoint": "http://127.0.0.1:1"})
@@ -174,12 +181,17 @@ def test_s05_status_shows_failed_state_exit_code_and_log_tail(state: Path, monke
     """A crash-looping instance's /status row renders with its state, exit code and log tail."""
     import asyncio
 
-    from orchestrator.supervisor import ProcessState, Supervisor
     from supervision_helpers import fake_spec, fast_policy, make_config, wait_state
 
+    from orchestrator.supervise.supervisor import ProcessState, Supervisor
+
     async def crash_loop() -> list[dict[str, object]]:
-        sup = Supervisor([fake_spec("--exit-code", "3")], make_config(), log_dir=state / "logs",
-                         policy=fast_policy(crash_loop_count=2, backoff_base=0.1))
+        sup = Supervisor(
+            [fake_spec("--exit-code", "3")],
+            make_config(),
+            log_dir=state / "logs",
+            policy=fast_policy(crash_loop_count=2, backoff_base=0.1),
+        )
         await sup.start()
         try:
             await wait_state(sup.instances[0], {ProcessState.FAILED}, timeout=30)
@@ -208,7 +220,9 @@ def test_control_refuses_negative_lines_and_timeout(state: Path) -> None:
         control.down(timeout=-1)
 
 
-def test_down_when_the_orchestrator_exits_before_the_signal(state: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+def test_down_when_the_orchestrator_exits_before_the_signal(
+    state: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
     # the run record was live when read, and the process was gone by os.kill: no traceback
     dead = psutil.Popen(["true"])
     dead.wait()

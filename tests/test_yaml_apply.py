@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.config import load_config
+from orchestrator.config.schema import load_config
+from orchestrator.config.yaml_edit import set_draft_length
 from orchestrator.errors import UserError
-from orchestrator.yaml_edit import set_draft_length
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -1,0 +1,103 @@
+"""The plan of a bench sweep: its variants (llama-server configurations), the interleaved
+request order, the bench copy of an instance spec, and the patch check on the build manifest.
+See :mod:`orchestrator.bench.sweep` for how a sweep runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from orchestrator.launch.plan import InstanceSpec
+
+PATCH_NAME = "per-request-draft-length"  # substring of the patch file name in the build manifest
+
+
+@dataclass
+class Variant:
+    """One llama-server configuration of the sweep.
+
+    ``ks``: the draft lengths measured on it; ``per_request``: K travels as a request field
+    (patched binary) rather than as the launch flag.
+    """
+
+    spec: InstanceSpec
+    ks: tuple[int, ...]
+    per_request: bool = False
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+
+@dataclass(frozen=True)
+class Task:
+    """One request of the sweep: repetition ``rep``, sampling ``seed``, prompt index, K, variant index."""
+
+    rep: int
+    seed: int
+    prompt_index: int
+    k: int
+    variant: int
+
+
+def schedule(
+    variants: Sequence[Variant], *, n_prompts: int, reps: int, seeds: Sequence[int], together: bool
+) -> list[Task]:
+    """The request order of the sweep.
+
+    ``together`` (all instances up at once): per round, per seed, per prompt, every K once,
+    the K order rotated by round + prompt so no K always follows the same one. Otherwise
+    (one instance at a time): per round the variants in snake order (forward on even rounds,
+    backward on odd ones), and inside a variant per seed, per prompt, its Ks rotated alike.
+    """
+    tasks: list[Task] = []
+
+    def rotated(ks: Sequence[int], by: int) -> list[int]:
+        if not ks:
+            return []
+        by %= len(ks)
+        return list(ks[by:]) + list(ks[:by])
+
+    owner = {k: i for i, v in enumerate(variants) for k in v.ks}
+    all_ks = sorted(owner)
+    for rep in range(reps):
+        if together:
+            for seed in seeds:
+                for p in range(n_prompts):
+                    tasks.extend(Task(rep, seed, p, k, owner[k]) for k in rotated(all_ks, rep + p))
+            continue
+        order = list(range(len(variants)))
+        if rep % 2:
+            order.reverse()
+        for vi in order:
+            for seed in seeds:
+                for p in range(n_prompts):
+                    tasks.extend(Task(rep, seed, p, k, vi) for k in rotated(variants[vi].ks, rep + p))
+    return tasks
+
+
+def bench_spec(spec: InstanceSpec, *, suffix: str, n_max: int | None) -> InstanceSpec:
+    """A copy of ``spec`` for the bench: its own name, an OS-picked port, and (for a speculative
+    spec) ``--spec-draft-n-max n_max`` with ``--spec-draft-n-min`` lowered to at most ``n_max``."""
+    from orchestrator.launch.plan import with_argv_overrides
+
+    n_min = None
+    if n_max is not None and spec.spec_type is not None:
+        n_min = min(spec.n_min if spec.n_min is not None else 0, n_max)
+    else:
+        n_max = None
+    moved = with_argv_overrides(spec, n_max=n_max, n_min=n_min, port=0)
+    return dataclasses.replace(moved, name=f"{spec.model}-bench-{suffix}")
+
+
+def has_patch(manifest: dict[str, Any]) -> bool:
+    """Whether the build manifest lists the per-request draft-length patch."""
+    for patch in manifest.get("patches") or []:
+        name = patch.get("name") if isinstance(patch, dict) else patch
+        if isinstance(name, str) and PATCH_NAME in name:
+            return True
+    return False

@@ -1,0 +1,127 @@
+"""Prompt sets for ``orchestrator bench``: built-in ``math``, ``code``, ``general``, or a JSONL file.
+
+Acceptance of the NextN/MTP draft depends on the domain (code and math repeat structure the
+head predicts well; open prose less so), so the sweep reports every number per domain. The
+built-in prompts are short so prefill stays small next to decode.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from orchestrator.errors import UserError
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """One benchmark prompt: ``domain`` (a label such as "math") and the user message text."""
+
+    domain: str
+    prompt: str
+
+
+# The CLI's default for --prompts; a --prompts-file replaces it unless other sets are named.
+DEFAULT_SETS = "math,code,general"
+
+BUILTIN: dict[str, tuple[str, ...]] = {
+    "math": (
+        "Solve step by step: a train travels 180 km in 2.5 hours. What is its average speed in km/h?",
+        "Compute the sum of the first 50 positive odd integers and explain the pattern.",
+        "Factor the polynomial x^3 - 6x^2 + 11x - 6 and list its roots.",
+        "What is the derivative of f(x) = x^2 * sin(x)? Show each rule you use.",
+    ),
+    "code": (
+        "Write a Python function that returns the n-th Fibonacci number iteratively, with a docstring.",
+        "Write a C function that reverses a null-terminated string in place.",
+        "Implement binary search over a sorted list in Python and add three unit tests.",
+        "Write a SQL query that returns the five customers with the highest total order amount.",
+    ),
+    "general": (
+        "Explain in a short paragraph why the sky is blue.",
+        "Give three practical tips for writing a clear e-mail to a colleague.",
+        "Summarise the plot of Romeo and Juliet in four sentences.",
+        "What are the main differences between a virus and a bacterium?",
+    ),
+}
+
+
+def builtin_prompts(names: str) -> list[Prompt]:
+    """Prompts of the comma-separated built-in sets in ``names`` (e.g. ``"math,code"``).
+
+    Raises:
+        UserError: for an unknown set name, or when ``names`` names none.
+    """
+    out: list[Prompt] = []
+    wanted = [n.strip() for n in names.split(",") if n.strip()]
+    for name in wanted:
+        if name not in BUILTIN:
+            raise UserError(
+                f"--prompts: unknown prompt set {name!r}",
+                hint=f"choose from {', '.join(BUILTIN)} or pass --prompts-file FILE.jsonl",
+            )
+        out.extend(Prompt(name, text) for text in BUILTIN[name])
+    if not out and wanted:
+        raise UserError("--prompts: no prompt set given", hint=f"choose from {', '.join(BUILTIN)}")
+    return out
+
+
+def load_prompts_file(path: Path) -> list[Prompt]:
+    """Read a JSONL file with one ``{"domain": str, "prompt": str}`` object per line.
+
+    Blank lines are skipped.
+
+    Raises:
+        UserError: when the file is missing or empty, or a line is not such an object; the
+            message names the file and the line number.
+    """
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise UserError(f"--prompts-file: cannot read {path}: {err.strerror}") from None
+    out: list[Prompt] = []
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        where = f"{path}:{lineno}"
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise UserError(
+                f"{where}: not valid JSON ({err.msg} at column {err.colno})",
+                hint='each line must be an object like {"domain": "math", "prompt": "..."}',
+            ) from None
+        if not isinstance(obj, dict):
+            raise UserError(
+                f"{where}: expected a JSON object, got {type(obj).__name__}",
+                hint='each line must be an object like {"domain": "math", "prompt": "..."}',
+            )
+        unknown = sorted(set(obj) - {"domain", "prompt"})
+        if unknown:
+            raise UserError(f"{where}: unknown key(s) {', '.join(unknown)}", hint="only domain and prompt are read")
+        for key in ("domain", "prompt"):
+            value = obj.get(key)
+            if not isinstance(value, str) or not value.strip():
+                raise UserError(
+                    f"{where}: {key!r} must be a non-empty string",
+                    hint='each line must be an object like {"domain": "math", "prompt": "..."}',
+                )
+        out.append(Prompt(obj["domain"].strip(), obj["prompt"]))
+    if not out:
+        raise UserError(f"--prompts-file: {path} has no prompts", hint='one {"domain": ..., "prompt": ...} per line')
+    return out
+
+
+def select_prompts(prompts: str, prompts_file: Path | None) -> list[Prompt]:
+    """The bench's prompts: the file's prompts when ``prompts_file`` is given, else the built-in sets.
+
+    When both are given the file wins unless ``prompts`` names sets explicitly different from the
+    CLI default; then both are used (built-ins first).
+    """
+    if prompts_file is None:
+        return builtin_prompts(prompts)
+    from_file = load_prompts_file(prompts_file)
+    if prompts.strip() and prompts.strip() != DEFAULT_SETS:
+        return builtin_prompts(prompts) + from_file
+    return from_file

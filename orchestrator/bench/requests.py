@@ -1,0 +1,121 @@
+"""One bench request: the ``/completion`` body at draft length K, the streamed call that
+measures it, and reading back the draft length the server reports applying.
+
+K travels as the request fields ``speculative.n_max`` / ``speculative.n_min`` only on a
+binary with the per-request draft-length patch; see :mod:`orchestrator.bench.sweep`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from orchestrator.errors import UserError
+
+N_MAX_FIELD = "speculative.n_max"  # request / generation-settings key added by that patch
+N_MIN_FIELD = "speculative.n_min"
+
+
+def reported_n_max(settings: Any) -> int | None:
+    """The draft length a response's ``generation_settings`` reports (flat or nested key), or None."""
+    if not isinstance(settings, dict):
+        return None
+    value = settings.get(N_MAX_FIELD)
+    if value is None and isinstance(settings.get("speculative"), dict):
+        value = settings["speculative"].get("n_max")
+    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+@dataclass
+class Completion:
+    """One streamed /completion: seconds to the first content, final event fields, output text."""
+
+    ttft_s: float
+    timings: dict[str, Any]
+    settings: dict[str, Any]
+    text: str
+    tokens_predicted: int
+
+
+async def complete(
+    client: httpx.AsyncClient,
+    base_url: str,
+    body: dict[str, Any],
+) -> Completion:
+    """POST a streamed ``/completion`` and collect it.
+
+    Args:
+        client: an httpx client (the bench uses one that never reuses a connection, because at
+            the pin llama-server closes a connection after a stream while advertising keep-alive).
+        base_url: ``http://127.0.0.1:PORT``.
+        body: the request (``stream`` is forced on).
+
+    Returns:
+        :class:`Completion`; ``ttft_s`` is from sending to the first event with non-empty
+        ``content`` (the final event's ``timings.prompt_ms`` when no content was streamed).
+
+    Raises:
+        UserError: on an HTTP error status (with the server's message) or a stream that ends
+            without its final event.
+        httpx.TransportError: when the connection fails.
+    """
+    payload = dict(body, stream=True)
+    t0 = time.perf_counter()
+    ttft: float | None = None
+    parts: list[str] = []
+    final: dict[str, Any] | None = None
+    async with client.stream("POST", f"{base_url}/completion", json=payload) as resp:
+        if resp.status_code != 200:
+            raw = (await resp.aread()).decode("utf-8", errors="replace")
+            try:
+                message = json.loads(raw)["error"]["message"]
+            except (ValueError, KeyError, TypeError):
+                message = raw[:300]
+            raise UserError(f"{base_url}/completion answered {resp.status_code}: {message}")
+        async for line in resp.aiter_lines():
+            if not line.startswith("data:"):
+                continue
+            data = line[5:].strip()
+            if not data or data == "[DONE]":
+                continue
+            event = json.loads(data)
+            content = event.get("content") or ""
+            if content:
+                if ttft is None:
+                    ttft = time.perf_counter() - t0
+                parts.append(content)
+            if event.get("stop"):
+                final = event
+    if final is None:
+        raise UserError(f"{base_url}/completion: the stream ended without its final event")
+    timings = final.get("timings") or {}
+    if ttft is None:
+        ttft = float(timings.get("prompt_ms") or 0.0) / 1000.0
+    return Completion(
+        ttft_s=ttft,
+        timings=timings,
+        settings=final.get("generation_settings") or {},
+        text="".join(parts),
+        tokens_predicted=int(final.get("tokens_predicted") or timings.get("predicted_n") or 0),
+    )
+
+
+def request_body(
+    prompt: str, *, k: int, per_request: bool, n_min: int | None, n_predict: int, temperature: float, seed: int
+) -> dict[str, Any]:
+    """The /completion body for one bench request at draft length ``k`` (tokens)."""
+    body: dict[str, Any] = {
+        "prompt": prompt,
+        "n_predict": n_predict,
+        "temperature": temperature,
+        "seed": seed,
+        "cache_prompt": False,
+    }
+    if per_request and k > 0:
+        body[N_MAX_FIELD] = k
+        body[N_MIN_FIELD] = min(n_min if n_min is not None else 0, k)
+    return body

@@ -1,0 +1,169 @@
+"""The ``orchestrator`` command line. Thin: parse, call one function, print.
+
+Heavy imports (fastapi, uvicorn, numpy, gguf, llama_cpp) happen inside each command, so
+``orchestrator --help`` answers instantly (a test enforces it). Every command function in
+the owning module returns an exit status; a ``UserError`` becomes one clear line on stderr
+and exit status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import typer
+
+from orchestrator.errors import UserError
+
+app = typer.Typer(
+    name="orchestrator",
+    help="Run llama.cpp with MTP speculative decoding behind one OpenAI-compatible endpoint.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+DEFAULT_CONFIG = Path("models.yaml")
+
+
+def _run(fn: Callable[[], int | None]) -> None:
+    try:
+        code = fn()
+    except UserError as err:
+        print(f"error: {err}", file=sys.stderr)
+        if err.hint:
+            print(f"  fix: {err.hint}", file=sys.stderr)
+        raise typer.Exit(2) from None
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
+    raise typer.Exit(code or 0)
+
+
+@app.command()
+def build(
+    backend: str = typer.Option("auto", help="auto, cpu or cuda"),
+    cuda_arch: str | None = typer.Option(None, help="CUDA compute capabilities, e.g. 120 or 89;90"),
+    jobs: int | None = typer.Option(None, help="parallel compile jobs (default: CPU count)"),
+    force: bool = typer.Option(False, help="rebuild even when the cached build is up to date"),
+    show: bool = typer.Option(False, help="print the manifest of the current build and exit"),
+) -> None:
+    """Fetch the pinned llama.cpp, apply native/patches and build llama-server + libllama."""
+    from orchestrator.native import build as m
+
+    _run(lambda: m.cli_build(backend=backend, cuda_arch=cuda_arch, jobs=jobs, force=force, show=show))
+
+
+@app.command()
+def doctor(config: Path = typer.Option(DEFAULT_CONFIG, "--config", "-c")) -> None:
+    """Check the toolchain, GPUs, native build, port and demo model; one line each."""
+    from orchestrator.cli import doctor as m
+
+    _run(lambda: m.run_doctor(config))
+
+
+@app.command()
+def inspect(
+    path: Path = typer.Argument(..., help="a .gguf file (first split file for split models)"),
+    json_out: bool = typer.Option(False, "--json", help="machine-readable output"),
+    ctx: int | None = typer.Option(None, help="context length (tokens) for the memory estimate"),
+    render: Path | None = typer.Option(None, help="messages JSON: print the prompt the server will see"),
+) -> None:
+    """Read a GGUF's header: architecture, NextN/MTP head, template, memory estimate."""
+    from orchestrator.models import facts as m
+
+    _run(lambda: m.cli_inspect(path, json_out=json_out, ctx=ctx, render=render))
+
+
+@app.command("make-tiny-model")
+def make_tiny_model(
+    out: Path = typer.Argument(..., help="output .gguf path"),
+    mode: str = typer.Option("echo", help="echo (tunable acceptance) or random"),
+    q: float = typer.Option(0.0, help="echo mode: fraction of tokens whose draft is wrong (acceptance = 1 - q)"),
+    seed: int = typer.Option(0),
+    variant: str = typer.Option(
+        "embedded", help="embedded (MTP head inside), separate (writes OUT and OUT.draft.gguf) or dense"
+    ),
+) -> None:
+    """Write a tiny qwen35moe GGUF with a NextN/MTP head (the demo and test model)."""
+    from orchestrator.models import tiny as m
+
+    _run(lambda: m.cli_make(out, mode=mode, q=q, seed=seed, variant=variant))
+
+
+@app.command()
+def up(
+    config: Path = typer.Option(DEFAULT_CONFIG, "--config", "-c"),
+    dry_run: bool = typer.Option(False, help="print the launch plan and exit"),
+    force: bool = typer.Option(False, help="launch even when the fit check says it will not fit"),
+) -> None:
+    """Launch one llama-server per model and GPU, supervise them, serve one endpoint."""
+    from orchestrator.serve import run as m
+
+    _run(lambda: m.run_up(config, dry_run=dry_run, force=force))
+
+
+@app.command()
+def status(json_out: bool = typer.Option(False, "--json")) -> None:
+    """Show the instances of the running orchestrator."""
+    from orchestrator.cli import control as m
+
+    _run(lambda: m.status(json_out=json_out))
+
+
+@app.command()
+def logs(
+    name: str = typer.Argument(..., help="instance name, e.g. demo-0"),
+    follow: bool = typer.Option(False, "--follow", "-f"),
+    lines: int = typer.Option(50, "--lines", "-n"),
+) -> None:
+    """Print an instance's llama-server log."""
+    from orchestrator.cli import control as m
+
+    _run(lambda: m.logs(name, follow=follow, lines=lines))
+
+
+@app.command()
+def down(timeout: float = typer.Option(30.0, help="seconds to wait for a graceful stop")) -> None:
+    """Stop the running orchestrator and its llama-servers."""
+    from orchestrator.cli import control as m
+
+    _run(lambda: m.down(timeout=timeout))
+
+
+@app.command()
+def bench(
+    model: str | None = typer.Argument(None, help="model name from models.yaml (default: the only one)"),
+    config: Path = typer.Option(DEFAULT_CONFIG, "--config", "-c"),
+    k: str = typer.Option("0,1,2,3,4,6,8", "--k", help="draft lengths to sweep; 0 is the no-speculation baseline"),
+    prompts: str = typer.Option("math,code,general", help="built-in prompt sets"),
+    prompts_file: Path | None = typer.Option(None, help="JSONL with {domain, prompt} per line"),
+    n_predict: int = typer.Option(128, help="tokens to generate per request"),
+    reps: int = typer.Option(3, help="repetitions per (K, prompt)"),
+    seeds: str = typer.Option("0", help="comma-separated sampling seeds"),
+    temperature: float = typer.Option(0.0),
+    out: Path = typer.Option(Path("results"), help="results folder"),
+    apply: bool = typer.Option(False, "--apply", help="write the recommended K into models.yaml"),
+) -> None:
+    """Sweep the draft length K against a no-speculation baseline and recommend the best K."""
+    from orchestrator.bench import sweep as m
+
+    _run(
+        lambda: m.cli_bench(
+            model,
+            config=config,
+            k=k,
+            prompts=prompts,
+            prompts_file=prompts_file,
+            n_predict=n_predict,
+            reps=reps,
+            seeds=seeds,
+            temperature=temperature,
+            out=out,
+            apply=apply,
+        )
+    )
+
+
+if __name__ == "__main__":  # pragma: no cover
+    app()

@@ -1,0 +1,207 @@
+"""``orchestrator status``, ``logs`` and ``down``: talk to a running ``orchestrator up``.
+
+They find it through ``run.json`` (``statefile``): its pid, endpoint, API key and log paths.
+``status`` asks the live endpoint (``GET /status``) and falls back to what ``run.json`` says
+when the endpoint does not answer.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from orchestrator.errors import UserError
+from orchestrator.host import statefile
+
+NOT_RUNNING = "no orchestrator is running (start one with `orchestrator up`)"
+
+
+def _rows_from_status(doc: Any) -> list[dict[str, Any]]:
+    """Instance rows from a ``/status`` body: ``{"instances": [...]}`` or a bare list."""
+    if isinstance(doc, dict):
+        doc = doc.get("instances", [])
+    return [r for r in doc if isinstance(r, dict)] if isinstance(doc, list) else []
+
+
+def fetch_status(run: dict[str, Any], timeout: float = 5.0) -> list[dict[str, Any]] | None:
+    """``GET <endpoint>/status`` with the API key; None when it does not answer with JSON."""
+    import httpx
+
+    headers = {"Authorization": f"Bearer {run['api_key']}"} if run.get("api_key") else {}
+    try:
+        resp = httpx.get(f"{run['endpoint']}/status", headers=headers, timeout=timeout, trust_env=False)
+        resp.raise_for_status()
+        return _rows_from_status(resp.json())
+    except (httpx.HTTPError, ValueError, KeyError):
+        return None
+
+
+def status(json_out: bool = False) -> int:
+    """Print the running orchestrator's instances; exit status 1 when none is running.
+
+    Columns: state, pid, port, GPUs, model, uptime, restarts, requests, decode tok/s,
+    acceptance so far, warnings; for FAILED instances the last exit code and log tail.
+    """
+    from rich.console import Console
+
+    console = Console(highlight=False)
+    if not console.is_terminal:
+        console = Console(highlight=False, width=200)  # a pipe: keep rows whole rather than 80 columns
+    run = statefile.read_live()
+    if run is None:
+        print(NOT_RUNNING, file=sys.stderr)
+        return 1
+    rows = fetch_status(run)
+    source = "endpoint"
+    if rows is None:
+        source = "run.json (the endpoint did not answer)"
+        rows = [{"name": name, **info} for name, info in (run.get("instances") or {}).items()]
+    if json_out:
+        print(
+            json.dumps(
+                {"pid": run.get("pid"), "endpoint": run.get("endpoint"), "source": source, "instances": rows}, indent=2
+            )
+        )
+        return 0
+    console.print(f"orchestrator pid {run.get('pid')}, endpoint {run.get('endpoint')} (from {source})", markup=False)
+    console.print(render_status(rows))
+    for row in rows:
+        if row.get("state") == "failed":
+            console.print(
+                f"\n{row.get('name')} failed (exit code {row.get('exit_code')}): {row.get('message') or ''}",
+                markup=False,
+            )
+            for line in row.get("log_tail") or []:
+                console.print(f"  | {line}", markup=False)
+    return 0
+
+
+def render_status(rows: list[dict[str, Any]]) -> Any:
+    """A rich table of ``/status`` rows (see ``Instance.snapshot``)."""
+    from rich.table import Table
+    from rich.text import Text
+
+    from orchestrator.serve.run import _duration
+
+    styles = {"ready": "green", "degraded": "yellow", "loading": "cyan", "restarting": "yellow", "failed": "red"}
+    table = Table()
+    for col in (
+        "instance",
+        "state",
+        "pid",
+        "port",
+        "GPUs",
+        "model",
+        "uptime",
+        "restarts",
+        "requests",
+        "decode tok/s",
+        "acceptance",
+        "warnings",
+    ):
+        table.add_column(col)
+    for r in rows:
+        state = str(r.get("state", "?"))
+        acc = r.get("acceptance")
+        tps = r.get("decode_tps")
+        spec = r.get("speculation")
+        acc_text = f"{acc:.2f}" if isinstance(acc, (int, float)) else (spec or "-")
+        warnings = list(r.get("warnings") or [])
+        if state == "failed" and r.get("exit_code") is not None:
+            warnings.insert(0, f"exit code {r['exit_code']}")
+        table.add_row(
+            str(r.get("name")),
+            Text(state, style=styles.get(state, "")),
+            str(r.get("pid") or "-"),
+            str(r.get("port") or (r.get("base_url") or "-").rsplit(":", 1)[-1]),
+            ",".join(map(str, r.get("gpus") or [])) or "CPU",
+            str(r.get("model") or "-"),
+            _duration(r.get("uptime_s")),
+            str(r.get("restarts", "-")),
+            str(r.get("requests", "-")),
+            f"{tps:.1f}" if isinstance(tps, (int, float)) else "-",
+            acc_text,
+            Text("; ".join(warnings)),
+        )
+    return table
+
+
+def _log_paths() -> dict[str, Path]:
+    run = statefile.read()
+    if run and run.get("instances"):
+        return {name: Path(info["log"]) for name, info in run["instances"].items() if info.get("log")}
+    # no orchestrator running: the logs of the last run stay in the state dir
+    return {p.stem: p for p in sorted(statefile.log_dir().glob("*.log"))}
+
+
+def logs(name: str, follow: bool = False, lines: int = 50) -> int:
+    """Print the last ``lines`` lines of instance ``name``'s llama-server log; ``follow`` tails it.
+
+    Raises:
+        UserError: a negative ``lines``; unknown instance name (the message lists the known ones).
+    """
+    if lines < 0:
+        raise UserError(f"--lines must be >= 0, got {lines}", hint="e.g. -n 100 (0 prints nothing before --follow)")
+    known = _log_paths()
+    path = known.get(name)
+    if path is None or not path.is_file():
+        names = ", ".join(sorted(known)) or "none (no orchestrator has run yet)"
+        raise UserError(
+            f"no log for instance {name!r}; known instances: {names}",
+            hint="names look like <model>-<replica>, e.g. demo-0",
+        )
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        tail = fh.readlines()[-lines:] if lines > 0 else []
+        sys.stdout.writelines(tail)
+        sys.stdout.flush()
+        if not follow:
+            return 0
+        while True:  # ends with Ctrl-C (the CLI turns it into exit status 130)
+            chunk = fh.read()
+            if chunk:
+                sys.stdout.write(chunk)
+                sys.stdout.flush()
+            else:
+                time.sleep(0.25)
+
+
+def down(timeout: float = 30.0) -> int:
+    """SIGTERM the running orchestrator, wait up to ``timeout`` s, report; SIGKILL if it hangs.
+
+    Its children die with it either way (it stops them on SIGTERM; the parent-death signal
+    covers a SIGKILL). Returns 0 when it stopped, 1 when none was running.
+
+    Raises:
+        UserError: a negative ``timeout``.
+    """
+    if timeout < 0:
+        raise UserError(f"--timeout must be >= 0 seconds, got {timeout:g}", hint="e.g. --timeout 30")
+    run = statefile.read_live()
+    if run is None:
+        print(NOT_RUNNING, file=sys.stderr)
+        return 1
+    pid = int(run["pid"])
+    print(f"stopping orchestrator pid {pid} ...", flush=True)
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:  # it exited between read_live() and here
+        print("stopped")
+        return 0
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not statefile.is_live(run):
+            print("stopped")
+            return 0
+        time.sleep(0.2)
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        print("stopped")
+        return 0
+    print(f"it did not stop within {timeout:g} s; sent SIGKILL (its llama-servers die with it)")
+    return 0

@@ -1,0 +1,250 @@
+"""``orchestrator doctor``: is this machine ready to build and serve? One line per check.
+
+Each check says OK, WARN (works, but something is missing or slow) or FAIL (something
+will not work), and how to fix it. The exit status is 1 when any check fails. Checks only
+look: nothing is built, downloaded or generated.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from orchestrator import paths
+from orchestrator.errors import UserError
+from orchestrator.native import cuda as native_cuda
+from orchestrator.native import fetch as native_fetch
+
+OK, WARN, FAIL = "OK", "WARN", "FAIL"
+STYLE = {OK: "green", WARN: "yellow", FAIL: "red"}
+DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 8080
+
+
+@dataclass(frozen=True)
+class Check:
+    """One doctor line: ``status`` is OK, WARN or FAIL; ``fix`` says what to do (None when OK)."""
+
+    name: str
+    status: str
+    detail: str
+    fix: str | None = None
+
+
+def run_doctor(config: Path) -> int:
+    """Run every check for ``config`` (models.yaml; it may be absent) and print one line each.
+
+    Returns 1 when any check FAILs, else 0.
+    """
+    from rich.console import Console
+
+    console = Console(soft_wrap=True)
+    checks = collect(config)
+    for c in checks:
+        fix = f"  [dim]fix:[/dim] {c.fix}" if c.fix else ""
+        console.print(f"[{STYLE[c.status]}]{c.status:<4}[/] {c.name:<13} {c.detail}{fix}", highlight=False)
+    return 1 if any(c.status == FAIL for c in checks) else 0
+
+
+def collect(config: Path) -> list[Check]:
+    """All checks, in display order."""
+    build = _locate()
+    has_build = build is not None
+    gpu_count, gpu_check = check_gpus()
+    steps: list[Callable[[], Check]] = [
+        check_python,
+        lambda: check_tool("cmake", "--version", has_build, "apt install cmake (or pip install cmake)"),
+        lambda: check_tool("ninja", "--version", has_build, "apt install ninja-build (or pip install ninja)"),
+        lambda: check_tool("c++", "--version", has_build, "apt install build-essential"),
+        check_ccache,
+        lambda: check_nvcc(gpu_count),
+        lambda: gpu_check,
+        lambda: check_build(build, gpu_count),
+        lambda: check_config(config),
+        lambda: check_port(config),
+        check_demo_model,
+    ]
+    return [step() for step in steps]
+
+
+def check_python() -> Check:
+    version = ".".join(map(str, sys.version_info[:3]))
+    if sys.version_info < (3, 11):
+        return Check("python", FAIL, version, "use Python 3.11 or newer")
+    return Check("python", OK, f"{version} ({sys.executable})")
+
+
+def _first_line(argv: list[str]) -> str:
+    try:
+        result = subprocess.run(argv, capture_output=True, text=True, timeout=20, check=False)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return f"({err})"
+    lines = (result.stdout or result.stderr).strip().splitlines()
+    return lines[0] if lines else ""
+
+
+def check_tool(name: str, version_flag: str, has_build: bool, fix: str) -> Check:
+    """A build tool: missing is FAIL without a native build, WARN with one (rebuilds need it)."""
+    path = shutil.which(name)
+    if path is None:
+        return Check(name, WARN if has_build else FAIL, "not found (needed by `orchestrator build`)", fix)
+    return Check(name, OK, _first_line([path, version_flag]))
+
+
+def check_ccache() -> Check:
+    path = shutil.which("ccache")
+    if path is None:
+        return Check(
+            "ccache", WARN, "not found: every rebuild compiles from scratch (8+ min on 2 cores)", "apt install ccache"
+        )
+    return Check("ccache", OK, _first_line([path, "--version"]))
+
+
+def check_nvcc(gpu_count: int) -> Check:
+    nvcc = native_cuda.find_nvcc()
+    if nvcc is None:
+        if gpu_count:
+            return Check(
+                "nvcc", WARN, "not found: only a CPU build is possible", "install the CUDA toolkit (or set CUDA_HOME)"
+            )
+        return Check("nvcc", OK, "not found (not needed without a GPU)")
+    version = native_cuda.nvcc_version(nvcc)
+    toolkit = native_cuda.toolkit_root(nvcc)
+    cublas = native_cuda.find_cublas(toolkit, native_cuda.site_dirs())
+    if cublas is None:
+        return Check("nvcc", WARN, f"{nvcc}: {version}; no cuBLAS (a CUDA build needs it)", "pip install nvidia-cublas")
+    return Check("nvcc", OK, f"{nvcc}: {version}; cuBLAS from the {cublas.source} ({cublas.lib})")
+
+
+def check_gpus() -> tuple[int, Check]:
+    """(number of GPUs, the check line). No GPU is OK: everything runs on CPU."""
+    from orchestrator.host import gpus
+
+    found, source = gpus.detect_gpus()
+    if not found:
+        return 0, Check("gpus", OK, f"{source}; models run on CPU")
+    driver = _driver_version()
+    detail = f"{len(found)} via {source}{driver}: " + "; ".join(gpus.describe(found))
+    return len(found), Check("gpus", OK, detail)
+
+
+def _driver_version() -> str:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            return f", driver {pynvml.nvmlSystemGetDriverVersion()}"
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:
+        return ""
+
+
+def _locate():  # type: ignore[no-untyped-def]
+    from orchestrator.native.build import locate
+
+    try:
+        return locate()
+    except UserError:
+        return None
+
+
+def check_build(build, gpu_count: int) -> Check:  # type: ignore[no-untyped-def]
+    """The native build: present, patched with the current queue, right backend."""
+    if build is None:
+        return Check("native build", FAIL, "none found", "orchestrator build")
+    manifest = build.manifest
+    version = manifest.get("version", "").splitlines()[0] if manifest.get("version") else "no manifest.json"
+    detail = f"{build.bin_dir} ({manifest.get('backend', '?')}; {version})"
+    if not manifest:
+        return Check("native build", WARN, detail, "orchestrator build (records patches and flags in manifest.json)")
+    current = [{"name": p.name, "sha256": p.sha256} for p in native_fetch.list_patches()]
+    if manifest.get("patches") != current:
+        return Check(
+            "native build", WARN, detail + "; built with other patches than native/patches", "orchestrator build"
+        )
+    if gpu_count and manifest.get("backend") != "cuda":
+        return Check(
+            "native build", WARN, detail + "; a CPU build on a GPU machine", "orchestrator build --backend cuda"
+        )
+    return Check("native build", OK, detail)
+
+
+def check_config(config: Path) -> Check:
+    if not config.exists():
+        return Check("config", WARN, f"{config} not found (defaults apply)", "create models.yaml or pass --config PATH")
+    from orchestrator.config.schema import load_config
+
+    try:
+        cfg = load_config(config)
+    except UserError as err:
+        return Check("config", FAIL, str(err).replace("\n", " | "), err.hint or f"edit {config}")
+    return Check("config", OK, f"{config}: {len(cfg.models)} model(s)")
+
+
+def configured_address(config: Path) -> tuple[str, int]:
+    """``server.host`` and ``server.port`` from the YAML (defaults 127.0.0.1, 8080); read
+    leniently so an otherwise invalid file still gets its port checked."""
+    host, port = DEFAULT_HOST, DEFAULT_PORT
+    if not config.is_file():
+        return host, port
+    from ruamel.yaml import YAML
+    from ruamel.yaml.error import YAMLError
+
+    try:
+        data = YAML(typ="safe").load(config.read_text())
+    except (YAMLError, OSError):
+        return host, port
+    server = data.get("server") if isinstance(data, dict) else None
+    if isinstance(server, dict):
+        if isinstance(server.get("host"), str):
+            host = server["host"]
+        if isinstance(server.get("port"), int):
+            port = server["port"]
+    return host, port
+
+
+def check_port(config: Path) -> Check:
+    host, port = configured_address(config)
+    if port == 0:
+        return Check("port", OK, "server.port is 0: the OS picks one")
+    from orchestrator.launch.plan import check_port_free  # the same check `up` runs, naming the holder
+
+    try:
+        check_port_free(host, port)
+    except UserError as err:
+        ours = _running_orchestrator_on(port)
+        if ours is not None:
+            return Check("port", OK, f"{host}:{port} is served by the running orchestrator (pid {ours})")
+        return Check("port", FAIL, str(err), "change server.port, or `orchestrator status` if it is already running")
+    return Check("port", OK, f"{host}:{port} is free")
+
+
+def _running_orchestrator_on(port: int) -> int | None:
+    """The pid of a live ``orchestrator up`` whose endpoint uses ``port``, else None."""
+    from orchestrator.host import statefile
+
+    data = statefile.read_live()
+    if data and str(data.get("endpoint", "")).rstrip("/").endswith(f":{port}"):
+        return int(data.get("pid") or 0) or None
+    return None
+
+
+def check_demo_model() -> Check:
+    folder = paths.demo_model_dir()
+    found = sorted(folder.glob("*.gguf")) if folder.is_dir() else []
+    if not found:
+        return Check(
+            "demo model",
+            WARN,
+            f"not generated yet ({folder})",
+            "orchestrator up generates it on first use, or: orchestrator make-tiny-model",
+        )
+    return Check("demo model", OK, f"{len(found)} GGUF(s) in {folder}")
+
+
+__all__ = ["Check", "collect", "configured_address", "run_doctor"]

@@ -1,0 +1,409 @@
+"""models.yaml: the pydantic model and the loader (``load_config``).
+
+``load_config(path)`` reads the file with ruamel.yaml's round-trip loader (so every key
+keeps its line number), validates it with pydantic (``extra="forbid"`` everywhere) and
+turns every validation problem into one line that says where and what::
+
+    models.yaml:14: models[0].speculative.n_min: must be <= n_max (3)
+
+followed by what to do. Several problems become several lines of one ``ConfigError``
+(a ``UserError``; located by ``orchestrator.config.problems``). The JSON schema in ``orchestrator/data/models.schema.json`` is
+generated from these classes (``python -m orchestrator.config.schema`` rewrites it; a test
+checks that it is current), so editors with yaml-language-server validate as you type.
+
+Rules beyond the types:
+- ``speculative.n_min`` must be <= ``n_max``; setting ``n_max``/``n_min``/``p_min``/``draft``
+  together with ``type: none`` is an error (the flags only work together; case S03).
+- ``type: mtp`` (the fork / model-card spelling) is accepted and normalised to ``draft-mtp``.
+- Model names and aliases are unique across the file.
+- ``extra_args`` may not carry a flag the launch plan sets itself (``-m``, ``--port``,
+  ``--host``, ``--spec-type``, ...): it would fight the plan, so the error names the key to use.
+
+Next door: ``orchestrator.config.problems`` (YAML reading, line lookup, pydantic errors -> located
+``Problem`` lines with hints), ``orchestrator.config.model_paths`` (``resolve_model_path`` and friends),
+``orchestrator.config.plan_flags`` (``PLAN_FLAGS``/``PLAN_ENV``). Their public names are re-exported here.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import sys
+import typing
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
+from pydantic.json_schema import SkipJsonSchema
+
+from orchestrator.config.model_paths import BUILTIN_MODELS, resolve_draft_path, resolve_file, resolve_model_path
+from orchestrator.config.plan_flags import PLAN_ENV, PLAN_FLAGS
+from orchestrator.config.problems import (
+    _UNIQUE_MSG,
+    ConfigError,
+    Problem,
+    _collect_lines,
+    _dedupe,
+    _located,
+    _nearest_line,
+    _plain,
+    _problem_unknown,
+    _problems,
+    _read_yaml,
+    format_loc,
+)
+
+SCHEMA_FILE = Path(__file__).resolve().parents[1] / "data" / "models.schema.json"
+SCHEMA_COMMENT = "# yaml-language-server: $schema=./orchestrator/data/models.schema.json"
+
+
+def _mentions(annotation: Any, kinds: tuple[type, ...]) -> bool:
+    """Whether a field annotation (through unions, Annotated, list[...]) names one of ``kinds``."""
+    if annotation in kinds:
+        return True
+    return any(_mentions(arg, kinds) for arg in typing.get_args(annotation))
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_default=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_bool_numbers(cls, data: Any) -> Any:
+        # pydantic's lax mode reads `ctx_size: true` as 1 and `connect: yes` as 1.0 s; a YAML
+        # boolean in a number field is always a slip, so refuse it at its key.
+        if isinstance(data, dict):
+            for key, value in data.items():
+                field = cls.model_fields.get(key) if isinstance(key, str) else None
+                if (
+                    isinstance(value, bool)
+                    and field is not None
+                    and _mentions(field.annotation, (int, float))
+                    and not _mentions(field.annotation, (bool,))
+                ):
+                    raise _located(key, f"should be a number, not a boolean (got {str(value).lower()})")
+        return data
+
+
+class Timeouts(_Strict):
+    """Timeouts in seconds."""
+
+    connect: float = Field(10, gt=0, description="proxy -> upstream TCP connect (s)")
+    first_byte: float = Field(600, gt=0, description="proxy -> upstream: wait for the first response byte (s)")
+    idle: float = Field(120, gt=0, description="proxy -> upstream: longest silence inside a response (s)")
+    load: float = Field(
+        600, gt=0, description="supervisor: /health must answer 200 within this (s); extended while the child logs"
+    )
+    queue: float = Field(300, gt=0, description="proxy: how long a request waits for a ready replica (s)")
+    shutdown_grace: float = Field(10, ge=0, description="in-flight requests get this long on SIGINT/SIGTERM (s)")
+
+
+class ServerConfig(_Strict):
+    """The orchestrator's own OpenAI-compatible endpoint."""
+
+    host: str = Field("127.0.0.1", description="address the proxy binds; children always bind 127.0.0.1")
+    port: int = Field(8080, ge=0, le=65535, description="port the proxy binds (0 = OS-picked)")
+    api_keys: list[Annotated[str, Field(min_length=1)]] = Field(
+        default_factory=list, description="Bearer tokens; empty = no auth"
+    )
+    auth_health: bool = Field(False, description="require the key on /health")
+    auth_metrics: bool = Field(False, description="require the key on /metrics")
+    cors_origins: list[str] = Field(default_factory=list, description="CORS off when empty")
+    max_body_bytes: int = Field(32 * 1024 * 1024, gt=0, description="largest request body (bytes)")
+    when_loading: Literal["hold", "reject"] = Field(
+        "hold", description="requests while no replica is ready: hold (up to timeouts.queue) or 503 + Retry-After"
+    )
+    timeouts: Timeouts = Field(default_factory=Timeouts)
+
+
+class BuildConfig(_Strict):
+    """Native build defaults for ``orchestrator build``."""
+
+    backend: Literal["auto", "cpu", "cuda"] = "auto"
+    cuda_arch: str | None = Field(None, description="CUDA compute capabilities, e.g. '120' or '89;90'")
+
+
+def _normalise_spec_type(value: Any) -> Any:
+    # Forks and model cards spell it `--spec-type mtp`; the pin only knows draft-mtp.
+    if isinstance(value, str) and value.strip().lower() in ("mtp", "draft_mtp", "draft-mtp"):
+        return "draft-mtp"
+    return value
+
+
+SpecType = Annotated[
+    Literal["draft-mtp", "none"] | None,
+    BeforeValidator(_normalise_spec_type),
+    WithJsonSchema(
+        {
+            "anyOf": [{"enum": ["draft-mtp", "mtp", "none"], "type": "string"}, {"type": "null"}],
+            "description": "draft-mtp (alias: mtp), none, or null/absent = auto: draft-mtp iff the GGUF "
+            "has a NextN/MTP head or `draft` is set",
+        }
+    ),
+]
+
+
+class SpeculativeConfig(_Strict):
+    """MTP (NextN) speculative decoding for one model (llama.cpp common/speculative.cpp)."""
+
+    type: SpecType = None
+    n_max: int = Field(3, ge=1, description="draft length K: most tokens drafted per step (--spec-draft-n-max)")
+    n_min: int = Field(1, ge=0, description="fewest tokens drafted per step (--spec-draft-n-min)")
+    p_min: float | None = Field(
+        None, ge=0, le=1, description="drop draft tokens below this probability (--spec-draft-p-min)"
+    )
+    draft: str | None = Field(None, description="separate NextN-only GGUF (-md); relative to this file")
+    acceptance_floor: float = Field(
+        0.3, ge=0, le=1, description="warn when rolling acceptance (over >= 500 drafted tokens) drops below"
+    )
+    spec_fallback: Literal["warn", "relaunch_without_spec"] = "warn"
+
+    @model_validator(mode="after")
+    def _flags_together(self) -> SpeculativeConfig:
+        if self.type == "none":
+            for key in ("n_max", "n_min", "p_min", "draft"):
+                if key in self.model_fields_set:
+                    raise _located(key, f"is set but speculative.type is none; remove {key} or set type: draft-mtp")
+        if self.n_min > self.n_max:
+            raise _located("n_min", f"must be <= n_max ({self.n_max})")
+        return self
+
+
+class ModelConfig(_Strict):
+    """One model: one llama-server process per replica."""
+
+    name: str = Field(
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
+        description="the model id clients send; also the llama-server --alias",
+    )
+    path: str = Field(
+        min_length=1,
+        description="GGUF file (first part of a split model), relative to this file; "
+        "'builtin:tiny-mtp' = the generated demo model",
+    )
+    aliases: list[Annotated[str, Field(pattern=r"^\S+$")]] = Field(
+        default_factory=list, description="other model ids routed to this model"
+    )
+    gpus: list[Annotated[int, Field(ge=0)]] | Literal["auto"] = Field(
+        "auto", description="GPU indices for one replica (several = one process with --tensor-split), or auto"
+    )
+    replicas: Annotated[int, Field(ge=1)] | list[list[Annotated[int, Field(ge=0)]]] = Field(
+        1, description="replica count, or one GPU list per replica"
+    )
+    ctx_size: int = Field(4096, ge=1, description="context length per server (tokens), shared by its slots (-c)")
+    gpu_layers: Annotated[int, Field(ge=0)] | Literal["all"] = Field("all", description="layers offloaded (-ngl)")
+    parallel: int = Field(1, ge=1, description="slots per server (-np)")
+    threads: int | None = Field(None, ge=1, description="CPU threads (-t); default: llama.cpp's choice")
+    port: int | None = Field(
+        None, ge=0, le=65535, description="fixed port for replica 0 (+i for replica i); null/0 = OS-picked"
+    )
+    extra_args: list[str] = Field(default_factory=list, description="more llama-server flags, e.g. ['-fa', 'on']")
+    env: dict[str, str] = Field(default_factory=dict, description="extra environment for the llama-server process")
+    speculative: SpeculativeConfig = Field(default_factory=SpeculativeConfig)
+    system_messages: Literal["merge", "to_user"] = Field(
+        "merge", description="system messages after the first: merge into the first, or turn into user turns"
+    )
+    multimodal: bool = Field(False, description="accept image content (needs --mmproj in extra_args; MTP is text-only)")
+    thinking: bool | None = Field(None, description="default enable_thinking for this model; null = the template's")
+    on_reasoning_only: Literal["pass", "retry_without_thinking"] = "pass"
+
+    @field_validator("path")
+    @classmethod
+    def _builtin_known(cls, value: str) -> str:
+        if value.startswith("builtin:") and value not in BUILTIN_MODELS:
+            near = difflib.get_close_matches(value, BUILTIN_MODELS, n=1)
+            tip = f"did you mean {near[0]!r}? " if near else ""
+            raise ValueError(f"unknown builtin model {value!r}; {tip}known: {', '.join(BUILTIN_MODELS)}")
+        return value
+
+    @field_validator("gpus")
+    @classmethod
+    def _gpus_unique(cls, value: list[int] | str) -> list[int] | str:
+        if isinstance(value, list):
+            if not value:
+                raise ValueError("is empty; list GPU indices (e.g. [0]) or write auto")
+            if len(set(value)) != len(value):
+                raise ValueError(f"lists a GPU twice: {value}")
+        return value
+
+    @field_validator("replicas")
+    @classmethod
+    def _replica_lists(cls, value: int | list[list[int]]) -> int | list[list[int]]:
+        if isinstance(value, list):
+            if not value:
+                raise ValueError("is an empty list; give a count or one GPU list per replica")
+            for i, gpus in enumerate(value):
+                if not gpus:
+                    raise _located(str(i), "is an empty GPU list")
+                if len(set(gpus)) != len(gpus):
+                    raise _located(str(i), f"lists a GPU twice: {gpus}")
+        return value
+
+    @field_validator("extra_args")
+    @classmethod
+    def _no_plan_flags(cls, value: list[str]) -> list[str]:
+        for i, arg in enumerate(value):
+            flag = arg.split("=", 1)[0]
+            if flag.startswith("--"):
+                flag = flag.replace("_", "-")
+            key = PLAN_FLAGS.get(flag)
+            if key is not None:
+                raise _located(str(i), f"{flag} is set by the launch plan; use the models.yaml key {key} instead")
+        return value
+
+    @field_validator("env")
+    @classmethod
+    def _no_plan_env(cls, value: dict[str, str]) -> dict[str, str]:
+        for name in value:
+            key = PLAN_ENV.get(name)
+            if key is not None:
+                raise _located(name, f"{name} is set by the launch plan; use the models.yaml key {key} instead")
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ModelConfig:
+        if isinstance(self.replicas, list) and self.gpus != "auto":
+            raise _located("replicas", "is a list of GPU lists, so gpus must be auto (remove gpus)")
+        if self.multimodal and self.speculative.type == "draft-mtp":
+            raise _located(
+                "speculative/type",
+                "is draft-mtp but multimodal is true; MTP does not work with --mmproj yet: "
+                "set speculative.type: none or multimodal: false",
+            )
+        return self
+
+
+class Config(_Strict):
+    """The whole models.yaml. ``path`` is the file it came from (set by ``load_config``)."""
+
+    server: ServerConfig = Field(default_factory=ServerConfig)
+    build: BuildConfig = Field(default_factory=BuildConfig)
+    models: list[ModelConfig] = Field(min_length=1, description="the models to serve")
+    path: SkipJsonSchema[Path | None] = Field(None, exclude=True)
+
+    _lines: dict[tuple[str | int, ...], int] = PrivateAttr(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> Config:
+        seen: dict[str, str] = {}
+        for i, model in enumerate(self.models):
+            for at, label, value in [(f"models/{i}/name", f"models[{i}].name", model.name)] + [
+                (f"models/{i}/aliases/{j}", f"models[{i}].aliases[{j}]", alias) for j, alias in enumerate(model.aliases)
+            ]:
+                if value in seen:
+                    raise _located(at, f"{value!r} is already used by {seen[value]}; {_UNIQUE_MSG}")
+                seen[value] = label
+        return self
+
+    @property
+    def config_dir(self) -> Path:
+        """Directory that relative paths in the file resolve against (cwd for in-code configs)."""
+        return self.path.parent if self.path is not None else Path.cwd()
+
+    def model(self, name: str) -> ModelConfig:
+        """The model called ``name`` or carrying it as an alias. Raises ``KeyError``."""
+        for model in self.models:
+            if model.name == name or name in model.aliases:
+                return model
+        raise KeyError(name)
+
+    def where(self, *loc: str | int) -> str:
+        """``"models.yaml:14: models[0].path"`` for a key path, for messages raised after loading."""
+        key = format_loc(loc)
+        if self.path is None:
+            return key
+        line = _nearest_line(self._lines, tuple(loc))
+        return f"{self.path}:{line}: {key}" if line else f"{self.path}: {key}"
+
+
+def load_config(path: Path) -> Config:
+    """Read and validate a models.yaml.
+
+    Args:
+        path: the YAML file.
+    Returns:
+        the validated ``Config`` with ``config.path`` set to ``path``.
+    Raises:
+        ConfigError (a UserError): missing/empty file, YAML syntax error (with line), or one
+        located line per validation problem (file:line: key path: what, plus the fix).
+    """
+    name = str(path)
+    data = _read_yaml(path)
+    try:
+        lines = _collect_lines(data)
+        plain = _plain(data)
+    except RecursionError:
+        raise ConfigError(
+            [Problem(name, None, "", "YAML nested too deeply to read", "a models.yaml needs only a few levels")]
+        ) from None
+    problems: list[Problem] = []
+    if "path" in plain:
+        problems.append(_problem_unknown(name, lines, ("path",), Config))
+        del plain["path"]
+    try:
+        config = Config.model_validate(plain)
+    except ValidationError as err:
+        problems.extend(_problems(name, lines, err, plain))
+        raise ConfigError(_dedupe(problems)) from None
+    if problems:
+        raise ConfigError(problems)
+    config.path = path
+    config._lines = lines
+    return config
+
+
+# --------------------------------------------------------------------------- schema
+
+
+def json_schema() -> dict[str, Any]:
+    """The JSON schema of models.yaml (draft 2020-12), as committed in ``data/models.schema.json``."""
+    schema = Config.model_json_schema(mode="validation")
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "orchestrator models.yaml"
+    return schema
+
+
+def schema_text() -> str:
+    """``json_schema()`` rendered exactly as the committed file (2-space indent, trailing newline)."""
+    return json.dumps(json_schema(), indent=2, sort_keys=True) + "\n"
+
+
+def write_schema(path: Path = SCHEMA_FILE) -> Path:
+    """Regenerate the schema file; run ``python -m orchestrator.config.schema`` after changing the models."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(schema_text(), encoding="utf-8")
+    return path
+
+
+if __name__ == "__main__":  # pragma: no cover
+    print(write_schema(Path(sys.argv[1]) if len(sys.argv) > 1 else SCHEMA_FILE))
+
+
+__all__ = [
+    "BUILTIN_MODELS",
+    "BuildConfig",
+    "Config",
+    "ConfigError",
+    "ModelConfig",
+    "Problem",
+    "ServerConfig",
+    "SpeculativeConfig",
+    "Timeouts",
+    "format_loc",
+    "json_schema",
+    "load_config",
+    "resolve_draft_path",
+    "resolve_file",
+    "resolve_model_path",
+    "write_schema",
+]

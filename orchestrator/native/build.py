@@ -1,0 +1,210 @@
+"""The native build: the pinned llama.cpp plus ``native/patches``, compiled once per build key.
+
+``orchestrator build`` runs: fetch, verify, extract and patch the source (``native_fetch``);
+configure with CMake + Ninja (flags: ``native_plan.PRESETS``); build the ``llama-server`` target (it
+yields ``libllama.so``, ``libggml*.so`` and ``libmtmd.so`` too); copy the server and its
+libraries into ``bin/`` with ``manifest.json``; point ``builds/current.json`` at it. One
+build serves both llama-server and the in-process Python runtime (``orchestrator.models.runtime``).
+
+Layout under ``paths.cache_root()/builds``::
+
+    <key>/llama.cpp   patched source (a copy, so each key is self-contained)
+    <key>/build       CMake build tree
+    <key>/bin         llama-server, lib*.so*, manifest.json (RUNPATH $ORIGIN: movable)
+    <key>/build.log   full configure + compile log
+    current.json      {"key", "bin_dir"} of the last successful build; what locate() reads
+
+``llama.cpp`` and ``build`` sit side by side under one root and ccache runs with
+``CCACHE_BASEDIR=<key>``, so compile commands hash relative paths and a rebuild under a new
+key (a patch edit) is mostly cache hits.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from orchestrator import paths
+from orchestrator.errors import UserError
+from orchestrator.native import fetch as native_fetch
+from orchestrator.native.plan import BuildPlan, plan_build
+
+ENV_BIN_DIR = "ORCHESTRATOR_BIN_DIR"
+ENV_SOURCE_DIR = "ORCHESTRATOR_SOURCE_DIR"
+SERVER = "llama-server"
+TARGET = "llama-server"
+NO_BUILD_HINT = "run `orchestrator build` (or set ORCHESTRATOR_BIN_DIR to a folder holding llama-server)"
+
+# Free space needed before extracting + building (bytes): source copy ~180 MB, build tree
+# ~30 MB (CPU) or a few GB of CUDA objects.
+SPACE_NEEDED = {"cpu": 1 * 1024**3, "cuda": 6 * 1024**3}
+
+
+@dataclass(frozen=True)
+class BuildInfo:
+    """A usable native build: ``server`` is llama-server, ``lib_dir`` holds libllama.so and
+    libggml*.so (for ``LLAMA_CPP_LIB_PATH``), ``manifest`` is ``manifest.json`` ({} if absent)."""
+
+    bin_dir: Path
+    server: Path
+    lib_dir: Path
+    manifest: dict[str, Any]
+
+
+def builds_root() -> Path:
+    return paths.cache_root() / "builds"
+
+
+def locate() -> BuildInfo:
+    """Find the native build: ``$ORCHESTRATOR_BIN_DIR`` when set, else the last successful
+    ``orchestrator build`` (``builds/current.json``).
+
+    Raises ``UserError`` ("no native build; run `orchestrator build`") when there is none or
+    its llama-server is missing.
+    """
+    env = os.environ.get(ENV_BIN_DIR)
+    if env:
+        bin_dir = Path(env).expanduser()
+    else:
+        pointer = builds_root() / "current.json"
+        try:
+            bin_dir = Path(json.loads(pointer.read_text())["bin_dir"])
+        except (OSError, ValueError, KeyError):
+            raise UserError("no native build; run `orchestrator build`", hint=NO_BUILD_HINT) from None
+    server = bin_dir / SERVER
+    if not (server.is_file() and os.access(server, os.X_OK)):
+        raise UserError(f"no native build; run `orchestrator build` ({server} is missing)", hint=NO_BUILD_HINT)
+    manifest_path = bin_dir / "manifest.json"
+    manifest = json.loads(manifest_path.read_text()) if manifest_path.is_file() else {}
+    return BuildInfo(bin_dir=bin_dir, server=server, lib_dir=bin_dir, manifest=manifest)
+
+
+def pinned_source() -> Path:
+    """Root of the pinned llama.cpp source with ``native/patches`` applied (downloaded and
+    extracted on demand into the cache; nothing is compiled). ``$ORCHESTRATOR_SOURCE_DIR``
+    overrides it. Raises ``UserError`` on download, checksum or patch failures."""
+    env = os.environ.get(ENV_SOURCE_DIR)
+    if env:
+        src = Path(env).expanduser()
+        if not (src / "CMakeLists.txt").is_file():
+            raise UserError(f"{ENV_SOURCE_DIR}={env} is not a llama.cpp source tree")
+        return src
+    return native_fetch.prepare_source(native_fetch.load_pin(), native_fetch.list_patches())
+
+
+# --- the command ---------------------------------------------------------------------------
+
+
+def cli_build(backend: str, cuda_arch: str | None, jobs: int | None, force: bool, show: bool) -> int:
+    """``orchestrator build``: build (or confirm up to date) and print where the build is.
+
+    Returns 0 on success or when up to date, 1 when CMake or the compile failed (the log path
+    and its last lines are printed). Raises ``UserError`` for missing tools, download,
+    checksum, patch or disk-space problems.
+    """
+    from rich.console import Console
+
+    console = Console(stderr=True, soft_wrap=True)
+    if show:
+        info = locate()
+        print(json.dumps(info.manifest or {"bin_dir": str(info.bin_dir), "manifest": None}, indent=2))
+        return 0
+    plan = plan_build(backend, cuda_arch)
+    root = builds_root() / plan.key
+    if not force and _is_built(root, plan.key):
+        _set_current(root / "bin")
+        console.print(f"llama-server is up to date ({plan.backend}, key {plan.key}): {root / 'bin'}")
+        return 0
+    native_fetch.require_space(builds_root(), SPACE_NEEDED[plan.backend], f"a {plan.backend} build")
+    from orchestrator.native import make as native_make
+
+    started = time.monotonic()
+    if force:  # a clean build of this key (ccache still makes it quick); bin/ stays until replaced
+        for stale in (root / "build", root / native_fetch.SOURCE_DIR_NAME):
+            shutil.rmtree(stale, ignore_errors=True)
+    root.mkdir(parents=True, exist_ok=True)
+    _ensure_source_copy(root, plan, console)
+    log = root / "build.log"
+    ok = native_make.configure_and_compile(root, plan.cmake_flags(), TARGET, jobs or os.cpu_count() or 2, log, console)
+    if not ok:
+        return 1
+    bin_dir = install(root, plan, time.monotonic() - started)
+    _set_current(bin_dir)
+    manifest = json.loads((bin_dir / "manifest.json").read_text())
+    console.print(f"built llama-server in {manifest['build_seconds']:.0f} s: {bin_dir}")
+    console.print(f"  {manifest['version'].splitlines()[0] if manifest['version'] else '(no --version output)'}")
+    return 0
+
+
+def _is_built(root: Path, key: str) -> bool:
+    try:
+        manifest = json.loads((root / "bin" / "manifest.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return manifest.get("key") == key and (root / "bin" / SERVER).is_file()
+
+
+def _ensure_source_copy(root: Path, plan: BuildPlan, console: Any) -> None:
+    """Copy the patched source into ``<root>/llama.cpp`` once (the build tree sits beside it)."""
+    dest = root / native_fetch.SOURCE_DIR_NAME
+    if dest.is_dir():
+        return
+    with console.status("preparing the patched llama.cpp source"):
+        src = native_fetch.prepare_source(plan.pin, plan.patches)
+        tmp = root / ".source.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.copytree(src, tmp, symlinks=True)
+        tmp.rename(dest)
+
+
+def install(root: Path, plan: BuildPlan, seconds: float) -> Path:
+    """Copy llama-server and every ``lib*.so*`` from ``build/bin`` into ``<root>/bin`` and write
+    ``manifest.json`` there. Returns the bin folder."""
+    built = root / "build" / "bin"
+    staging = root / "bin.tmp"
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    for item in [built / SERVER, *sorted(built.glob("lib*.so*"))]:
+        shutil.copy2(item, staging / item.name, follow_symlinks=False)
+    manifest = {
+        "key": plan.key,
+        "pin": plan.pin.as_dict(),
+        "upstream_commit": plan.pin.commit,
+        "patches": [{"name": p.name, "sha256": p.sha256} for p in plan.patches],
+        "backend": plan.backend,
+        "cuda_arch": plan.cuda_arch,
+        "compiler": plan.compiler,
+        "nvcc": plan.nvcc,
+        "cmake_flags": plan.cmake_flags(),
+        "build_seconds": round(seconds, 1),
+        "built_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "llama_server_sha256": native_fetch.sha256_file(staging / SERVER),
+        "version": server_version(staging / SERVER),
+    }
+    (staging / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    shutil.rmtree(root / "bin", ignore_errors=True)
+    staging.rename(root / "bin")
+    return root / "bin"
+
+
+def server_version(server: Path) -> str:
+    """``llama-server --version`` output (it prints on stderr), e.g.
+    ``version: 0.5.0-dev (build 0, commit 0c1e570)``; lines about loading backends are dropped."""
+    result = subprocess.run([str(server), "--version"], capture_output=True, text=True, timeout=60, check=False)
+    lines = (result.stdout + result.stderr).splitlines()
+    keep = [line for line in lines if line.startswith(("version:", "built with"))]
+    return "\n".join(keep or lines).strip()
+
+
+def _set_current(bin_dir: Path) -> None:
+    pointer = builds_root() / "current.json"
+    tmp = pointer.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"key": bin_dir.parent.name, "bin_dir": str(bin_dir)}) + "\n")
+    tmp.replace(pointer)

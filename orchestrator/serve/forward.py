@@ -1,0 +1,427 @@
+"""The proxy's hot path: ``POST /v1/chat/completions``, ``/v1/completions``, ``/v1/embeddings``.
+
+Each route is a raw ASGI endpoint (no pydantic, no Request/Response objects); one request goes:
+
+1. refuse while draining (503 + Retry-After), check the API key (401);
+2. read the body: over ``server.max_body_bytes`` is 413 (Content-Length first, then counted
+   while reading), not a JSON object is 400;
+3. route by ``model`` (``orchestrator.serve.routing``): 400 / 404 ``model_not_found``;
+4. repair the request (chat: ``orchestrator.serve.request_repair.repair_request`` with the model's policy;
+   completions: only the ``speculative`` -> ``speculative.n_max`` translation). When nothing
+   changed the client's original bytes are forwarded untouched; otherwise the body is
+   serialised once;
+5. take a serving replica, holding while none is ready (S01); count it in flight;
+6. send upstream (``orchestrator.serve.upstream``: keep-alive, retry once on a dead pooled socket);
+7. answer: non-streamed bodies are parsed for ``timings`` (metrics, ``Instance.record_timings``)
+   and response repair (``orchestrator.serve.response_repair``), and passed on as the original bytes unless
+   repaired; streams are relayed event by event (``orchestrator.serve.streaming``).
+
+Errors before the response starts are raised as ``ApiError`` and rendered by the app's one
+exception handler; errors inside a stream become an SSE error event. A client that disconnects
+cancels the work (noticed within ``WATCH_AFTER`` seconds), which closes the upstream request, and
+llama-server then frees the slot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+import httpx
+
+from orchestrator.errors import ApiError
+from orchestrator.serve import request_repair as chat
+from orchestrator.serve import response_repair as reasoning
+from orchestrator.serve.metrics import NO_MODEL, ModelMetrics, ProxyMetrics
+from orchestrator.serve.streaming import SSE_HEADERS, RelayOutcome, relay_sse
+from orchestrator.serve.upstream import UpstreamPool, UpstreamTimeout, from_upstream_status, to_api_error
+
+if TYPE_CHECKING:
+    from orchestrator.config.schema import Config, ModelConfig
+    from orchestrator.serve.auth import ApiKeys
+    from orchestrator.serve.routing import Router
+    from orchestrator.supervise.supervisor import Instance
+
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+UPSTREAM_HEADERS = {"content-type": "application/json"}
+JSON_HEADER = (b"content-type", b"application/json")
+# Status counted for a request whose client went away before the answer (nginx's convention).
+CLIENT_CLOSED = 499
+DRAIN_RETRY_AFTER = 5.0
+# Seconds before a request starts watching for its client's disconnect (see _run_watched).
+WATCH_AFTER = 0.05
+
+
+class Forwarder:
+    """Shared state of the POST endpoints of one app.
+
+    Args:
+        config: the validated models.yaml.
+        router: model resolution and replica choice.
+        pool: the upstream HTTP clients.
+        metrics: the app's metrics.
+        keys: API keys.
+        draining: returns True once the app stops taking requests (``app.state.draining``).
+    """
+
+    def __init__(
+        self,
+        config: Config,
+        router: Router,
+        pool: UpstreamPool,
+        metrics: ProxyMetrics,
+        keys: ApiKeys,
+        draining: Callable[[], bool],
+    ) -> None:
+        self.config = config
+        self.router = router
+        self.pool = pool
+        self.metrics = metrics
+        self.keys = keys
+        self.draining = draining
+        self.max_body = config.server.max_body_bytes
+        self.policies = {
+            m.name: chat.RepairPolicy(
+                system_messages=m.system_messages, multimodal=m.multimodal, thinking_default=m.thinking
+            )
+            for m in config.models
+        }
+
+    def endpoint(self, kind: str) -> Endpoint:
+        """The ASGI endpoint for ``kind``: ``"chat"``, ``"completions"`` or ``"embeddings"``."""
+        return Endpoint(self, kind)
+
+
+class _Prepared:
+    """A request ready to forward."""
+
+    __slots__ = ("body", "content", "model", "stream", "thinking")
+
+    def __init__(self, content: bytes, body: dict[str, Any], stream: bool, thinking: bool, model: ModelConfig) -> None:
+        self.content = content  # bytes to send upstream
+        self.body = body  # the (repaired) body those bytes encode
+        self.stream = stream
+        self.thinking = thinking
+        self.model = model
+
+
+class ClientGone(Exception):
+    """The client disconnected before its request was read."""
+
+
+class _Watch:
+    """Flags shared with the disconnect watcher."""
+
+    __slots__ = ("disconnected", "finished")
+
+    def __init__(self) -> None:
+        self.finished = False
+        self.disconnected = False
+
+
+async def read_body(headers: list[tuple[bytes, bytes]], receive: Receive, limit: int) -> bytes:
+    """Read the request body (bytes), refusing more than ``limit`` bytes.
+
+    Raises:
+        ApiError: 413 when ``Content-Length`` or the bytes actually received exceed ``limit``;
+            400 for a malformed ``Content-Length``.
+        ClientGone: the client disconnected while sending.
+    """
+    for name, value in headers:
+        if name == b"content-length":
+            try:
+                declared = int(value)
+            except ValueError:
+                raise ApiError(400, "malformed Content-Length header") from None
+            if declared > limit:
+                raise _too_large(limit)
+            break
+    parts: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientGone()
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise _too_large(limit)
+        parts.append(chunk)
+        if not message.get("more_body", False):
+            break
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+def _too_large(limit: int) -> ApiError:
+    return ApiError(413, f"request body is larger than {limit} bytes (server.max_body_bytes)", code="request_too_large")
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def parse_body(raw: bytes) -> dict[str, Any]:
+    """Parse a request body as a JSON object.
+
+    Raises:
+        ApiError: 400 when it is not valid JSON or not an object.
+    """
+    try:
+        # NaN/Infinity are not JSON (RFC 8259) and llama-server's parser rejects them: refuse here
+        body = json.loads(raw, parse_constant=_refuse_constant)
+    except ValueError as err:
+        raise ApiError(400, f"request body is not valid JSON: {err}", code="invalid_json") from None
+    except RecursionError:
+        raise ApiError(400, "request body is nested too deeply", code="invalid_json") from None
+    if not isinstance(body, dict):
+        raise ApiError(400, "request body must be a JSON object", code="invalid_json")
+    return body
+
+
+def _dump(body: dict[str, Any]) -> bytes:
+    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def _server_splits_reasoning(body: dict[str, Any], model: ModelConfig) -> bool:
+    """Whether llama-server will put reasoning in ``reasoning_content`` itself.
+
+    It does unless the request's ``reasoning_format`` or the model's ``--reasoning-format``
+    launch flag is ``none`` (``common/arg.cpp``; default ``auto``, which extracts it).
+    """
+    fmt = body.get("reasoning_format")
+    if fmt is None:
+        args = model.extra_args
+        for i, arg in enumerate(args):
+            if arg == "--reasoning-format" and i + 1 < len(args):
+                fmt = args[i + 1]
+            elif arg.startswith("--reasoning-format="):
+                fmt = arg.split("=", 1)[1]
+    return fmt != "none"
+
+
+def stream_repair(prep: _Prepared) -> reasoning.StreamRepair | None:
+    """The response repair a chat stream needs, or None to pass its bytes through untouched.
+
+    - thinking off: reasoning that still arrives is moved to content, and a stray ``</think>``
+      is split off;
+    - thinking on and llama-server leaves reasoning in the content (``reasoning_format: none``):
+      the content before ``</think>`` is relabelled ``reasoning_content`` (case R01);
+    - thinking on and llama-server splits reasoning itself (its default): nothing to repair. The
+      splitter is not used there on purpose: when the model's reasoning is empty the server sends
+      only content deltas, which a thinking-on splitter would relabel as reasoning.
+    """
+    n = prep.body.get("n", 1)
+    if not prep.thinking:
+        return reasoning.StreamRepair(thinking=False, n=n)
+    if not _server_splits_reasoning(prep.body, prep.model):
+        return reasoning.StreamRepair(thinking=True, n=n)
+    return None
+
+
+class Endpoint:
+    """One POST route as an ASGI app.
+
+    Args:
+        fwd: the shared :class:`Forwarder`.
+        kind: ``"chat"``, ``"completions"`` or ``"embeddings"``.
+    """
+
+    _PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions", "embeddings": "/v1/embeddings"}
+
+    def __init__(self, fwd: Forwarder, kind: str) -> None:
+        self.fwd = fwd
+        self.kind = kind
+        self.path = self._PATHS[kind]
+
+    async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
+        fwd = self.fwd
+        started = time.monotonic()
+        mm = fwd.metrics.model(NO_MODEL)
+        status = 500
+        try:
+            if fwd.draining():
+                raise ApiError(
+                    503,
+                    "the server is shutting down; retry on another instance or later",
+                    code="draining",
+                    retry_after=DRAIN_RETRY_AFTER,
+                )
+            fwd.keys.check(scope["headers"])
+            raw = await read_body(scope["headers"], receive, fwd.max_body)
+            body = parse_body(raw)
+            model = fwd.router.resolve(body.get("model"))
+            mm = fwd.metrics.model(model.name)
+            prep = self._prepare(raw, body, model, mm)
+            status = await self._run_watched(prep, mm, receive, send, started)
+        except ApiError as err:
+            status = err.status
+            raise
+        except ClientGone:
+            status = CLIENT_CLOSED
+        finally:
+            mm.request(self.kind, status)
+            mm.duration.observe(time.monotonic() - started)
+
+    def _prepare(self, raw: bytes, body: dict[str, Any], model: ModelConfig, mm: ModelMetrics) -> _Prepared:
+        thinking = False
+        new: dict[str, Any] | None = None
+        if self.kind == "chat":
+            result = chat.repair_request(body, self.fwd.policies[model.name])
+            thinking = result.thinking
+            if result.changed:
+                new = result.body
+                for kind in result.repairs:
+                    mm.repair(kind)
+        elif self.kind == "completions":
+            new = chat.flatten_speculative(body)
+            if new is not None:
+                mm.repair("speculative_flattened")
+        if new is None:
+            return _Prepared(raw, body, body.get("stream") is True, thinking, model)
+        return _Prepared(_dump(new), new, new.get("stream") is True, thinking, model)
+
+    async def _run_watched(
+        self, prep: _Prepared, mm: ModelMetrics, receive: Receive, send: Send, started: float
+    ) -> int:
+        """Run the exchange; a client disconnect cancels it (and with it the upstream request)."""
+        me = asyncio.current_task()
+        assert me is not None
+        watch = _Watch()
+
+        async def watcher() -> None:
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    if not watch.finished:
+                        watch.disconnected = True
+                        me.cancel()
+                    return
+
+        tasks: list[asyncio.Task[None]] = []
+
+        def start_watching() -> None:
+            tasks.append(loop.create_task(watcher()))
+
+        # Most requests finish before this; they never pay for a watcher task. A disconnect is
+        # still noticed within WATCH_AFTER seconds plus one loop turn.
+        loop = asyncio.get_running_loop()
+        timer = loop.call_later(WATCH_AFTER, start_watching)
+        try:
+            return await self._exchange(prep, mm, send, watch, started)
+        except asyncio.CancelledError:
+            if watch.disconnected and me.uncancel() == 0:
+                return CLIENT_CLOSED
+            raise
+        finally:
+            watch.finished = True
+            timer.cancel()
+            for task in tasks:
+                task.cancel()
+
+    async def _exchange(self, prep: _Prepared, mm: ModelMetrics, send: Send, watch: _Watch, started: float) -> int:
+        fwd = self.fwd
+        instance = await fwd.router.acquire(prep.model.name)
+        upstream = fwd.pool.get(instance.base_url or "", instance.name)
+        instance.in_flight += 1
+        mm.in_flight.inc()
+        try:
+            content = prep.content
+            for attempt in (1, 2):
+                response = await upstream.open("POST", self.path, content, UPSTREAM_HEADERS, on_retry=mm.retry)
+                try:
+                    if response.status_code >= 400:
+                        raise from_upstream_status(response.status_code, await upstream.read_body(response))
+                    if prep.stream:
+                        return await self._relay(prep, mm, instance, upstream, response, send, watch, started)
+                    data = await upstream.read_body(response)
+                finally:
+                    await response.aclose()
+                data, retry = self._finish_json(prep, mm, instance, data, started, attempt)
+                if retry is None:
+                    break
+                content = retry
+            watch.finished = True
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 200,
+                    "headers": [JSON_HEADER, (b"content-length", str(len(data)).encode())],
+                }
+            )
+            await send({"type": "http.response.body", "body": data, "more_body": False})
+            return 200
+        except (UpstreamTimeout, httpx.TransportError) as exc:
+            raise to_api_error(exc) from None
+        finally:
+            instance.in_flight -= 1
+            mm.in_flight.dec()
+
+    def _finish_json(
+        self, prep: _Prepared, mm: ModelMetrics, instance: Instance, data: bytes, started: float, attempt: int
+    ) -> tuple[bytes, bytes | None]:
+        """Account and repair a non-streamed answer.
+
+        Returns ``(bytes for the client, None)``, or ``(_, body to resend)`` when the model's
+        ``on_reasoning_only: retry_without_thinking`` applies (first attempt only).
+        """
+        if self.kind == "embeddings":
+            return data, None
+        try:
+            obj = json.loads(data)
+        except ValueError:
+            return data, None  # not ours to fix; pass it on as llama-server sent it
+        if not isinstance(obj, dict):
+            return data, None
+        timings = obj.get("timings")
+        if isinstance(timings, dict):
+            mm.timings(timings)
+            instance.record_timings(timings)
+            predicted_ms = timings.get("predicted_ms")
+            if isinstance(predicted_ms, (int, float)):
+                mm.ttft.observe(max(0.0, time.monotonic() - started - predicted_ms / 1000))
+        if self.kind != "chat":
+            return data, None
+        fixed, kinds = reasoning.repair_response(obj, thinking=prep.thinking)
+        for kind in kinds:
+            mm.repair(kind)
+        if reasoning.is_reasoning_only(fixed):
+            if prep.model.on_reasoning_only == "retry_without_thinking" and prep.thinking and attempt == 1:
+                mm.repair("reasoning_only_retried")
+                body = dict(prep.body)
+                body["chat_template_kwargs"] = {**(body.get("chat_template_kwargs") or {}), "enable_thinking": False}
+                prep.body, prep.thinking = body, False
+                return data, _dump(body)
+            mm.repair("reasoning_only_passed")
+        return (data if fixed is obj else _dump(fixed)), None
+
+    async def _relay(
+        self,
+        prep: _Prepared,
+        mm: ModelMetrics,
+        instance: Instance,
+        upstream: Any,
+        response: httpx.Response,
+        send: Send,
+        watch: _Watch,
+        started: float,
+    ) -> int:
+        await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
+
+        def finished(outcome: RelayOutcome) -> None:
+            watch.finished = True
+            if outcome.first_chunk_at is not None:
+                mm.ttft.observe(outcome.first_chunk_at - started)
+            if outcome.timings is not None:
+                mm.timings(outcome.timings)
+                instance.record_timings(outcome.timings)
+            for kind in outcome.repairs:
+                mm.repair(kind)
+
+        repair = stream_repair(prep) if self.kind == "chat" else None
+        outcome = await relay_sse(upstream.iter_body(response), send, repair=repair, before_last_send=finished)
+        return outcome.error.status if outcome.error is not None else 200

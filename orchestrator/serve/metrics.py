@@ -1,0 +1,240 @@
+"""Prometheus metrics of one proxy app (``GET /metrics``).
+
+Every app gets its own ``CollectorRegistry`` (never the global one), so tests can build many
+apps in one process. Request-path metrics are updated as requests pass; instance state,
+restarts and the acceptance rate are read from the supervisor and the counters at scrape time
+by a custom collector, so they can never go stale.
+
+Per model (label ``model``, the configured name, never an alias):
+
+=================================================  =========  ==========================================
+metric                                             type       meaning
+=================================================  =========  ==========================================
+``orchestrator_requests_total``                    counter    requests by ``endpoint`` and HTTP ``status``
+``orchestrator_requests_in_flight``                gauge      requests being forwarded now
+``orchestrator_time_to_first_token_seconds``       histogram  streamed: first upstream event; otherwise
+                                                              total minus llama-server's decode time
+``orchestrator_request_duration_seconds``          histogram  request received -> response complete
+``orchestrator_prompt_tokens_total``               counter    ``timings.prompt_n`` (tokens processed)
+``orchestrator_completion_tokens_total``           counter    ``timings.predicted_n`` (tokens generated)
+``orchestrator_decode_tokens_per_second``          histogram  ``timings.predicted_per_second`` (tok/s)
+``orchestrator_draft_tokens_total``                counter    ``timings.draft_n`` (MTP tokens drafted)
+``orchestrator_draft_accepted_tokens_total``       counter    ``timings.draft_n_accepted``
+``orchestrator_draft_acceptance_rate``             gauge      accepted / drafted since start
+``orchestrator_repairs_total``                     counter    request/response repairs by ``kind``
+``orchestrator_upstream_retries_total``            counter    resends after a dead keep-alive socket
+``orchestrator_instance_state``                    gauge      1 for each replica's current ``state``
+``orchestrator_instance_restarts_total``           counter    restarts of each replica (supervisor)
+=================================================  =========  ==========================================
+
+Requests that fail before a model is known (bad JSON, unknown model) count under
+``model="-"``, so client input never becomes a label value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from orchestrator.supervise.supervisor import Supervisor
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+NO_MODEL = "-"
+
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+_TPS_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000)
+
+
+class ModelMetrics:
+    """The metric children of one model, bound once so the request path skips label lookups.
+
+    Use :meth:`ProxyMetrics.model` to get one.
+    """
+
+    def __init__(self, parent: ProxyMetrics, model: str) -> None:
+        self._parent = parent
+        self.model = model
+        self.in_flight = parent.in_flight.labels(model)
+        self.ttft = parent.ttft.labels(model)
+        self.duration = parent.duration.labels(model)
+        self._prompt = parent.prompt_tokens.labels(model)
+        self._completion = parent.completion_tokens.labels(model)
+        self._tps = parent.decode_tps.labels(model)
+        self._drafted = parent.drafted.labels(model)
+        self._accepted = parent.accepted.labels(model)
+        self._retries = parent.retries.labels(model)
+        self._requests: dict[tuple[str, int], Any] = {}
+        self._repairs: dict[str, Any] = {}
+        #: Totals (tokens) kept as plain ints for the acceptance rate computed at scrape time.
+        self.drafted_total = 0
+        self.accepted_total = 0
+
+    def request(self, endpoint: str, status: int) -> None:
+        """Count one finished request to ``endpoint`` (e.g. ``"chat"``) answered with HTTP ``status``."""
+        child = self._requests.get((endpoint, status))
+        if child is None:
+            child = self._parent.requests.labels(self.model, endpoint, str(status))
+            self._requests[(endpoint, status)] = child
+        child.inc()
+
+    def repair(self, kind: str) -> None:
+        """Count one repair of ``kind`` (e.g. ``"system_merged"``, ``"think_split"``)."""
+        child = self._repairs.get(kind)
+        if child is None:
+            child = self._parent.repairs.labels(self.model, kind)
+            self._repairs[kind] = child
+        child.inc()
+
+    def retry(self) -> None:
+        """Count one resend after the upstream closed a kept-alive connection without answering."""
+        self._retries.inc()
+
+    def timings(self, timings: dict[str, Any]) -> None:
+        """Account one response's llama-server ``timings`` object.
+
+        Args:
+            timings: ``prompt_n`` and ``predicted_n`` (tokens), ``predicted_per_second`` (tok/s),
+                and, once anything was drafted, ``draft_n`` and ``draft_n_accepted`` (tokens).
+                Missing or non-numeric fields are skipped.
+        """
+        prompt_n = timings.get("prompt_n")
+        if isinstance(prompt_n, int) and prompt_n > 0:
+            self._prompt.inc(prompt_n)
+        predicted_n = timings.get("predicted_n")
+        if isinstance(predicted_n, int) and predicted_n > 0:
+            self._completion.inc(predicted_n)
+        tps = timings.get("predicted_per_second")
+        if isinstance(tps, (int, float)) and tps > 0 and isinstance(predicted_n, int) and predicted_n > 1:
+            self._tps.observe(tps)
+        drafted = timings.get("draft_n")
+        if isinstance(drafted, int) and drafted > 0:
+            accepted = timings.get("draft_n_accepted")
+            accepted = accepted if isinstance(accepted, int) and accepted >= 0 else 0
+            self._drafted.inc(drafted)
+            self._accepted.inc(accepted)
+            self.drafted_total += drafted
+            self.accepted_total += accepted
+
+
+class ProxyMetrics:
+    """All metrics of one app, in a private registry.
+
+    Args:
+        supervisor: read at scrape time for instance state and restarts.
+        models: configured model names (their children are created up front so every model
+            shows in ``/metrics`` from the start).
+    """
+
+    def __init__(self, supervisor: Supervisor, models: list[str]) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter(
+            "orchestrator_requests", "Requests by endpoint and HTTP status", ["model", "endpoint", "status"], registry=r
+        )
+        self.in_flight = Gauge("orchestrator_requests_in_flight", "Requests being forwarded now", ["model"], registry=r)
+        self.ttft = Histogram(
+            "orchestrator_time_to_first_token_seconds",
+            "Time to first token (s)",
+            ["model"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.duration = Histogram(
+            "orchestrator_request_duration_seconds",
+            "Total request latency (s)",
+            ["model"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.prompt_tokens = Counter(
+            "orchestrator_prompt_tokens", "Prompt tokens processed (timings.prompt_n)", ["model"], registry=r
+        )
+        self.completion_tokens = Counter(
+            "orchestrator_completion_tokens", "Tokens generated (timings.predicted_n)", ["model"], registry=r
+        )
+        self.decode_tps = Histogram(
+            "orchestrator_decode_tokens_per_second",
+            "Decode speed per response (tok/s, timings.predicted_per_second)",
+            ["model"],
+            buckets=_TPS_BUCKETS,
+            registry=r,
+        )
+        self.drafted = Counter(
+            "orchestrator_draft_tokens", "Tokens drafted by the MTP head (timings.draft_n)", ["model"], registry=r
+        )
+        self.accepted = Counter(
+            "orchestrator_draft_accepted_tokens",
+            "Drafted tokens accepted (timings.draft_n_accepted)",
+            ["model"],
+            registry=r,
+        )
+        self.repairs = Counter(
+            "orchestrator_repairs", "Request and response repairs by kind", ["model", "kind"], registry=r
+        )
+        self.retries = Counter(
+            "orchestrator_upstream_retries",
+            "Requests resent after llama-server closed a kept-alive connection unanswered",
+            ["model"],
+            registry=r,
+        )
+        self._models: dict[str, ModelMetrics] = {}
+        for name in models:
+            self.model(name)
+        r.register(_SupervisorCollector(supervisor, self))
+
+    def model(self, name: str) -> ModelMetrics:
+        """The bound metrics of model ``name`` (use :data:`NO_MODEL` when none is known)."""
+        found = self._models.get(name)
+        if found is None:
+            found = self._models[name] = ModelMetrics(self, name)
+        return found
+
+    def models(self) -> list[ModelMetrics]:
+        """Every model's metrics created so far."""
+        return list(self._models.values())
+
+    def render(self) -> bytes:
+        """The Prometheus text exposition of everything in this registry."""
+        return generate_latest(self.registry)
+
+
+class _SupervisorCollector(Collector):
+    """Reads the supervisor and the draft counters when ``/metrics`` is scraped."""
+
+    def __init__(self, supervisor: Supervisor, metrics: ProxyMetrics) -> None:
+        self._supervisor = supervisor
+        self._metrics = metrics
+
+    def collect(self) -> Iterator[Any]:
+        from orchestrator.supervise.supervisor import ProcessState
+
+        state = GaugeMetricFamily(
+            "orchestrator_instance_state",
+            "1 for the current state of each replica",
+            labels=["model", "instance", "state"],
+        )
+        restarts = CounterMetricFamily(
+            "orchestrator_instance_restarts", "Restarts of each replica", labels=["model", "instance"]
+        )
+        for inst in self._supervisor.instances:
+            model, name = inst.spec.model, inst.spec.name
+            for s in ProcessState:
+                state.add_metric([model, name, s.value], 1.0 if inst.state is s else 0.0)
+            restarts.add_metric([model, name], float(inst.restarts))
+        yield state
+        yield restarts
+        rate = GaugeMetricFamily(
+            "orchestrator_draft_acceptance_rate",
+            "Accepted / drafted MTP tokens since start (absent before any drafting)",
+            labels=["model"],
+        )
+        for m in self._metrics.models():
+            if m.drafted_total:
+                rate.add_metric([m.model], m.accepted_total / m.drafted_total)
+        yield rate

@@ -1,0 +1,219 @@
+"""Server-sent events from llama-server to the client (case S04).
+
+:func:`relay_sse` passes each upstream body chunk on with one ASGI ``send`` as soon as it arrives
+(uvicorn writes it to the socket at once: nothing buffers in between). Nothing is parsed or
+copied on that path. Two things can change that:
+
+- a response repair can apply (``orchestrator.serve.response_repair.StreamRepair``): then chunks are cut
+  into events, and an event is parsed only when ``StreamRepair.needs_parse`` says its bytes
+  might change (a cheap substring check); untouched events keep their original bytes;
+- the end: the last two chunks are kept by reference, and once the stream ends the final event's
+  ``timings`` (llama-server puts them on the last event before ``[DONE]``) are parsed from them
+  for metrics and the supervisor's drafting check.
+
+The stream always ends with ``data: [DONE]``. If llama-server dies, times out or breaks the
+connection mid-stream, the client gets one error event in the OpenAI shape
+(``data: {"error": {...}}``, which the OpenAI SDKs raise as ``APIError``) and then ``[DONE]``,
+and the response is completed, so the client never hangs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from orchestrator.errors import ApiError
+from orchestrator.serve.upstream import UpstreamTimeout, to_api_error
+
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+#: Response headers of every stream: no caching, and no buffering in an nginx-style proxy
+#: in front of us (``X-Accel-Buffering``). No Content-Encoding: compression would buffer.
+SSE_HEADERS: list[tuple[bytes, bytes]] = [
+    (b"content-type", b"text/event-stream"),
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),
+]
+DONE = b"data: [DONE]\n\n"
+_DATA = b"data: "
+_TIMINGS = b'"timings":'
+
+
+def error_event(error: ApiError) -> bytes:
+    """One SSE event carrying ``error`` in the OpenAI envelope (bytes, ends with a blank line)."""
+    return _DATA + json.dumps(error.body()).encode() + b"\n\n"
+
+
+def encode_event(obj: Any) -> bytes:
+    """One ``data:`` SSE event for the JSON value ``obj``."""
+    return _DATA + json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
+
+
+def final_timings(tail: bytes) -> dict[str, Any] | None:
+    """The ``timings`` object of the last event in ``tail`` that has one, or None.
+
+    Args:
+        tail: the last bytes of a stream (whole events, possibly cut at the front).
+
+    ``"timings":`` is searched as JSON syntax, so the word inside generated text (where its
+    quotes are escaped) never matches.
+    """
+    at = tail.rfind(_TIMINGS)
+    if at < 0:
+        return None
+    start = tail.rfind(_DATA, 0, at)
+    if start < 0:
+        return None
+    end = tail.find(b"\n", at)
+    line = tail[start + len(_DATA) : end if end >= 0 else len(tail)]
+    try:
+        timings = json.loads(line).get("timings")
+    except (ValueError, AttributeError):
+        return None
+    return timings if isinstance(timings, dict) else None
+
+
+@dataclass
+class RelayOutcome:
+    """What happened during one relayed stream.
+
+    Attributes:
+        first_chunk_at: ``time.monotonic()`` of the first upstream body chunk (TTFT), or None.
+        timings: the final event's llama-server ``timings``, or None.
+        error: the error sent to the client as an event, or None when the stream completed.
+        repairs: repair kinds applied to this stream (each once).
+    """
+
+    first_chunk_at: float | None = None
+    timings: dict[str, Any] | None = None
+    error: ApiError | None = None
+    repairs: list[str] = field(default_factory=list)
+
+
+class _EventRewriter:
+    """Cuts chunks into SSE events and passes the ones that may change through a ``StreamRepair``."""
+
+    def __init__(self, repair: Any, outcome: RelayOutcome) -> None:
+        self.repair = repair
+        self.outcome = outcome
+        self.pending = b""
+        self.saw_done = False
+
+    def feed(self, chunk: bytes) -> bytes:
+        """Return the bytes to send for ``chunk`` (complete events only; a partial one waits)."""
+        if not self.pending and chunk.endswith(b"\n\n") and not self.repair.needs_parse(chunk):
+            # Whole events none of which can change (the check holds for every substring): pass
+            # the chunk itself, uncopied. Nothing is held, so a [DONE] here needs nothing first.
+            if chunk.endswith(DONE):
+                self.saw_done = True
+            return chunk
+        buf = self.pending + chunk if self.pending else chunk
+        cut = buf.rfind(b"\n\n")
+        if cut < 0:
+            self.pending = buf
+            return b""
+        self.pending = buf[cut + 2 :]
+        out = [self._event(ev) for ev in buf[: cut + 2].split(b"\n\n")[:-1]]
+        return b"".join(out)
+
+    def finish(self) -> bytes:
+        """Bytes still owed at the end: a partial event, and text the repair held back."""
+        out = self.pending
+        self.pending = b""
+        if out and not out.endswith(b"\n\n"):
+            out += b"\n\n"  # an unterminated last event: end it so what follows parses
+        if not self.saw_done:
+            out += self._held()
+        return out
+
+    def _held(self) -> bytes:
+        last = self.repair.finish()
+        return encode_event(last) if last is not None else b""
+
+    def _event(self, event: bytes) -> bytes:
+        if not event.startswith(_DATA) or b"\n" in event:
+            return event + b"\n\n"  # comments (":" pings), named events: not ours to touch
+        payload = event[len(_DATA) :]
+        if payload == b"[DONE]":
+            self.saw_done = True
+            return self._held() + DONE
+        if not self.repair.needs_parse(payload):
+            return event + b"\n\n"
+        try:
+            chunk = json.loads(payload)
+        except ValueError:
+            return event + b"\n\n"
+        if not isinstance(chunk, dict) or "error" in chunk:
+            return event + b"\n\n"
+        fixed, kinds = self.repair.repair(chunk)
+        for kind in kinds:
+            if kind not in self.outcome.repairs:
+                self.outcome.repairs.append(kind)
+        if fixed is chunk:
+            return event + b"\n\n"
+        return encode_event(fixed)
+
+
+async def relay_sse(
+    chunks: AsyncGenerator[bytes, None],
+    send: Send,
+    *,
+    repair: Any = None,
+    before_last_send: Callable[[RelayOutcome], None] | None = None,
+) -> RelayOutcome:
+    """Relay an upstream SSE body to the client; the response head must already be sent.
+
+    Args:
+        chunks: the upstream body chunks (``Upstream.iter_body``), raising ``UpstreamTimeout`` or
+            ``httpx.TransportError`` when the upstream fails.
+        send: the ASGI send callable.
+        repair: an ``orchestrator.serve.response_repair.StreamRepair`` when a response repair can apply,
+            else None (pure pass-through).
+        before_last_send: called with the outcome just before the final (``more_body=False``)
+            send, which carries ``data: [DONE]``: the caller accounts the response (metrics,
+            timings) before the client can see the end of it, and can tell a completed response
+            from a client disconnect.
+
+    Returns:
+        A :class:`RelayOutcome`. Transport failures do not raise: they end the stream with an
+        error event. Cancellation (client gone) propagates.
+    """
+    outcome = RelayOutcome()
+    rewriter = _EventRewriter(repair, outcome) if repair is not None else None
+    prev = last = held = b""
+    try:
+        async with contextlib.aclosing(chunks):
+            async for chunk in chunks:
+                if outcome.first_chunk_at is None:
+                    outcome.first_chunk_at = time.monotonic()
+                prev, last = last, chunk
+                body = rewriter.feed(chunk) if rewriter is not None else chunk
+                if body.endswith(DONE):
+                    held = body  # [DONE] goes out with the final send, after the accounting
+                elif body:
+                    await send({"type": "http.response.body", "body": held + body, "more_body": True})
+                    held = b""
+    except (UpstreamTimeout, httpx.TransportError) as exc:
+        outcome.error = to_api_error(exc)
+    tail = prev + last  # small: only the stream's last two chunks are joined, once
+    closing = rewriter.finish() if rewriter is not None else b""
+    done = rewriter.saw_done if rewriter is not None else tail.endswith(DONE)
+    if not done:
+        # What the client got so far must end on an event boundary before we add events.
+        sent_end = closing or (b"" if rewriter is not None else last)
+        if sent_end and not sent_end.endswith(b"\n\n"):
+            closing += b"\n\n"
+        if outcome.error is not None:
+            closing += error_event(outcome.error)
+        closing += DONE
+    outcome.timings = final_timings(tail)
+    if before_last_send is not None:
+        before_last_send(outcome)
+    await send({"type": "http.response.body", "body": held + closing, "more_body": False})
+    return outcome

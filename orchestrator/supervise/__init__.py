@@ -1,0 +1,1 @@
+"""supervise: TODO docstring."""

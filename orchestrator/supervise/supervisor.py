@@ -1,0 +1,140 @@
+"""Supervise one llama-server per ``InstanceSpec``: start, wait ready, verify, watch, restart, stop.
+
+``Supervisor`` holds every ``Instance`` of one ``orchestrator up`` and answers the proxy's
+questions (which replica to pick, wait for one to serve). The parts live in:
+
+- ``orchestrator.supervise.states``: ``ProcessState`` (with the lifecycle table), the state groups
+  (``SERVING``, ``STARTING``, ``TERMINAL``, ``RUNNING``) and ``SupervisorPolicy``;
+- ``orchestrator.supervise.instance``: ``Instance``, one supervised llama-server and its lifecycle loop;
+- ``orchestrator.supervise.spec_watch``: the drafting / acceptance watch mixed into ``Instance``.
+
+Every name is re-exported here, so ``from orchestrator.supervise.supervisor import ...`` keeps working.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from orchestrator.supervise.instance import Instance, describe_exit
+from orchestrator.supervise.spec_watch import SpecWatch
+from orchestrator.supervise.states import RUNNING, SERVING, STARTING, TERMINAL, ProcessState, SupervisorPolicy
+
+if TYPE_CHECKING:
+    from orchestrator.config.schema import Config
+    from orchestrator.launch.plan import InstanceSpec
+
+
+class Supervisor:
+    """All instances of one ``orchestrator up``.
+
+    Args:
+        specs: the launch plan (``orchestrator.launch.plan.plan_launch``).
+        config: the validated config (timeouts, per-model speculative settings).
+        log_dir: directory for ``<instance>.log`` files (appended across restarts).
+        policy: timing rules; defaults suit production.
+
+    ``changed`` is an ``asyncio.Event`` pulsed (set, then cleared) on every state change and
+    notable event; ``await supervisor.changed.wait()`` wakes on the next one.
+    """
+
+    def __init__(
+        self,
+        specs: Iterable[InstanceSpec],
+        config: Config,
+        *,
+        log_dir: Path,
+        policy: SupervisorPolicy | None = None,
+    ) -> None:
+        self.config = config
+        self.log_dir = Path(log_dir)
+        self.policy = policy or SupervisorPolicy()
+        self.changed = asyncio.Event()
+        self.instances = [
+            Instance(s, config, log_dir=self.log_dir, policy=self.policy, on_change=self._pulse) for s in specs
+        ]
+
+    def _pulse(self, _inst: Instance) -> None:
+        self.changed.set()
+        self.changed.clear()
+
+    def for_model(self, model: str) -> list[Instance]:
+        """Instances (replicas) of the model named ``model``."""
+        return [i for i in self.instances if i.spec.model == model]
+
+    def pick(self, model: str) -> Instance | None:
+        """The serving replica of ``model`` with the fewest requests in flight, or None."""
+        serving = [i for i in self.for_model(model) if i.state in SERVING]
+        if not serving:
+            return None
+        return min(serving, key=lambda i: (i.in_flight, i.requests))
+
+    async def wait_for_replica(self, model: str, timeout: float) -> Instance | None:
+        """Hold until a replica of ``model`` serves (S01 hold mode), at most ``timeout`` s.
+
+        Returns None on timeout, or at once when no replica can become ready (all FAILED or
+        STOPPED, or the model is unknown).
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            inst = self.pick(model)
+            if inst is not None:
+                return inst
+            if all(i.state in TERMINAL for i in self.for_model(model)):
+                return None
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self.changed.wait(), timeout=left)
+
+    async def start(self) -> None:
+        """Launch every instance and return at once; readiness is tracked in the background."""
+        for inst in self.instances:
+            inst.start()
+
+    async def wait_all_ready(self, timeout: float) -> bool:
+        """Wait until every instance serves (True), or until one cannot or ``timeout`` s pass (False)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            states = [i.state for i in self.instances]
+            if all(s in SERVING for s in states):
+                return True
+            if any(s in TERMINAL for s in states):
+                return False
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self.changed.wait(), timeout=left)
+
+    async def stop(self, grace: float) -> None:
+        """Stop all children: SIGTERM each process group, SIGKILL after ``grace`` s; reap all."""
+        await asyncio.gather(*(i.stop(grace) for i in self.instances))
+
+    def kill_now(self) -> None:
+        """SIGKILL every child group at once (synchronous; for exit paths that cannot await)."""
+        for inst in self.instances:
+            inst.kill_now()
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        """One JSON-serialisable row per instance (see ``Instance.snapshot``)."""
+        return [i.snapshot() for i in self.instances]
+
+
+__all__ = [
+    "RUNNING",
+    "SERVING",
+    "STARTING",
+    "TERMINAL",
+    "Instance",
+    "ProcessState",
+    "SpecWatch",
+    "Supervisor",
+    "SupervisorPolicy",
+    "describe_exit",
+]
