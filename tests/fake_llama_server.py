@@ -1,11 +1,13 @@
 """A fault-injecting stand-in for llama-server, for supervisor tests only.
 
 It imitates just what the supervisor reads: it binds ``--host``/``--port`` (0 = OS-picked) before
-"loading", answers ``/health`` 503 while loading (``/v1/models`` already 200, as in case S01),
+"loading", answers ``/health`` 503 while loading (``/v1/models`` already 200, as in case S01 of
+tests/data/supervisor_events.md),
 then 200 ``{"status": "ok"}``, reports ``--alias`` in ``/props``, and logs
 ``listening on http://HOST:PORT`` once loaded, like the real server. Faults:
 
   --load-seconds S    stay loading for S seconds (a negative value: forever)
+  --ready-file PATH   stay loading until PATH exists (the test decides when the load ends)
   --props-alias NAME  report another model in /props (identity mismatch, S02)
   --exit-code N       print an error and exit with N before binding (crash loop)
   --quiet             log nothing while loading (so the load timeout is not extended)
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import threading
 import time
@@ -32,6 +35,7 @@ def main() -> int:
     ap.add_argument("--alias", default="fake")
     ap.add_argument("--props-alias", default=None)
     ap.add_argument("--load-seconds", type=float, default=0.5)
+    ap.add_argument("--ready-file", default=None)
     ap.add_argument("--exit-code", type=int, default=None)
     ap.add_argument("--quiet", action="store_true")
     ap.add_argument("--spec-type", default=None)
@@ -73,7 +77,11 @@ def main() -> int:
     server = ThreadingHTTPServer((args.host, args.port), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     started = time.monotonic()
-    while args.load_seconds < 0 or time.monotonic() - started < args.load_seconds:
+    while (
+        (args.ready_file is not None and not os.path.exists(args.ready_file))
+        or (args.ready_file is None and args.load_seconds < 0)
+        or (args.ready_file is None and time.monotonic() - started < args.load_seconds)
+    ):
         if not args.quiet:
             print("llama_model_loader: loading ...", flush=True)
         time.sleep(0.2)

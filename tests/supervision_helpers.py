@@ -11,7 +11,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import psutil
@@ -33,9 +33,14 @@ def make_config(model: str = "demo", *, load: float = 60.0, speculative: Specula
 
 def fast_policy(**overrides: float) -> SupervisorPolicy:
     """Production rules with short backoffs and polls, so fault tests finish in seconds."""
-    base: dict[str, float] = dict(
-        backoff_base=0.2, backoff_max=1.0, watch_interval=0.25, health_timeout=1.0, stall_timeout=30.0, stop_grace=3.0
-    )
+    base: dict[str, float] = {
+        "backoff_base": 0.2,
+        "backoff_max": 1.0,
+        "watch_interval": 0.25,
+        "health_timeout": 1.0,
+        "stall_timeout": 30.0,
+        "stop_grace": 3.0,
+    }
     base.update(overrides)
     return SupervisorPolicy(**base)  # type: ignore[arg-type]
 
@@ -127,17 +132,41 @@ async def wait_state(inst: Instance, states: Iterable[ProcessState], timeout: fl
     return inst.state
 
 
-def gone(pid: int, timeout: float = 5.0) -> bool:
-    """True once ``pid`` no longer exists (or is a zombie) within ``timeout`` seconds."""
+async def wait_until(cond: Callable[[], bool], timeout: float, what: str) -> None:
+    """Wait until ``cond()`` holds, checking every 50 ms; AssertionError naming ``what`` on timeout.
+
+    Prefer a condition on a counter (``restarts``) over a short-lived state: a state that lasts
+    less than a loaded machine's scheduling delay can be missed by polling.
+    """
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout:g} s: {what}")
+        await asyncio.sleep(0.05)
+
+
+def gone(proc: int | psutil.Process, timeout: float = 10.0) -> bool:
+    """True once the process no longer exists (or is a zombie) within ``timeout`` seconds.
+
+    Pass a ``psutil.Process`` taken while the process lived where you can: this machine's
+    ``pid_max`` may be 32768, and a bare pid can be reused by an unrelated process, which
+    ``psutil.Process.is_running`` tells apart by its start time.
+    """
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+            handle = proc if isinstance(proc, psutil.Process) else psutil.Process(proc)
+            if not handle.is_running() or handle.status() == psutil.STATUS_ZOMBIE:
                 return True
         except psutil.NoSuchProcess:
             return True
         time.sleep(0.05)
     return False
+
+
+def never_a_pid() -> int:
+    """A pid no process can have (pids are below ``kernel.pid_max``): a safe "dead" pid to signal."""
+    return int(Path("/proc/sys/kernel/pid_max").read_text())
 
 
 def chat_body(text: str = "hello", max_tokens: int = 8) -> dict[str, object]:
@@ -186,6 +215,7 @@ class RunningUp:
         self.proc: subprocess.Popen[bytes] | None = None
         self.run: dict[str, object] = {}
         self.started = 0.0
+        self._children: list[psutil.Process] = []  # the llama-servers, taken while they live
 
     def env(self) -> dict[str, str]:
         return child_env(ORCHESTRATOR_STATE=str(self.state))
@@ -221,6 +251,9 @@ class RunningUp:
                 self.run = {}
             insts = self.run.get("instances") or {}
             if insts and all(i.get("state") in ("ready", "degraded") for i in insts.values()):  # type: ignore[union-attr]
+                for pid in self.instance_pids():
+                    with contextlib.suppress(psutil.NoSuchProcess):
+                        self._children.append(psutil.Process(pid))
                 return self
             if time.monotonic() > deadline:
                 raise AssertionError(f"not ready after {self.timeout} s:\n{self.out.read_text()}")
@@ -234,6 +267,8 @@ class RunningUp:
         if self.proc.poll() is None:
             self.proc.kill()
         self.proc.wait(timeout=30)
-        for pid in self.instance_pids():
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pid, signal.SIGKILL)
+        for child in self._children:
+            # only our own llama-server's group: its pid may belong to someone else by now
+            if child.is_running():
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(child.pid, signal.SIGKILL)

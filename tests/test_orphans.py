@@ -1,8 +1,10 @@
-"""No child outlives the orchestrator (case S06), and stopping escalates and reaps."""
+"""No child outlives the orchestrator (case S06 of tests/data/supervisor_events.md), and stopping
+escalates, reaps, and reports the child's real exit status."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import signal
 import subprocess
@@ -46,7 +48,7 @@ def test_parent_death_signal_kills_the_child_of_a_sigkilled_parent() -> None:
         assert os.getsid(child) == child  # its own session and process group
         parent.kill()
         parent.wait(timeout=10)
-        assert gone(child, timeout=2.0), "the child outlived its SIGKILLed parent"
+        assert gone(child, timeout=10.0), "the child outlived its SIGKILLed parent"
     finally:
         if parent.poll() is None:
             parent.kill()
@@ -79,7 +81,35 @@ def test_stop_escalates_to_sigkill_and_reaps_the_whole_group() -> None:
 
     code, grandchild = asyncio.run(main())
     assert code == -signal.SIGKILL
-    assert gone(grandchild, timeout=2.0)
+    assert gone(grandchild, timeout=10.0)
+
+
+# ignores SIGTERM (the ignore survives exec), then says so; a shell starts far faster than Python
+TERM_IGNORING = ["sh", "-c", 'trap "" TERM; echo ready; exec sleep 120']
+
+
+def test_stop_reports_the_real_exit_status_of_many_children(caplog: pytest.LogCaptureFixture) -> None:
+    """Stopping many stubborn children at once reports -SIGKILL for every one, never 255.
+
+    asyncio reports 255 ("Unknown child process pid ...") when someone else reaps its child first;
+    ``stop_process`` once did, through ``proc.kill()`` (``Popen.send_signal`` polls, i.e. reaps,
+    before signalling). The race is narrow, so it is tried on 30 children at once: the old code lost
+    the status of ~4% of them (11 of 300 in one measurement).
+    """
+
+    async def stop_one() -> int | None:
+        proc = await process.spawn(TERM_IGNORING)
+        assert proc.stdout is not None
+        assert await asyncio.wait_for(proc.stdout.readline(), timeout=30) == b"ready\n"
+        return await process.stop_process(proc, grace=0.3)
+
+    async def main() -> list[int | None]:
+        return list(await asyncio.gather(*(stop_one() for _ in range(30))))
+
+    with caplog.at_level(logging.WARNING, logger="asyncio"):
+        codes = asyncio.run(main())
+    assert codes == [-signal.SIGKILL] * 30
+    assert not [r.getMessage() for r in caplog.records if "255" in r.getMessage()]
 
 
 @pytest.mark.server
@@ -96,7 +126,8 @@ def test_s06_kill_9_of_orchestrator_leaves_no_llama_server(tmp_path: Path, bin_i
         up.proc.kill()
         up.proc.wait(timeout=10)
         for pid in children:
-            assert gone(pid, timeout=2.0), f"pid {pid} outlived the orchestrator by 2 s"
+            # the kernel delivers the parent-death SIGKILL at once; 10 s only absorbs a loaded machine
+            assert gone(pid, timeout=10.0), f"pid {pid} outlived the orchestrator by 10 s"
         # run.json is stale now: status says nothing runs, and a new `up` may start
         result = up.cli("status")
         assert result.returncode == 1 and "no orchestrator is running" in result.stderr

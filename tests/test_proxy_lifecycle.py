@@ -1,4 +1,5 @@
-"""The proxy while instances load, die and come back (cases S01, S04, S05), with the real Supervisor.
+"""The proxy while instances load, die and come back, with the real Supervisor (cases S01, S04, S05
+of tests/data/supervisor_events.md).
 
 - S01: a request that arrives while the only instance loads is held and forwarded only once the
   instance serves (``when_loading: hold``), or answered 503 + Retry-After at once (``reject``),

@@ -1,5 +1,5 @@
 """The supervisor against a real llama-server on the tiny model, and against the fake server
-where a fault has to be injected (cases S01, S02, S03, S05 of the supervisor cases)."""
+where a fault has to be injected (cases S01, S02, S03, S05 of tests/data/supervisor_events.md)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import signal
 from pathlib import Path
 
 import httpx
+import psutil
 import pytest
 from supervision_helpers import (
     chat_body,
@@ -18,6 +19,7 @@ from supervision_helpers import (
     make_config,
     real_spec,
     wait_state,
+    wait_until,
 )
 
 from orchestrator.config.schema import SpeculativeConfig
@@ -55,20 +57,23 @@ def test_s01_stays_loading_until_health_ok_while_v1_models_answers(tmp_path: Pat
     """/v1/models answering 200 must not count as ready; a held request gets the instance only once ready."""
 
     async def main() -> None:
-        sup = Supervisor([fake_spec("--load-seconds", "2.5")], make_config(), log_dir=tmp_path, policy=fast_policy())
+        ready_file = tmp_path / "loaded"  # the fake stays loading until the test creates it
+        spec = fake_spec("--ready-file", str(ready_file))
+        sup = Supervisor([spec], make_config(), log_dir=tmp_path, policy=fast_policy())
         inst = sup.instances[0]
         await sup.start()
         try:
-            held = asyncio.ensure_future(sup.wait_for_replica("demo", timeout=30))
-            while inst.base_url is None:
-                await asyncio.sleep(0.05)
+            held = asyncio.ensure_future(sup.wait_for_replica("demo", timeout=60))
+            await wait_until(lambda: inst.base_url is not None, 30, "the port of the loading child is known")
             async with httpx.AsyncClient(trust_env=False) as client:
                 models = await client.get(f"{inst.base_url}/v1/models")
                 health = await client.get(f"{inst.base_url}/health")
             assert models.status_code == 200 and health.status_code == 503
+            await asyncio.sleep(3 * fast_policy().poll_interval)  # several /health polls answered 503
             assert inst.state is ProcessState.LOADING
             assert sup.pick("demo") is None
             assert not held.done()
+            ready_file.touch()
             got = await held
             assert got is inst and inst.state is ProcessState.READY
         finally:
@@ -82,7 +87,7 @@ def test_s01_load_timeout_fails_with_log_tail(tmp_path: Path) -> None:
     async def main() -> None:
         sup = Supervisor(
             [fake_spec("--load-seconds", "-1", "--quiet")],
-            make_config(load=1.5),
+            make_config(load=3.0),  # room for the fake's own start (it logs "starting" first)
             log_dir=tmp_path,
             policy=fast_policy(),
         )
@@ -108,12 +113,16 @@ def test_s01_load_deadline_extends_while_the_child_logs(tmp_path: Path) -> None:
     """A load longer than the timeout survives as long as the child keeps logging progress."""
 
     async def main() -> None:
+        # loads for 3x the quiet timeout, well inside the cap (2 s x 5), logging every 0.2 s
         sup = Supervisor(
-            [fake_spec("--load-seconds", "3.2")], make_config(load=1.5), log_dir=tmp_path, policy=fast_policy()
+            [fake_spec("--load-seconds", "6")],
+            make_config(load=2.0),
+            log_dir=tmp_path,
+            policy=fast_policy(load_cap_factor=5.0),
         )
         await sup.start()
         try:
-            assert await sup.wait_all_ready(timeout=30)
+            assert await sup.wait_all_ready(timeout=30), sup.instances[0].message
         finally:
             await sup.stop(3)
 
@@ -180,7 +189,7 @@ def test_s05_kill_9_restarts_and_next_request_succeeds(tmp_path: Path, bin_info,
             [real_spec(bin_info.server, bin_info.lib_dir, demo_model)],
             make_config(),
             log_dir=tmp_path,
-            policy=fast_policy(),
+            policy=fast_policy(backoff_base=2.0),  # RESTARTING lasts 2 s: long enough to be observed
         )
         inst = sup.instances[0]
         seen: list[ProcessState] = []
@@ -189,13 +198,15 @@ def test_s05_kill_9_restarts_and_next_request_succeeds(tmp_path: Path, bin_info,
             assert await sup.wait_all_ready(timeout=120), inst.message
             first = inst.pid
             assert first is not None
+            first_proc = psutil.Process(first)
             watcher = asyncio.ensure_future(_record_states(inst, seen))
             os.kill(first, signal.SIGKILL)
-            await wait_state(inst, {ProcessState.RESTARTING}, timeout=10)
+            await wait_state(inst, {ProcessState.RESTARTING}, timeout=30)
             assert inst.exit_code == -signal.SIGKILL
+            assert "killed by signal 9 (SIGKILL)" in (inst.message or "")
             await wait_state(inst, SERVING, timeout=120)
             watcher.cancel()
-            assert inst.pid != first and gone(first)
+            assert inst.pid != first and gone(first_proc)
             assert inst.restarts == 1
             assert ProcessState.RESTARTING in seen and ProcessState.LOADING in seen
             async with httpx.AsyncClient(trust_env=False, timeout=60) as client:
@@ -257,11 +268,12 @@ def test_s05_stalled_child_is_killed_and_restarted(tmp_path: Path, bin_info, dem
             assert await sup.wait_all_ready(timeout=120), inst.message
             first = inst.pid
             assert first is not None
+            first_proc = psutil.Process(first)
             inst.in_flight += 1  # what the proxy does around an upstream request
             os.kill(first, signal.SIGSTOP)
-            await wait_state(inst, {ProcessState.RESTARTING, ProcessState.LOADING}, timeout=20)
+            await wait_until(lambda: inst.restarts == 1, 30, "the stalled child was restarted")
             inst.in_flight -= 1
-            assert gone(first)
+            assert gone(first_proc)
             assert any("stalled" in w for w in inst.warnings)
             await wait_state(inst, SERVING, timeout=120)
             assert inst.pid != first and inst.requests == 1
@@ -277,12 +289,12 @@ def test_stop_terminates_a_loading_child(tmp_path: Path) -> None:
         inst = sup.instances[0]
         await sup.start()
         await wait_state(inst, {ProcessState.LOADING}, timeout=5)
-        while inst.pid is None:
-            await asyncio.sleep(0.05)
-        pid = inst.pid
+        await wait_until(lambda: inst.pid is not None, 30, "the child was spawned")
+        assert inst.pid is not None
+        child = psutil.Process(inst.pid)
         await sup.stop(3)
         assert inst.state is ProcessState.STOPPED
-        assert gone(pid, timeout=1)
+        assert gone(child)
 
     asyncio.run(main())
 

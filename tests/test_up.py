@@ -1,5 +1,5 @@
-"""``orchestrator up`` end to end on the tiny model, its refusals before loading (S02), and the
-``status`` / ``logs`` / ``down`` commands that talk to it."""
+"""``orchestrator up`` end to end on the tiny model, its refusals before loading (case S02 of
+tests/data/supervisor_events.md), and the ``status`` / ``logs`` / ``down`` commands that talk to it."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ import pytest
 from supervision_helpers import (
     RunningUp,
     gone,
+    never_a_pid,
     write_models_yaml,
 )
 
@@ -94,9 +95,7 @@ def test_second_orchestrator_is_refused_and_a_stale_record_cleared(
         run_up(config, dry_run=False, force=False)
     assert _no_children()
     # a record whose process is gone is stale: cleared, not refused
-    dead = psutil.Popen(["true"])
-    dead.wait()
-    statefile.write({"pid": dead.pid, "pid_started": 0.0, "endpoint": "http://127.0.0.1:1"})
+    statefile.write({"pid": never_a_pid(), "pid_started": 0.0, "endpoint": "http://127.0.0.1:1"})
     statefile.claim()
     assert statefile.read() is None
 
@@ -137,7 +136,7 @@ def test_up_serves_chat_status_logs_drain_and_down(tmp_path: Path, bin_info, dem
         assert unknown.returncode == 2 and "demo-0" in unknown.stderr
 
         # drain: a long stream in flight, then SIGTERM
-        pids = up.instance_pids()
+        children = [psutil.Process(p) for p in up.instance_pids()]
         chunks: list[str] = []
         first = threading.Event()
 
@@ -154,14 +153,25 @@ def test_up_serves_chat_status_logs_drain_and_down(tmp_path: Path, bin_info, dem
         assert first.wait(60)
         assert up.proc is not None
         up.proc.send_signal(signal.SIGTERM)
-        time.sleep(0.3)
+        _wait_draining(endpoint)
         late = httpx.post(f"{endpoint}/v1/chat/completions", json=body, timeout=30, trust_env=False)
         assert late.status_code == 503 and "Retry-After" in late.headers
         reader.join(120)
         assert chunks[-1] == "data: [DONE]"  # the in-flight stream finished
         assert up.proc.wait(timeout=60) == 0
         assert not (up.state / "run.json").exists()
-        assert all(gone(p, timeout=2) for p in pids)
+        assert all(gone(c) for c in children)
+
+
+def _wait_draining(endpoint: str, timeout: float = 30.0) -> None:
+    """Wait until ``up`` has handled the signal: its /health says "draining" (503)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        resp = httpx.get(f"{endpoint}/health", timeout=10, trust_env=False)
+        if resp.status_code == 503 and resp.json().get("status") == "draining":
+            return
+        assert time.monotonic() < deadline, f"not draining {timeout:g} s after SIGTERM: {resp.text}"
+        time.sleep(0.05)
 
 
 @pytest.mark.server
@@ -169,11 +179,11 @@ def test_up_serves_chat_status_logs_drain_and_down(tmp_path: Path, bin_info, dem
 def test_down_stops_a_running_orchestrator(tmp_path: Path, bin_info, demo_model) -> None:
     config = write_models_yaml(tmp_path / "models.yaml", demo_model)
     with RunningUp(config, tmp_path / "state") as up:
-        pids = up.instance_pids()
+        children = [psutil.Process(p) for p in up.instance_pids()]
         result = up.cli("down", "--timeout", "60")
         assert result.returncode == 0 and "stopped" in result.stdout
         assert up.proc is not None and up.proc.wait(timeout=10) == 0
-        assert all(gone(p, timeout=2) for p in pids)
+        assert all(gone(c) for c in children)
         assert "orchestrator stopped" in up.out.read_text()
 
 
@@ -224,8 +234,7 @@ def test_down_when_the_orchestrator_exits_before_the_signal(
     state: Path, monkeypatch: pytest.MonkeyPatch, capsys
 ) -> None:
     # the run record was live when read, and the process was gone by os.kill: no traceback
-    dead = psutil.Popen(["true"])
-    dead.wait()
-    monkeypatch.setattr(statefile, "read_live", lambda: {"pid": dead.pid, "endpoint": "http://127.0.0.1:1"})
+    # (a pid that cannot exist: signalling a reaped child's pid could reach whoever reused it)
+    monkeypatch.setattr(statefile, "read_live", lambda: {"pid": never_a_pid(), "endpoint": "http://127.0.0.1:1"})
     assert control.down(timeout=1) == 0
     assert "stopped" in capsys.readouterr().out

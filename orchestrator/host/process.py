@@ -12,6 +12,11 @@ Supervisor's ``kill()``):
   never from a worker thread.
 
 Linux only for the parent-death signal; elsewhere it is skipped (process groups still apply).
+
+Only asyncio's child watcher may reap a child started by ``spawn``: never call ``proc.kill()``,
+``proc.terminate()`` or ``proc.send_signal()`` on it, nor ``os.waitpid`` / ``psutil.Process.wait``.
+The ``Popen`` methods poll (``waitpid``) before signalling; when they win the race against the
+watcher, the real exit status is lost and asyncio reports 255. Signal with ``signal_group``.
 """
 
 from __future__ import annotations
@@ -117,13 +122,25 @@ async def stop_process(proc: asyncio.subprocess.Process, grace: float) -> int | 
         try:
             await asyncio.wait_for(proc.wait(), timeout=max(0.0, grace))
         except TimeoutError:
-            signal_group(proc.pid, signal.SIGKILL)
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
+            if not signal_group(proc.pid, signal.SIGKILL):
+                _kill_leader(proc)
             await proc.wait()
     # the leader is gone; make sure nothing it forked lingers in its group
     signal_group(proc.pid, signal.SIGKILL)
     return proc.returncode
+
+
+def _kill_leader(proc: asyncio.subprocess.Process) -> None:
+    """SIGKILL the child itself (it left its process group) with ``os.kill``, which never reaps.
+
+    Not ``proc.kill()``: ``subprocess.Popen.send_signal`` first calls ``poll()``, a
+    ``waitpid(WNOHANG)`` that reaps a child that has just died, behind the back of asyncio's child
+    watcher, whose own ``waitpid`` then fails with ECHILD and reports exit code 255 instead of the
+    real status (``asyncio.unix_events.ThreadedChildWatcher``).
+    """
+    if proc.returncode is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, signal.SIGKILL)
 
 
 def pid_alive(pid: int) -> bool:
