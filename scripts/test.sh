@@ -1,10 +1,17 @@
 #!/usr/bin/env bash
-# Installs, builds the native llama.cpp (cached outside the repo, keyed by pin, patches and flags)
-# and runs the whole test suite against real llama-server processes.
+# Installs, builds the native llama.cpp (cached outside the repo, keyed by pin, patches and flags),
+# runs the static checks (ruff lint and format, mypy --strict, the import-linter layer contract; any
+# finding fails the run) and then the whole test suite against real llama-server processes.
+# Arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install.sh
 . .venv/bin/activate
+echo "==> static checks: ruff, ruff format, mypy --strict, lint-imports"
+ruff check orchestrator tests scripts/*.py
+ruff format --check orchestrator tests scripts/*.py
+mypy
+lint-imports
 orchestrator build --backend cpu
 export ORCHESTRATOR_REQUIRE_NATIVE=1
 exec python -m pytest "$@"
