@@ -11,14 +11,13 @@ from pathlib import Path
 import pytest
 
 from orchestrator.bench import report as bench_report
-from orchestrator.bench import stats as bench_stats
+from orchestrator.bench import summary as bench_summary
 from orchestrator.bench.args import parse_int_list
 from orchestrator.bench.plan import Variant, schedule
 from orchestrator.bench.prompts import BUILTIN, builtin_prompts, load_prompts_file, select_prompts
 from orchestrator.bench.requests import reported_n_max, request_body
 from orchestrator.bench.stats import (
     Candidate,
-    RequestResult,
     geometric_tokens_per_step,
     iqr,
     median,
@@ -26,9 +25,9 @@ from orchestrator.bench.stats import (
     recommend_k,
     speedup,
     step_cost,
-    summarize,
     tokens_per_step,
 )
+from orchestrator.bench.summary import RequestResult, summarize
 from orchestrator.errors import UserError
 
 # --------------------------------------------------------------------------- statistics
@@ -141,9 +140,9 @@ def test_summarize_cells_speedup_and_geometric() -> None:
 
 def test_noise_warning_above_a_quarter_iqr() -> None:
     quiet = summarize([_r(0, rep, 100, ms, 0, 0) for rep, ms in enumerate((1000.0, 1010.0, 990.0))])
-    assert bench_stats.noise_warning(quiet, "math") is None
+    assert bench_summary.noise_warning(quiet, "math") is None
     noisy = summarize([_r(0, rep, 100, ms, 0, 0) for rep, ms in enumerate((1000.0, 2000.0, 500.0))])
-    warning = bench_stats.noise_warning(noisy, "math")
+    warning = bench_summary.noise_warning(noisy, "math")
     assert warning is not None and "IQR up to 75% of the median, at K=0" in warning
 
 
@@ -156,11 +155,11 @@ def test_summarize_adds_all_domain_and_recommend() -> None:
     ]
     sums = summarize(rows)
     assert {s.domain for s in sums} == {"math", "code", "all"}
-    assert bench_stats.recommend(sums, "math")[0] == 1
-    assert bench_stats.recommend(sums, "code")[0] == 0
+    assert bench_summary.recommend(sums, "math")[0] == 1
+    assert bench_summary.recommend(sums, "code")[0] == 0
     all_k1 = next(s for s in sums if s.domain == "all" and s.k == 1)
     assert all_k1.tps_median == pytest.approx(200 / 2.8)  # pooled tokens / pooled decode time
-    assert bench_stats.overall_domain(sums) == "all"
+    assert bench_summary.overall_domain(sums) == "all"
 
 
 def test_analysis_line_says_why_speculation_loses() -> None:
@@ -358,20 +357,21 @@ def test_bench_end_to_end_on_the_echo_model(tmp_path: Path, bin_info, echo_model
 @pytest.mark.slow
 def test_bench_relaunch_per_k_without_the_patch(tmp_path: Path, bin_info, echo_model, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """Without the per-request patch every K gets its own llama-server (--spec-draft-n-max K)."""
-    from orchestrator.bench import sweep as bench
+    from orchestrator.bench.runner import Sweep
     from orchestrator.bench.stats import perfect_draft_counts
+    from orchestrator.cli.bench import run_bench
 
     async def unpatched(self, v, inst):  # type: ignore[no-untyped-def]
         return False  # what the probe answers on a build without 0002-per-request-draft-length
 
-    monkeypatch.setattr(bench.Sweep, "_probe_patch", unpatched)
+    monkeypatch.setattr(Sweep, "_probe_patch", unpatched)
     monkeypatch.setenv("ORCHESTRATOR_BIN_DIR", str(bin_info.bin_dir))
     cfg = tmp_path / "models.yaml"
     cfg.write_text(f"models:\n  - name: echo\n    path: {echo_model}\n    ctx_size: 512\n    threads: 2\n")
     prompts = tmp_path / "p.jsonl"
     prompts.write_text('{"domain": "chat", "prompt": "Hello there"}\n')
     out = tmp_path / "results"
-    code = bench.cli_bench(
+    code = run_bench(
         None,
         config=cfg,
         k="0,1,3",

@@ -97,9 +97,7 @@ def test_function_local_imports_of_the_package_only_in_cli() -> None:
                 for name in _imported_names(node, path):
                     if name == "orchestrator" or name.startswith("orchestrator."):
                         hidden.append(f"{_rel(path)}:{node.lineno} {fn.name} imports {name}")
-    assert not hidden, "imports of orchestrator modules inside functions (move them to the top):\n" + "\n".join(
-        hidden
-    )
+    assert not hidden, "imports of orchestrator modules inside functions (move them to the top):\n" + "\n".join(hidden)
 
 
 def test_frameworks_are_imported_only_in_their_packages() -> None:

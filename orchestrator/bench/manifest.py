@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from orchestrator.models.facts import read_model_facts
+
 if TYPE_CHECKING:
     from orchestrator.launch.plan import InstanceSpec
     from orchestrator.native.build import BuildInfo
@@ -30,8 +32,6 @@ def header_sha256(path: Path, limit: int = HEADER_HASH_BYTES) -> str:
 
 
 def _model_facts(path: Path) -> dict[str, Any]:
-    from orchestrator.models.facts import read_model_facts
-
     try:
         facts = read_model_facts(path)
     except Exception as err:
@@ -61,9 +61,16 @@ def manifest(*, build: BuildInfo, gpus: list[Any], gpu_source: str, spec: Instan
             "cuda_arch": m.get("cuda_arch"),
             "key": m.get("key"),
         },
-        "gpus": [dataclasses.asdict(g) if dataclasses.is_dataclass(g) else str(g) for g in gpus],
+        "gpus": [_gpu_row(g) for g in gpus],
         "gpu_source": gpu_source,
         "host": {"platform": platform.platform(), "cpus": os.cpu_count(), "python": sys.version.split()[0]},
         "model": model,
         "argv": list(spec.argv),
     }
+
+
+def _gpu_row(gpu: Any) -> Any:
+    """A GPU as a JSON-ready dict (a dataclass instance), anything else as its string."""
+    if dataclasses.is_dataclass(gpu) and not isinstance(gpu, type):
+        return dataclasses.asdict(gpu)
+    return str(gpu)

@@ -8,10 +8,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from orchestrator.launch.plan import InstanceSpec
+from orchestrator.launch.plan import InstanceSpec, with_argv_overrides
 
 PATCH_NAME = "per-request-draft-length"  # substring of the patch file name in the build manifest
 
@@ -83,8 +82,6 @@ def schedule(
 def bench_spec(spec: InstanceSpec, *, suffix: str, n_max: int | None) -> InstanceSpec:
     """A copy of ``spec`` for the bench: its own name, an OS-picked port, and (for a speculative
     spec) ``--spec-draft-n-max n_max`` with ``--spec-draft-n-min`` lowered to at most ``n_max``."""
-    from orchestrator.launch.plan import with_argv_overrides
-
     n_min = None
     if n_max is not None and spec.spec_type is not None:
         n_min = min(spec.n_min if spec.n_min is not None else 0, n_max)

@@ -1,9 +1,10 @@
-"""Reporting for ``orchestrator bench``: rich table, CSV, JSON, PNG plot and analysis lines.
+"""Reporting for ``orchestrator bench``: CSV, JSON, PNG plot and analysis lines (the terminal
+table is drawn by :mod:`orchestrator.cli.bench`).
 
 Files written into the results folder:
 
-- ``requests.csv``: one row per request (:class:`orchestrator.bench.stats.RequestResult`);
-- ``summary.csv``: one row per (K, domain) (:class:`orchestrator.bench.stats.Summary`);
+- ``requests.csv``: one row per request (:class:`orchestrator.bench.summary.RequestResult`);
+- ``summary.csv``: one row per (K, domain) (:class:`orchestrator.bench.summary.Summary`);
 - ``results.json``: manifest (build commit and patches, GPUs, model hash), settings, summary,
   recommendation, analysis lines and every request;
 - ``sweep.png``: decode tok/s (median, bars from the 25th to the 75th percentile) and acceptance
@@ -20,12 +21,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from rich.table import Table
-
-from orchestrator.bench.stats import ALL, RequestResult, Summary
+from orchestrator.bench.summary import ALL, RequestResult, Summary
 
 
-def _f(x: float, fmt: str = ".2f") -> str:
+def fmt_number(x: float | None, fmt: str = ".2f") -> str:
+    """``x`` formatted with ``fmt``; ``"-"`` for None or NaN (not measured)."""
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, fmt)
 
 
@@ -42,18 +42,20 @@ def analysis_line(s: Summary, *, losing_band: float) -> str:
     otherwise, if acceptance is low, the draft head disagrees with the model too often.
     """
     head = (
-        f"K={s.k} [{s.domain}]: {_f(s.tokens_per_step)} tokens/step measured vs "
-        f"{_f(s.geometric)} geometric (a={_f(s.per_token_acceptance)}); acceptance {_f(s.acceptance)}"
+        f"K={s.k} [{s.domain}]: {fmt_number(s.tokens_per_step)} tokens/step measured vs "
+        f"{fmt_number(s.geometric)} geometric (a={fmt_number(s.per_token_acceptance)}); "
+        f"acceptance {fmt_number(s.acceptance)}"
     )
     if math.isnan(s.speedup):
         return head + "; no K=0 baseline in this run, so no speedup or step cost"
     extra = (s.step_cost - 1.0) / s.k if not math.isnan(s.step_cost) else math.nan
     head += (
-        f"; speedup {_f(s.speedup)}x, so one verification step costs {_f(s.step_cost)} baseline decode steps"
-        f" ({_f(extra)} per drafted token)"
+        f"; speedup {fmt_number(s.speedup)}x, so one verification step costs {fmt_number(s.step_cost)} "
+        "baseline decode steps"
+        f" ({fmt_number(extra)} per drafted token)"
     )
     if s.speedup >= 1.0 + losing_band:
-        return head + f" -> wins: {_f(s.tokens_per_step)} tokens per step outweigh that cost"
+        return head + f" -> wins: {fmt_number(s.tokens_per_step)} tokens per step outweigh that cost"
     if s.speedup > 1.0 - losing_band:
         return head + " -> break-even within noise"
     if not math.isnan(extra) and extra >= 0.5:
@@ -63,72 +65,30 @@ def analysis_line(s: Summary, *, losing_band: float) -> str:
         bound = (
             f"so even perfect acceptance ({s.k + 1} tokens/step) cannot pay for it"
             if extra >= 1.0
-            else f"so it would take {_f(1.0 + s.k * extra)} tokens/step of the possible {s.k + 1} to break even"
+            else f"so it would take {fmt_number(1.0 + s.k * extra)} tokens/step of the possible {s.k + 1} to break even"
         )
         why = (
-            f"loses because drafting is too expensive: each drafted token costs about {_f(extra, '.1f')} "
+            f"loses because drafting is too expensive: each drafted token costs about {fmt_number(extra, '.1f')} "
             f"baseline decode steps, {bound}. "
             "Typical of a CPU or a tiny model: the draft pass (NextN head + vocabulary projection) costs about "
             "as much as the whole model, and verifying K+1 tokens costs about K+1 decode steps"
         )
     elif not math.isnan(s.acceptance) and s.acceptance < 0.5:
         why = (
-            f"loses because acceptance is low ({_f(s.acceptance)}): the draft head disagrees with the model "
+            f"loses because acceptance is low ({fmt_number(s.acceptance)}): the draft head disagrees with the model "
             "on this domain too often; try a smaller K"
         )
     else:
-        why = f"loses: {_f(s.tokens_per_step)} tokens per step do not cover the step cost of {_f(s.step_cost)}"
+        why = (
+            f"loses: {fmt_number(s.tokens_per_step)} tokens per step do not cover the step cost of "
+            f"{fmt_number(s.step_cost)}"
+        )
     return head + " -> " + why
 
 
 def analysis_lines(summaries: Sequence[Summary], *, losing_band: float, domain: str) -> list[str]:
     """Analysis lines for every K > 0 of ``domain``."""
     return [analysis_line(s, losing_band=losing_band) for s in summaries if s.domain == domain and s.k > 0]
-
-
-def render_table(summaries: Sequence[Summary], recommended: dict[str, int], *, title: str) -> Table:
-    """A rich table, one row per (domain, K); the recommended K of each domain is marked with *.
-
-    Args:
-        recommended: domain -> recommended K.
-    """
-    t = Table(title=title, title_justify="left")
-    for col, justify in (
-        ("domain", "left"),
-        ("K", "right"),
-        ("tok/s med", "right"),
-        ("IQR", "right"),
-        ("speedup", "right"),
-        ("TTFT ms", "right"),
-        ("accept", "right"),
-        ("acc/step", "right"),
-        ("tok/step", "right"),
-        ("geom", "right"),
-        ("step cost", "right"),
-        ("reps", "right"),
-    ):
-        t.add_column(col, justify=justify)  # type: ignore[arg-type]
-    last_domain = None
-    for s in summaries:
-        if last_domain is not None and s.domain != last_domain:
-            t.add_section()
-        last_domain = s.domain
-        mark = "*" if recommended.get(s.domain) == s.k else ""
-        t.add_row(
-            s.domain,
-            f"{s.k}{mark}",
-            _f(s.tps_median, ".1f"),
-            _f(s.tps_iqr, ".1f"),
-            _f(s.speedup),
-            _f(s.ttft_median * 1000, ".0f"),
-            _f(s.acceptance),
-            _f(s.mean_accepted),
-            _f(s.tokens_per_step),
-            _f(s.geometric),
-            _f(s.step_cost),
-            str(s.reps),
-        )
-    return t
 
 
 def _jsonable(x: Any) -> Any:
@@ -184,7 +144,10 @@ def write_plot(path: Path, summaries: Sequence[Summary], *, title: str) -> None:
             ks = [s.k for s in rows]
             med = [s.tps_median for s in rows]
             # bars span the quartiles, which need not be symmetric around the median
-            spread = [[m - s.tps_q25 for m, s in zip(med, rows)], [s.tps_q75 - m for m, s in zip(med, rows)]]
+            spread = [
+                [m - s.tps_q25 for m, s in zip(med, rows, strict=True)],
+                [s.tps_q75 - m for m, s in zip(med, rows, strict=True)],
+            ]
             ax1.errorbar(ks, med, yerr=spread, marker="o", capsize=3, label=d, **style)
             spec = [s for s in rows if s.k > 0]
             ax2.plot([s.k for s in spec], [s.acceptance for s in spec], marker="o", label=d, **style)

@@ -49,8 +49,7 @@ async def complete(
     """POST a streamed ``/completion`` and collect it.
 
     Args:
-        client: an httpx client (the bench uses one that never reuses a connection, because at
-            the pin llama-server closes a connection after a stream while advertising keep-alive).
+        client: an httpx client (the bench's opens a new connection for every request).
         base_url: ``http://127.0.0.1:PORT``.
         body: the request (``stream`` is forced on).
 
@@ -63,33 +62,11 @@ async def complete(
             without its final event.
         httpx.TransportError: when the connection fails.
     """
-    payload = dict(body, stream=True)
     t0 = time.perf_counter()
-    ttft: float | None = None
-    parts: list[str] = []
-    final: dict[str, Any] | None = None
-    async with client.stream("POST", f"{base_url}/completion", json=payload) as resp:
+    async with client.stream("POST", f"{base_url}/completion", json=dict(body, stream=True)) as resp:
         if resp.status_code != 200:
-            raw = (await resp.aread()).decode("utf-8", errors="replace")
-            try:
-                message = json.loads(raw)["error"]["message"]
-            except (ValueError, KeyError, TypeError):
-                message = raw[:300]
-            raise UserError(f"{base_url}/completion answered {resp.status_code}: {message}")
-        async for line in resp.aiter_lines():
-            if not line.startswith("data:"):
-                continue
-            data = line[5:].strip()
-            if not data or data == "[DONE]":
-                continue
-            event = json.loads(data)
-            content = event.get("content") or ""
-            if content:
-                if ttft is None:
-                    ttft = time.perf_counter() - t0
-                parts.append(content)
-            if event.get("stop"):
-                final = event
+            raise await _http_error(resp, base_url)
+        ttft, parts, final = await _read_events(resp, t0)
     if final is None:
         raise UserError(f"{base_url}/completion: the stream ended without its final event")
     timings = final.get("timings") or {}
@@ -102,6 +79,39 @@ async def complete(
         text="".join(parts),
         tokens_predicted=int(final.get("tokens_predicted") or timings.get("predicted_n") or 0),
     )
+
+
+async def _http_error(resp: httpx.Response, base_url: str) -> UserError:
+    """The error for a non-200 answer, with the server's own message when it sent the OpenAI shape."""
+    raw = (await resp.aread()).decode("utf-8", errors="replace")
+    try:
+        message = json.loads(raw)["error"]["message"]
+    except (ValueError, KeyError, TypeError):
+        message = raw[:300]
+    return UserError(f"{base_url}/completion answered {resp.status_code}: {message}")
+
+
+async def _read_events(resp: httpx.Response, t0: float) -> tuple[float | None, list[str], dict[str, Any] | None]:
+    """Read the server-sent events: (seconds from ``t0`` to the first content or None, the content
+    pieces, the final event (the one with ``stop``) or None)."""
+    ttft: float | None = None
+    parts: list[str] = []
+    final: dict[str, Any] | None = None
+    async for line in resp.aiter_lines():
+        if not line.startswith("data:"):
+            continue
+        data = line[5:].strip()
+        if not data or data == "[DONE]":
+            continue
+        event = json.loads(data)
+        content = event.get("content") or ""
+        if content:
+            if ttft is None:
+                ttft = time.perf_counter() - t0
+            parts.append(content)
+        if event.get("stop"):
+            final = event
+    return ttft, parts, final
 
 
 def request_body(

@@ -11,23 +11,37 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import httpx
 
 from orchestrator.bench.plan import Task, Variant, bench_spec, schedule
 from orchestrator.bench.prompts import Prompt
 from orchestrator.bench.requests import N_MAX_FIELD, Completion, complete, reported_n_max, request_body
-from orchestrator.bench.stats import RequestResult
+from orchestrator.bench.summary import RequestResult
 from orchestrator.errors import UserError
+from orchestrator.launch.plan import with_argv_overrides
+from orchestrator.supervise.supervisor import SERVING, TERMINAL, Instance, ProcessState, Supervisor
 
 if TYPE_CHECKING:
     from orchestrator.config.schema import Config, ModelConfig
     from orchestrator.launch.plan import InstanceSpec
-    from orchestrator.supervise.supervisor import Instance, Supervisor
 
 WARMUP_PROMPT = "Say hello."
 WARMUP_TOKENS = 64  # enough decode steps to page in the weights and settle the caches
+
+
+class SweepProgress(Protocol):
+    """Where a sweep reports what it is doing (the command line shows it as a progress bar)."""
+
+    def status(self, text: str) -> None:
+        """What the sweep is doing now (loading, warming up, which K and prompt)."""
+
+    def total(self, requests: int) -> None:
+        """The number of measured requests the sweep will send."""
+
+    def advance(self) -> None:
+        """One measured request is done."""
 
 
 @dataclass
@@ -58,7 +72,7 @@ class Sweep:
         temperature: float,
         log_dir: Path,
         manifest_patched: bool,
-        progress: Any = None,
+        progress: SweepProgress | None = None,
     ) -> None:
         self.config = config
         self.model = model
@@ -83,15 +97,13 @@ class Sweep:
     # ---- instances
 
     async def _start(self, variants: Sequence[Variant]) -> None:
-        from orchestrator.supervise.supervisor import ProcessState, Supervisor
-
         todo = [v for v in variants if v.name not in self._running]
         if not todo:
             return
         if not self.together:
             await self._stop_all()
         sup = Supervisor([v.spec for v in todo], self.config, log_dir=self.log_dir)
-        for v, inst in zip(todo, sup.instances):
+        for v, inst in zip(todo, sup.instances, strict=True):
             self._running[v.name] = (sup, inst)
         self._status(f"loading {', '.join(v.name for v in todo)}")
         await sup.start()
@@ -106,7 +118,7 @@ class Sweep:
                 "bench instance did not become ready:\n" + "\n".join(lines),
                 hint=f"full logs in {self.log_dir}",
             )
-        for v, inst in zip(todo, sup.instances):
+        for v, inst in zip(todo, sup.instances, strict=True):
             await self._warm_up(v, inst)
 
     async def _ensure_warm(self, v: Variant, inst: Instance) -> None:
@@ -126,8 +138,6 @@ class Sweep:
         await asyncio.gather(*(s.stop(grace) for s in sups.values()))
 
     def _instance(self, v: Variant) -> Instance:
-        from orchestrator.supervise.supervisor import ProcessState
-
         inst = self._running[v.name][1]
         if inst.state is ProcessState.DEGRADED:
             raise UserError(
@@ -191,8 +201,6 @@ class Sweep:
 
     async def _wait_relaunched(self, inst: Instance) -> None:
         """After a failed request: wait for the supervisor to notice and relaunch, then to serve."""
-        from orchestrator.supervise.supervisor import SERVING, TERMINAL
-
         ready_before = inst.ready_at
         notice = time.monotonic() + 5.0  # the supervisor polls the child every second or faster
         deadline = time.monotonic() + 3 * float(self.config.server.timeouts.load)
@@ -208,7 +216,7 @@ class Sweep:
 
     def _status(self, text: str) -> None:
         if self.progress is not None:
-            self.progress.update(self.progress.task_ids[0], description=text)
+            self.progress.status(text)
 
     # ---- prompts
 
@@ -237,8 +245,6 @@ class Sweep:
         if spec_ks:
             out.append(Variant(bench_spec(self.base, suffix="spec", n_max=max(spec_ks)), spec_ks))
         if 0 in self.ks:
-            from orchestrator.launch.plan import with_argv_overrides
-
             off = with_argv_overrides(self.base, spec_off=True, port=0)
             out.append(Variant(bench_spec(off, suffix="k0", n_max=None), (0,)))
         return out
@@ -266,57 +272,19 @@ class Sweep:
             await self._client.aclose()
 
     async def _run(self) -> SweepRun:
-        variants = self._variants()
-        mode = "baseline only"
-        if variants and variants[0].ks != (0,):
-            spec_v = variants[0]
-            await self._start([spec_v])
-            patched = await self._probe_patch(spec_v, self._instance(spec_v))
-            if self.manifest_patched and not patched:
-                self.warnings.append(
-                    "the build manifest lists the per-request draft-length patch but the server did not report "
-                    f"{N_MAX_FIELD} back; relaunching per K instead"
-                )
-            if patched:
-                spec_v.per_request = True
-                mode = "per-request"
-            else:
-                mode = "relaunch"
-                k_max = max(spec_v.ks)
-                spec_v.ks = (k_max,)
-                extra = [
-                    Variant(bench_spec(self.base, suffix=f"k{k}", n_max=k), (k,)) for k in self.ks if 0 < k < k_max
-                ]
-                variants = [spec_v] + variants[1:] + extra
+        variants, mode = await self._decide_mode(self._variants())
         tasks = schedule(
             variants, n_prompts=len(self.prompts), reps=self.reps, seeds=self.seeds, together=self.together
         )
         if self.progress is not None:
-            self.progress.update(self.progress.task_ids[0], total=len(tasks), completed=0)
+            self.progress.total(len(tasks))
         if self.together:
             await self._start(variants)
         results: list[RequestResult] = []
         for task in tasks:
-            v = variants[task.variant]
-            await self._start([v])
-            inst = self._instance(v)
-            await self._ensure_warm(v, inst)
-            prompt = self.prompts[task.prompt_index]
-            self._status(f"K={task.k} {prompt.domain} rep {task.rep + 1}/{self.reps}")
-            text = await self._templated_prompt(inst, task.prompt_index)
-            body = request_body(
-                text,
-                k=task.k,
-                per_request=v.per_request,
-                n_min=v.spec.n_min,
-                n_predict=self.n_predict,
-                temperature=self.temperature,
-                seed=task.seed,
-            )
-            comp = await self._send(inst, body)
-            results.append(self._result(task, prompt, inst, comp))
+            results.append(await self._measure(task, variants[task.variant]))
             if self.progress is not None:
-                self.progress.advance(self.progress.task_ids[0])
+                self.progress.advance()
         self._check(results, mode)
         for name, (_, inst) in self._running.items():
             self._seen[name] = inst.snapshot()
@@ -330,6 +298,47 @@ class Sweep:
             instances=list(self._seen.values()),
             warnings=self.warnings,
         )
+
+    async def _decide_mode(self, variants: list[Variant]) -> tuple[list[Variant], str]:
+        """Start the speculative variant and probe it (step 2): K per request on a patched
+        binary, else one instance per K. Returns the variants to run and the mode's name."""
+        if not variants or variants[0].ks == (0,):
+            return variants, "baseline only"
+        spec_v = variants[0]
+        await self._start([spec_v])
+        patched = await self._probe_patch(spec_v, self._instance(spec_v))
+        if self.manifest_patched and not patched:
+            self.warnings.append(
+                "the build manifest lists the per-request draft-length patch but the server did not report "
+                f"{N_MAX_FIELD} back; relaunching per K instead"
+            )
+        if patched:
+            spec_v.per_request = True
+            return variants, "per-request"
+        k_max = max(spec_v.ks)
+        spec_v.ks = (k_max,)
+        extra = [Variant(bench_spec(self.base, suffix=f"k{k}", n_max=k), (k,)) for k in self.ks if 0 < k < k_max]
+        return [spec_v, *variants[1:], *extra], "relaunch"
+
+    async def _measure(self, task: Task, v: Variant) -> RequestResult:
+        """Send the measured request ``task`` to the instance of ``v`` (started and warm first)."""
+        await self._start([v])
+        inst = self._instance(v)
+        await self._ensure_warm(v, inst)
+        prompt = self.prompts[task.prompt_index]
+        self._status(f"K={task.k} {prompt.domain} rep {task.rep + 1}/{self.reps}")
+        text = await self._templated_prompt(inst, task.prompt_index)
+        body = request_body(
+            text,
+            k=task.k,
+            per_request=v.per_request,
+            n_min=v.spec.n_min,
+            n_predict=self.n_predict,
+            temperature=self.temperature,
+            seed=task.seed,
+        )
+        comp = await self._send(inst, body)
+        return self._result(task, prompt, inst, comp)
 
     def _result(self, task: Task, prompt: Prompt, inst: Instance, comp: Completion) -> RequestResult:
         t = comp.timings

@@ -2,12 +2,12 @@
 
 How a sweep runs (the same launch path as ``orchestrator up``, without the proxy):
 
-1. models.yaml is loaded, one model is picked, and ``launch.plan_launch`` plans its replica 0.
+1. models.yaml is loaded, one model is picked, and ``launch.plan.plan_launch`` plans its replica 0.
    From that plan come the bench instances, each a supervised llama-server
-   (``supervisor.Supervisor``) on an OS-picked port:
+   (``supervise.supervisor.Supervisor``) on an OS-picked port:
 
    - ``<model>-bench-spec``: speculation on, launched with ``--spec-draft-n-max max(K)``;
-   - ``<model>-bench-k0``: the same argv without speculation (``launch.with_argv_overrides``);
+   - ``<model>-bench-k0``: the same argv without speculation (``launch.plan.with_argv_overrides``);
      every K = 0 request goes here.
 
 2. The spec instance starts first and is probed: a request carrying ``speculative.n_max`` whose
@@ -27,11 +27,13 @@ How a sweep runs (the same launch path as ``orchestrator up``, without the proxy
    ``cache_prompt: false`` (every repetition pays its prefill, so TTFT is comparable). It
    records TTFT (time to the first streamed content byte), llama-server's ``timings``
    (decode tok/s, ``draft_n``, ``draft_n_accepted``) and the draft length the server reports
-   applying. Statistics and their formulas are in :mod:`orchestrator.bench.stats`; files and
-   analysis lines in :mod:`orchestrator.bench.report`.
+   applying. Statistics and their formulas are in :mod:`orchestrator.bench.stats`, their
+   aggregation over the sweep in :mod:`orchestrator.bench.summary`; files and analysis lines in
+   :mod:`orchestrator.bench.report`.
 
-Where the code is: this module has the command (options checked, model picked, sweep run,
-results written, ``--apply``); :mod:`orchestrator.bench.args` parses the K and seed lists,
+Where the code is: this module has the steps of the command (options checked, model picked,
+sweep run, results analysed and written, ``--apply``), which :mod:`orchestrator.cli.bench` calls
+and prints; :mod:`orchestrator.bench.args` parses the K and seed lists,
 :mod:`orchestrator.bench.prompts` the prompt sets; :mod:`orchestrator.bench.plan` builds the
 variants and the request order (steps 1 and 4), :mod:`orchestrator.bench.runner` runs them
 (steps 2-4), :mod:`orchestrator.bench.requests` sends one request (step 5), and
@@ -42,20 +44,64 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import sys
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
+from orchestrator.bench import report
 from orchestrator.bench.args import MAX_DRAFT_LENGTH, parse_int_list, parse_seeds
 from orchestrator.bench.manifest import manifest
 from orchestrator.bench.plan import has_patch
-from orchestrator.bench.prompts import select_prompts
-from orchestrator.bench.runner import Sweep
+from orchestrator.bench.prompts import Prompt, select_prompts
+from orchestrator.bench.runner import Sweep, SweepProgress, SweepRun
+from orchestrator.bench.summary import Summary, noise_warning, overall_domain, recommend, summarize
+from orchestrator.config.schema import Config, ModelConfig, load_config
+from orchestrator.config.yaml_edit import set_draft_length
 from orchestrator.errors import UserError
+from orchestrator.host import gpus as gpus_mod
+from orchestrator.launch import plan as launch
+from orchestrator.native import build
+from orchestrator.native.build import BuildInfo
 
-if TYPE_CHECKING:
-    from orchestrator.config.schema import Config, ModelConfig
+
+@dataclass(frozen=True)
+class BenchOptions:
+    """The checked options of a sweep: draft lengths ``ks`` (tokens, 0 = baseline), sampling
+    ``seeds``, the prompts, ``n_predict`` tokens per request, ``reps`` repetitions, ``temperature``."""
+
+    ks: list[int]
+    seeds: list[int]
+    prompts: list[Prompt]
+    n_predict: int
+    reps: int
+    temperature: float
+
+
+def check_options(
+    *, k: str, seeds: str, prompts: str, prompts_file: Path | None, n_predict: int, reps: int, temperature: float
+) -> BenchOptions:
+    """Parse and check the command's options (the meaning of each is on :func:`orchestrator.cli.bench.run_bench`).
+
+    Raises:
+        UserError: a bad K or seed list, a draft length above :data:`MAX_DRAFT_LENGTH`, a
+            non-positive ``n_predict`` or ``reps``, a negative temperature, a bad prompts file.
+    """
+    ks = parse_int_list(k, option="--k", minimum=0)
+    if max(ks, default=0) > MAX_DRAFT_LENGTH:
+        raise UserError(
+            f"--k {max(ks)}: draft lengths above {MAX_DRAFT_LENGTH} are never useful (acceptance decays geometrically)",
+            hint="sweep e.g. --k 0,1,2,3,4,6,8",
+        )
+    seed_list = parse_seeds(seeds)
+    if n_predict < 1:
+        raise UserError(f"--n-predict must be >= 1 (tokens), got {n_predict}")
+    if reps < 1:
+        raise UserError(f"--reps must be >= 1, got {reps}")
+    if temperature < 0:
+        raise UserError(f"--temperature must be >= 0, got {temperature}")
+    prompt_list = select_prompts(prompts, prompts_file)
+    return BenchOptions(ks, seed_list, prompt_list, n_predict, reps, temperature)
 
 
 def pick_model(config: Config, name: str | None) -> ModelConfig:
@@ -88,189 +134,172 @@ def _bench_config(config: Config, model: ModelConfig) -> Config:
     return narrowed
 
 
-def cli_bench(
-    model: str | None,
-    *,
-    config: Path,
-    k: str,
-    prompts: str,
-    prompts_file: Path | None,
-    n_predict: int,
-    reps: int,
-    seeds: str,
-    temperature: float,
-    out: Path,
-    apply: bool,
-) -> int:
-    """Run ``orchestrator bench``: sweep K, write the results folder, optionally apply the best K.
+@dataclass(frozen=True)
+class BenchTarget:
+    """What a sweep runs on: the loaded ``config`` (and the file it came from), the ``model``,
+    the narrowed ``bench_config``, the native ``build``, the GPUs, and ``base``, the launch spec
+    of the model's first replica that every bench instance is derived from."""
 
-    Args:
-        model: model name or alias from models.yaml (None: the only model).
-        config: path of models.yaml.
-        k: comma-separated draft lengths (tokens); 0 is the no-speculation baseline.
-        prompts: comma-separated built-in prompt sets (math, code, general).
-        prompts_file: JSONL with ``{"domain", "prompt"}`` per line (replaces the default sets).
-        n_predict: tokens generated per request.
-        reps: repetitions of every (K, prompt, seed).
-        seeds: comma-separated sampling seeds (each repetition runs every seed).
-        temperature: sampling temperature (0 = greedy; then outputs match across K).
-        out: results folder (created; files of an earlier run there are replaced).
-        apply: write the recommended K into models.yaml (``speculative.n_max``, or
-            ``type: none`` when K = 0 wins), printing the diff.
+    config_file: Path
+    config: Config
+    model: ModelConfig
+    bench_config: Config
+    build: BuildInfo
+    gpus: list[Any]
+    gpu_source: str
+    base: launch.InstanceSpec
 
-    Returns:
-        0 on success.
+
+def plan_target(config_file: Path, model: str | None) -> BenchTarget:
+    """Load models.yaml, pick the model, locate the build, detect GPUs and plan the model's launch.
 
     Raises:
-        UserError: bad options, config, missing build, an instance that fails to load, a
-            request error.
+        UserError: a config error, no such model, no native build, or no planned instance.
     """
-    from rich.console import Console
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
-
-    from orchestrator.bench import report as bench_report
-    from orchestrator.bench import stats as bench_stats
-    from orchestrator.config.schema import load_config
-    from orchestrator.config.yaml_edit import set_draft_length
-    from orchestrator.host import gpus as gpus_mod
-    from orchestrator.launch import plan as launch
-    from orchestrator.native import build
-
-    ks = parse_int_list(k, option="--k", minimum=0)
-    if max(ks, default=0) > MAX_DRAFT_LENGTH:
-        raise UserError(
-            f"--k {max(ks)}: draft lengths above {MAX_DRAFT_LENGTH} are never useful (acceptance decays geometrically)",
-            hint="sweep e.g. --k 0,1,2,3,4,6,8",
-        )
-    seed_list = parse_seeds(seeds)
-    if n_predict < 1:
-        raise UserError(f"--n-predict must be >= 1 (tokens), got {n_predict}")
-    if reps < 1:
-        raise UserError(f"--reps must be >= 1, got {reps}")
-    if temperature < 0:
-        raise UserError(f"--temperature must be >= 0, got {temperature}")
-    prompt_list = select_prompts(prompts, prompts_file)
-    cfg = load_config(config)
+    cfg = load_config(config_file)
     model_cfg = pick_model(cfg, model)
     bcfg = _bench_config(cfg, model_cfg)
     info = build.locate()
     gpu_list, gpu_source = gpus_mod.detect_gpus()
-    specs = [
-        s for s in launch.plan_launch(bcfg, gpus=gpu_list, build=info, check_ports=False) if s.model == model_cfg.name
-    ]
+    planned = launch.plan_launch(bcfg, gpus=gpu_list, build=info, check_ports=False)
+    specs = [s for s in planned if s.model == model_cfg.name]
     if not specs:
         raise UserError(f"the launch plan has no instance for {model_cfg.name!r}")
     base = min(specs, key=lambda s: s.replica)
+    return BenchTarget(config_file, cfg, model_cfg, bcfg, info, gpu_list, gpu_source, base)
 
-    out.mkdir(parents=True, exist_ok=True)
-    console = Console(stderr=True)
-    # piped output (a log, CI) gets a width that fits the whole table instead of 80 columns
-    stdout = Console() if sys.stdout.isatty() else Console(width=160)
-    started = datetime.now(UTC)
-    with Progress(
-        TextColumn("[bold]{task.description:<28}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-        console=console,
-        transient=False,
-    ) as progress:
-        progress.add_task("starting", total=None)
-        sweep = Sweep(
-            config=bcfg,
-            model=model_cfg,
-            base=base,
-            ks=ks,
-            prompts=prompt_list,
-            n_predict=n_predict,
-            reps=reps,
-            seeds=seed_list,
-            temperature=temperature,
-            log_dir=out / "logs",
-            manifest_patched=has_patch(info.manifest),
-            progress=progress,
-        )
-        run = asyncio.run(sweep.run())
-        progress.update(progress.task_ids[0], description="done")
 
-    summaries = bench_stats.summarize(run.results)
-    overall = bench_stats.overall_domain(summaries)
+def run_sweep(target: BenchTarget, options: BenchOptions, *, log_dir: Path, progress: SweepProgress | None) -> SweepRun:
+    """Run the whole sweep (steps 1-5 of the module docstring); every instance is stopped at the end.
+
+    Raises:
+        UserError: an instance that fails to load or falls back, a request that fails twice.
+    """
+    sweep = Sweep(
+        config=target.bench_config,
+        model=target.model,
+        base=target.base,
+        ks=options.ks,
+        prompts=options.prompts,
+        n_predict=options.n_predict,
+        reps=options.reps,
+        seeds=options.seeds,
+        temperature=options.temperature,
+        log_dir=log_dir,
+        manifest_patched=has_patch(target.build.manifest),
+        progress=progress,
+    )
+    return asyncio.run(sweep.run())
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The analysis of a finished sweep: per-(K, domain) ``summaries``, the recommended K and
+    tie band per domain, the ``overall`` domain whose recommendation is the sweep's, and the
+    analysis lines of that domain."""
+
+    summaries: list[Summary]
+    recommended: dict[str, int]
+    bands: dict[str, float]
+    overall: str
+    analysis: list[str]
+
+    @property
+    def best(self) -> int:
+        """The recommended draft length of the whole sweep (tokens; 0 = no speculation)."""
+        return self.recommended[self.overall]
+
+    @property
+    def band(self) -> float:
+        """The relative tie band behind :attr:`best`."""
+        return self.bands[self.overall]
+
+
+def analyse(run: SweepRun) -> Outcome:
+    """Summarize the results, recommend K per domain, write the analysis lines; a noise warning
+    is appended to ``run.warnings`` when the decode rates scatter too much to trust."""
+    summaries = summarize(run.results)
+    overall = overall_domain(summaries)
     recommended: dict[str, int] = {}
     bands: dict[str, float] = {}
     for domain in sorted({s.domain for s in summaries}):
-        recommended[domain], bands[domain] = bench_stats.recommend(summaries, domain)
-    best = recommended[overall]
-    band = bands[overall]
-    analysis = bench_report.analysis_lines(summaries, losing_band=band, domain=overall)
-    noisy = bench_stats.noise_warning(summaries, overall)
+        recommended[domain], bands[domain] = recommend(summaries, domain)
+    analysis = report.analysis_lines(summaries, losing_band=bands[overall], domain=overall)
+    noisy = noise_warning(summaries, overall)
     if noisy:
         run.warnings.append(noisy)
-    title = f"{model_cfg.name}: draft-length sweep ({run.mode}, {len(prompt_list)} prompts x {reps} reps x {len(seed_list)} seeds, n_predict {n_predict})"
-    rec_line = (
-        f"recommended K = {best} (best median decode tok/s over all prompts; K values within {band:.0%} "
-        "of the best count as tied and the smallest tied K wins)"
-    )
-    if best == 0:
-        rec_line += "; speculation does not pay off here"
+    return Outcome(summaries, recommended, bands, overall, analysis)
 
-    payload = {
-        "model": model_cfg.name,
+
+def title(target: BenchTarget, options: BenchOptions, run: SweepRun) -> str:
+    """The heading of the results table."""
+    return (
+        f"{target.model.name}: draft-length sweep ({run.mode}, {len(options.prompts)} prompts x {options.reps} reps"
+        f" x {len(options.seeds)} seeds, n_predict {options.n_predict})"
+    )
+
+
+def recommendation_line(outcome: Outcome) -> str:
+    """The closing sentence: which K, and how the choice was made."""
+    line = (
+        f"recommended K = {outcome.best} (best median decode tok/s over all prompts; K values within "
+        f"{outcome.band:.0%} of the best count as tied and the smallest tied K wins)"
+    )
+    if outcome.best == 0:
+        line += "; speculation does not pay off here"
+    return line
+
+
+def results_payload(
+    target: BenchTarget, options: BenchOptions, run: SweepRun, outcome: Outcome, *, started: datetime
+) -> dict[str, Any]:
+    """The content of ``results.json``: settings, manifest, recommendation, analysis, every request."""
+    return {
+        "model": target.model.name,
         "started_at": started.isoformat(timespec="seconds"),
         "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "settings": {
-            "k": ks,
-            "prompts": sorted({p.domain for p in prompt_list}),
-            "n_prompts": len(prompt_list),
-            "n_predict": n_predict,
-            "reps": reps,
-            "seeds": seed_list,
-            "temperature": temperature,
+            "k": options.ks,
+            "prompts": sorted({p.domain for p in options.prompts}),
+            "n_prompts": len(options.prompts),
+            "n_predict": options.n_predict,
+            "reps": options.reps,
+            "seeds": options.seeds,
+            "temperature": options.temperature,
             "mode": run.mode,
             "instances_together": run.together,
-            "config": str(cfg.path or config),
+            "config": str(target.config.path or target.config_file),
         },
-        "manifest": manifest(build=info, gpus=gpu_list, gpu_source=gpu_source, spec=base),
-        "recommended_k": best,
-        "recommended_k_by_domain": recommended,
-        "tie_band": band,
-        "analysis": analysis,
+        "manifest": manifest(build=target.build, gpus=target.gpus, gpu_source=target.gpu_source, spec=target.base),
+        "recommended_k": outcome.best,
+        "recommended_k_by_domain": outcome.recommended,
+        "tie_band": outcome.band,
+        "analysis": outcome.analysis,
         "analysis_by_domain": {
-            d: bench_report.analysis_lines(summaries, losing_band=bands[d], domain=d) for d in sorted(recommended)
+            d: report.analysis_lines(outcome.summaries, losing_band=outcome.bands[d], domain=d)
+            for d in sorted(outcome.recommended)
         },
         "warnings": run.warnings,
-        "summary": [dataclasses.asdict(s) for s in summaries],
+        "summary": [dataclasses.asdict(s) for s in outcome.summaries],
         "requests": [dict(dataclasses.asdict(r), tokens_per_step=r.tokens_per_step) for r in run.results],
         "instances": run.instances,
     }
-    bench_report.write_json(out / "results.json", payload)
-    bench_report.write_csv(out / "summary.csv", summaries)
-    bench_report.write_csv(out / "requests.csv", run.results)
-    bench_report.write_plot(out / "sweep.png", summaries, title=f"{model_cfg.name} ({run.mode})")
 
-    stdout.print(bench_report.render_table(summaries, recommended, title=title))
-    stdout.print("[bold]analysis[/bold] (a = per-token acceptance; step cost in baseline decode steps):")
-    for line in analysis:
-        stdout.print("  " + line, markup=False, highlight=False, soft_wrap=True)
-    for w in run.warnings:
-        stdout.print("warning: " + w, style="yellow", markup=False, highlight=False, soft_wrap=True)
-    stdout.print(rec_line, style="bold", markup=False, highlight=False, soft_wrap=True)
-    stdout.print(f"results: {out}/results.json, summary.csv, requests.csv, sweep.png", markup=False, highlight=False)
 
-    if apply:
-        if cfg.path is None:
-            raise UserError("--apply needs a models.yaml file")
-        diff = set_draft_length(Path(cfg.path), model_cfg.name, best)
-        if diff:
-            stdout.print(f"applied K={best} to {cfg.path}:", markup=False, highlight=False)
-            stdout.out(diff, highlight=False)
-        else:
-            stdout.print(f"{cfg.path} already has K={best}; nothing to change", markup=False, highlight=False)
-    return 0
+def write_results(out: Path, payload: dict[str, Any], run: SweepRun, outcome: Outcome, *, plot_title: str) -> None:
+    """Write ``results.json``, ``summary.csv``, ``requests.csv`` and ``sweep.png`` into ``out``."""
+    report.write_json(out / "results.json", payload)
+    report.write_csv(out / "summary.csv", outcome.summaries)
+    report.write_csv(out / "requests.csv", run.results)
+    report.write_plot(out / "sweep.png", outcome.summaries, title=plot_title)
+
+
+def apply_draft_length(target: BenchTarget, k: int) -> str:
+    """Write draft length ``k`` into the model's entry in models.yaml; returns the diff ("" if unchanged).
+
+    Raises:
+        UserError: the config did not come from a file.
+    """
+    if target.config.path is None:
+        raise UserError("--apply needs a models.yaml file")
+    return set_draft_length(Path(target.config.path), target.model.name, k)

@@ -146,10 +146,10 @@ def bench(
     apply: bool = typer.Option(False, "--apply", help="write the recommended K into models.yaml"),
 ) -> None:
     """Sweep the draft length K against a no-speculation baseline and recommend the best K."""
-    from orchestrator.bench import sweep as m
+    from orchestrator.cli import bench as m
 
     _run(
-        lambda: m.cli_bench(
+        lambda: m.run_bench(
             model,
             config=config,
             k=k,

@@ -1,0 +1,185 @@
+"""``orchestrator bench`` on the terminal: check the options, run the sweep under a progress bar,
+print the table, the analysis and the recommendation, and apply it on request.
+
+The sweep itself (planning, running, analysing, writing the results folder) is
+:mod:`orchestrator.bench.sweep`; this module only draws.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+
+from rich.console import Console, JustifyMethod
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+from orchestrator.bench import sweep
+from orchestrator.bench.report import fmt_number
+from orchestrator.bench.summary import Summary
+
+TABLE_COLUMNS: tuple[tuple[str, JustifyMethod], ...] = (
+    ("domain", "left"),
+    ("K", "right"),
+    ("tok/s med", "right"),
+    ("IQR", "right"),
+    ("speedup", "right"),
+    ("TTFT ms", "right"),
+    ("accept", "right"),
+    ("acc/step", "right"),
+    ("tok/step", "right"),
+    ("geom", "right"),
+    ("step cost", "right"),
+    ("reps", "right"),
+)
+
+
+def run_bench(
+    model: str | None,
+    *,
+    config: Path,
+    k: str,
+    prompts: str,
+    prompts_file: Path | None,
+    n_predict: int,
+    reps: int,
+    seeds: str,
+    temperature: float,
+    out: Path,
+    apply: bool,
+) -> int:
+    """Run ``orchestrator bench``: sweep K, write the results folder, optionally apply the best K.
+
+    Args:
+        model: model name or alias from models.yaml (None: the only model).
+        config: path of models.yaml.
+        k: comma-separated draft lengths (tokens); 0 is the no-speculation baseline.
+        prompts: comma-separated built-in prompt sets (math, code, general).
+        prompts_file: JSONL with ``{"domain", "prompt"}`` per line (replaces the default sets).
+        n_predict: tokens generated per request.
+        reps: repetitions of every (K, prompt, seed).
+        seeds: comma-separated sampling seeds (each repetition runs every seed).
+        temperature: sampling temperature (0 = greedy; then outputs match across K).
+        out: results folder (created; files of an earlier run there are replaced).
+        apply: write the recommended K into models.yaml (``speculative.n_max``, or
+            ``type: none`` when K = 0 wins), printing the diff.
+
+    Returns:
+        0 on success.
+
+    Raises:
+        UserError: bad options, config, missing build, an instance that fails to load, a
+            request error.
+    """
+    options = sweep.check_options(
+        k=k,
+        seeds=seeds,
+        prompts=prompts,
+        prompts_file=prompts_file,
+        n_predict=n_predict,
+        reps=reps,
+        temperature=temperature,
+    )
+    target = sweep.plan_target(config, model)
+    out.mkdir(parents=True, exist_ok=True)
+    started = datetime.now(UTC)
+    with _progress_bar() as progress:
+        run = sweep.run_sweep(target, options, log_dir=out / "logs", progress=progress)
+    outcome = sweep.analyse(run)
+    payload = sweep.results_payload(target, options, run, outcome, started=started)
+    sweep.write_results(out, payload, run, outcome, plot_title=f"{target.model.name} ({run.mode})")
+    # piped output (a log, CI) gets a width that fits the whole table instead of 80 columns
+    stdout = Console() if sys.stdout.isatty() else Console(width=160)
+    _print_results(stdout, sweep.title(target, options, run), outcome, run.warnings, out)
+    if apply:
+        _apply(stdout, target, outcome.best)
+    return 0
+
+
+class _RichProgress:
+    """The sweep's progress (:class:`orchestrator.bench.runner.SweepProgress`) on a rich progress bar."""
+
+    def __init__(self, progress: Progress) -> None:
+        self._progress = progress
+        self._task = progress.add_task("starting", total=None)
+
+    def status(self, text: str) -> None:
+        self._progress.update(self._task, description=text)
+
+    def total(self, requests: int) -> None:
+        self._progress.update(self._task, total=requests, completed=0)
+
+    def advance(self) -> None:
+        self._progress.advance(self._task)
+
+
+@contextmanager
+def _progress_bar() -> Iterator[_RichProgress]:
+    """A progress bar on stderr that says "done" when the sweep finishes."""
+    with Progress(
+        TextColumn("[bold]{task.description:<28}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=Console(stderr=True),
+        transient=False,
+    ) as progress:
+        bar = _RichProgress(progress)
+        yield bar
+        bar.status("done")
+
+
+def _print_results(stdout: Console, title: str, outcome: sweep.Outcome, warnings: list[str], out: Path) -> None:
+    stdout.print(render_table(outcome.summaries, outcome.recommended, title=title))
+    stdout.print("[bold]analysis[/bold] (a = per-token acceptance; step cost in baseline decode steps):")
+    for line in outcome.analysis:
+        stdout.print("  " + line, markup=False, highlight=False, soft_wrap=True)
+    for w in warnings:
+        stdout.print("warning: " + w, style="yellow", markup=False, highlight=False, soft_wrap=True)
+    stdout.print(sweep.recommendation_line(outcome), style="bold", markup=False, highlight=False, soft_wrap=True)
+    stdout.print(f"results: {out}/results.json, summary.csv, requests.csv, sweep.png", markup=False, highlight=False)
+
+
+def _apply(stdout: Console, target: sweep.BenchTarget, best: int) -> None:
+    diff = sweep.apply_draft_length(target, best)
+    if diff:
+        stdout.print(f"applied K={best} to {target.config.path}:", markup=False, highlight=False)
+        stdout.out(diff, highlight=False)
+    else:
+        stdout.print(f"{target.config.path} already has K={best}; nothing to change", markup=False, highlight=False)
+
+
+def render_table(summaries: Sequence[Summary], recommended: dict[str, int], *, title: str) -> Table:
+    """A rich table, one row per (domain, K); the recommended K of each domain is marked with *.
+
+    Args:
+        recommended: domain -> recommended K.
+    """
+    t = Table(title=title, title_justify="left")
+    for col, justify in TABLE_COLUMNS:
+        t.add_column(col, justify=justify)
+    last_domain = None
+    for s in summaries:
+        if last_domain is not None and s.domain != last_domain:
+            t.add_section()
+        last_domain = s.domain
+        mark = "*" if recommended.get(s.domain) == s.k else ""
+        t.add_row(
+            s.domain,
+            f"{s.k}{mark}",
+            fmt_number(s.tps_median, ".1f"),
+            fmt_number(s.tps_iqr, ".1f"),
+            fmt_number(s.speedup),
+            fmt_number(s.ttft_median * 1000, ".0f"),
+            fmt_number(s.acceptance),
+            fmt_number(s.mean_accepted),
+            fmt_number(s.tokens_per_step),
+            fmt_number(s.geometric),
+            fmt_number(s.step_cost),
+            str(s.reps),
+        )
+    return t
