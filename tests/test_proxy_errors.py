@@ -202,7 +202,7 @@ def test_unexpected_exception_is_a_500_in_the_openai_shape(proxy: tuple[Stack, F
 
 def test_nan_and_deep_nesting_are_400_invalid_json() -> None:
     """NaN/Infinity pass Python's json but not llama-server's parser; deep nesting would recurse."""
-    from orchestrator.serve.forward import parse_body
+    from orchestrator.serve.body import parse_body
 
     for raw in (b'{"model":"demo","temperature":NaN}', b'{"x":Infinity}', b"[" * 100_000):
         with pytest.raises(ApiError) as info:

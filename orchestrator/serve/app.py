@@ -6,7 +6,7 @@ Routes:
 ``POST /v1/chat/completions``  request repair, routing, streamed or not (``orchestrator.serve.forward``)
 ``POST /v1/completions``       routing, streamed or not
 ``POST /v1/embeddings``        routing, passed through
-``GET /v1/models``             configured models and aliases, with their state
+``GET /v1/models``             configured models and aliases, with their state (``orchestrator.serve.info``)
 ``GET /health``                200 when every model has a serving replica, else 503 with details
 ``GET /status``                the supervisor's instance table (``Supervisor.snapshot()``) as JSON
 ``GET /metrics``               Prometheus text (``orchestrator.serve.metrics``)
@@ -24,24 +24,24 @@ never compressed (it would buffer streams).
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.middleware.cors import CORSMiddleware
 from starlette.routing import Route
 
 from orchestrator.errors import STATUS_TYPES, ApiError
 from orchestrator.serve.auth import ApiKeys
 from orchestrator.serve.forward import Forwarder
-from orchestrator.serve.metrics import CONTENT_TYPE, ProxyMetrics
-from orchestrator.serve.routing import RETRY_AFTER, Router
+from orchestrator.serve.info import add_info_routes
+from orchestrator.serve.metrics import ProxyMetrics
+from orchestrator.serve.routing import Router
 from orchestrator.serve.upstream import UpstreamPool
-from orchestrator.supervise.supervisor import SERVING
 
 if TYPE_CHECKING:
     from orchestrator.config.schema import Config
@@ -86,91 +86,14 @@ def create_app(config: Config, supervisor: Supervisor) -> FastAPI:
         app.router.routes.append(Route(path, fwd.endpoint(kind), methods=["POST"]))
     _add_error_handlers(app)
     if config.server.cors_origins:
-        from starlette.middleware.cors import CORSMiddleware
-
         app.add_middleware(
             CORSMiddleware,
             allow_origins=list(config.server.cors_origins),
             allow_methods=["GET", "POST", "OPTIONS"],
             allow_headers=["*"],
         )
-    created = int(time.time())
-
-    def guard(request: Request, required: bool = True) -> None:
-        if required:
-            keys.check(request.scope["headers"])
-
-    @app.get("/v1/models")
-    async def list_models(request: Request) -> dict[str, Any]:
-        guard(request)
-        return {"object": "list", "data": model_entries()}
-
-    @app.get("/v1/models/{model_id:path}")
-    async def retrieve_model(request: Request, model_id: str) -> dict[str, Any]:
-        """OpenAI's ``models.retrieve``: one entry by name or alias, else 404 ``model_not_found``."""
-        guard(request)
-        entries = model_entries()
-        for entry in entries:
-            if entry["id"] == model_id:
-                return entry
-        names = ", ".join(e["id"] for e in entries)
-        raise ApiError(404, f"model {model_id!r} not found; available: {names}", param="model", code="model_not_found")
-
-    def model_entries() -> list[dict[str, Any]]:
-        data = []
-        for model in config.models:
-            replicas = supervisor.for_model(model.name)
-            state = _model_state(replicas)
-            for name in (model.name, *model.aliases):
-                entry: dict[str, Any] = {
-                    "id": name,
-                    "object": "model",
-                    "created": created,
-                    "owned_by": "orchestrator",
-                    "state": state,
-                    "replicas": [{"name": i.name, "state": i.state.value} for i in replicas],
-                }
-                entry["aliases" if name == model.name else "alias_of"] = (
-                    list(model.aliases) if name == model.name else model.name
-                )
-                data.append(entry)
-        return data
-
-    # HEAD too: uptime checkers and load balancers probe with it
-    @app.api_route("/health", methods=["GET", "HEAD"])
-    async def health(request: Request) -> JSONResponse:
-        guard(request, config.server.auth_health)
-        models = {}
-        for model in config.models:
-            replicas = supervisor.for_model(model.name)
-            models[model.name] = {
-                "ready": any(i.state in SERVING for i in replicas),
-                "state": _model_state(replicas),
-                "replicas": {i.name: i.state.value for i in replicas},
-            }
-        ok = all(m["ready"] for m in models.values()) and not app.state.draining
-        status = "ok" if ok else ("draining" if app.state.draining else "unavailable")
-        headers = None if ok else {"Retry-After": str(int(RETRY_AFTER))}
-        return JSONResponse({"status": status, "models": models}, status_code=200 if ok else 503, headers=headers)
-
-    @app.get("/status")
-    async def status(request: Request) -> JSONResponse:
-        guard(request)
-        return JSONResponse(supervisor.snapshot())
-
-    @app.get("/metrics")
-    async def prometheus(request: Request) -> Response:
-        guard(request, config.server.auth_metrics)
-        return Response(metrics.render(), media_type=CONTENT_TYPE)
-
+    add_info_routes(app, config, supervisor, keys, metrics)
     return app
-
-
-def _model_state(replicas: list[Any]) -> str:
-    """One word for a model: ``ready`` if any replica is, else the most hopeful replica state."""
-    order = ("ready", "degraded", "loading", "restarting", "failed", "stopped")
-    states = {i.state.value for i in replicas}
-    return next((s for s in order if s in states), "stopped")
 
 
 def _add_error_handlers(app: FastAPI) -> None:

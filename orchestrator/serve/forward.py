@@ -3,14 +3,14 @@
 Each route is a raw ASGI endpoint (no pydantic, no Request/Response objects); one request goes:
 
 1. refuse while draining (503 + Retry-After), check the API key (401);
-2. read the body: over ``server.max_body_bytes`` is 413 (Content-Length first, then counted
-   while reading), not a JSON object is 400;
+2. read the body (``orchestrator.serve.body``): over ``server.max_body_bytes`` is 413
+   (Content-Length first, then counted while reading), not a JSON object is 400;
 3. route by ``model`` (``orchestrator.serve.routing``): 400 / 404 ``model_not_found``;
 4. repair the request (chat: ``orchestrator.serve.request_repair.repair_request`` with the model's policy;
    completions: only the ``speculative`` -> ``speculative.n_max`` translation). When nothing
    changed the client's original bytes are forwarded untouched; otherwise the body is
    serialised once;
-5. take a serving replica, holding while none is ready (S01); count it in flight;
+5. take a serving replica, holding while none is ready (``server.when_loading: hold``); count it in flight;
 6. send upstream (``orchestrator.serve.upstream``: keep-alive, retry once on a dead pooled socket);
 7. answer: non-streamed bodies are parsed for ``timings`` (metrics, ``Instance.record_timings``)
    and response repair (``orchestrator.serve.response_repair``), and passed on as the original bytes unless
@@ -28,13 +28,14 @@ import asyncio
 import json
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import httpx
 
 from orchestrator.errors import ApiError
 from orchestrator.serve import request_repair as chat
 from orchestrator.serve import response_repair as reasoning
+from orchestrator.serve.body import ClientGone, dump_body, parse_body, read_body
 from orchestrator.serve.metrics import NO_MODEL, ModelMetrics, ProxyMetrics
 from orchestrator.serve.streaming import SSE_HEADERS, RelayOutcome, relay_sse
 from orchestrator.serve.upstream import UpstreamPool, UpstreamTimeout, from_upstream_status, to_api_error
@@ -110,10 +111,6 @@ class _Prepared:
         self.model = model
 
 
-class ClientGone(Exception):
-    """The client disconnected before its request was read."""
-
-
 class _Watch:
     """Flags shared with the disconnect watcher."""
 
@@ -122,69 +119,6 @@ class _Watch:
     def __init__(self) -> None:
         self.finished = False
         self.disconnected = False
-
-
-async def read_body(headers: list[tuple[bytes, bytes]], receive: Receive, limit: int) -> bytes:
-    """Read the request body (bytes), refusing more than ``limit`` bytes.
-
-    Raises:
-        ApiError: 413 when ``Content-Length`` or the bytes actually received exceed ``limit``;
-            400 for a malformed ``Content-Length``.
-        ClientGone: the client disconnected while sending.
-    """
-    for name, value in headers:
-        if name == b"content-length":
-            try:
-                declared = int(value)
-            except ValueError:
-                raise ApiError(400, "malformed Content-Length header") from None
-            if declared > limit:
-                raise _too_large(limit)
-            break
-    parts: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise ClientGone()
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            raise _too_large(limit)
-        parts.append(chunk)
-        if not message.get("more_body", False):
-            break
-    return parts[0] if len(parts) == 1 else b"".join(parts)
-
-
-def _too_large(limit: int) -> ApiError:
-    return ApiError(413, f"request body is larger than {limit} bytes (server.max_body_bytes)", code="request_too_large")
-
-
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
-
-
-def parse_body(raw: bytes) -> dict[str, Any]:
-    """Parse a request body as a JSON object.
-
-    Raises:
-        ApiError: 400 when it is not valid JSON or not an object.
-    """
-    try:
-        # NaN/Infinity are not JSON (RFC 8259) and llama-server's parser rejects them: refuse here
-        body = json.loads(raw, parse_constant=_refuse_constant)
-    except ValueError as err:
-        raise ApiError(400, f"request body is not valid JSON: {err}", code="invalid_json") from None
-    except RecursionError:
-        raise ApiError(400, "request body is nested too deeply", code="invalid_json") from None
-    if not isinstance(body, dict):
-        raise ApiError(400, "request body must be a JSON object", code="invalid_json")
-    return body
-
-
-def _dump(body: dict[str, Any]) -> bytes:
-    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
 
 
 def _server_splits_reasoning(body: dict[str, Any], model: ModelConfig) -> bool:
@@ -210,7 +144,7 @@ def stream_repair(prep: _Prepared) -> reasoning.StreamRepair | None:
     - thinking off: reasoning that still arrives is moved to content, and a stray ``</think>``
       is split off;
     - thinking on and llama-server leaves reasoning in the content (``reasoning_format: none``):
-      the content before ``</think>`` is relabelled ``reasoning_content`` (case R01);
+      the content before ``</think>`` is relabelled ``reasoning_content``;
     - thinking on and llama-server splits reasoning itself (its default): nothing to repair. The
       splitter is not used there on purpose: when the model's reasoning is empty the server sends
       only content deltas, which a thinking-on splitter would relabel as reasoning.
@@ -231,7 +165,11 @@ class Endpoint:
         kind: ``"chat"``, ``"completions"`` or ``"embeddings"``.
     """
 
-    _PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions", "embeddings": "/v1/embeddings"}
+    _PATHS: ClassVar[dict[str, str]] = {
+        "chat": "/v1/chat/completions",
+        "completions": "/v1/completions",
+        "embeddings": "/v1/embeddings",
+    }
 
     def __init__(self, fwd: Forwarder, kind: str) -> None:
         self.fwd = fwd
@@ -283,7 +221,7 @@ class Endpoint:
                 mm.repair("speculative_flattened")
         if new is None:
             return _Prepared(raw, body, body.get("stream") is True, thinking, model)
-        return _Prepared(_dump(new), new, new.get("stream") is True, thinking, model)
+        return _Prepared(dump_body(new), new, new.get("stream") is True, thinking, model)
 
     async def _run_watched(
         self, prep: _Prepared, mm: ModelMetrics, receive: Receive, send: Send, started: float
@@ -395,9 +333,9 @@ class Endpoint:
                 body = dict(prep.body)
                 body["chat_template_kwargs"] = {**(body.get("chat_template_kwargs") or {}), "enable_thinking": False}
                 prep.body, prep.thinking = body, False
-                return data, _dump(body)
+                return data, dump_body(body)
             mm.repair("reasoning_only_passed")
-        return (data if fixed is obj else _dump(fixed)), None
+        return (data if fixed is obj else dump_body(fixed)), None
 
     async def _relay(
         self,
