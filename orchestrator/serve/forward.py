@@ -7,7 +7,8 @@ Each route is a raw ASGI endpoint (no pydantic, no Request/Response objects); on
    (Content-Length first, then counted while reading), not a JSON object is 400;
 3. route by ``model`` (``orchestrator.serve.routing``): 400 / 404 ``model_not_found``;
 4. repair the request (chat: ``orchestrator.serve.request_repair.repair_request`` with the model's policy;
-   completions: only the ``speculative`` -> ``speculative.n_max`` translation). When nothing
+   completions: only the ``speculative`` -> ``speculative.n_max`` translation,
+   ``orchestrator.serve.speculative_fields``). When nothing
    changed the client's original bytes are forwarded untouched; otherwise the body is
    serialised once;
 5. take a serving replica, holding while none is ready (``server.when_loading: hold``); count it in flight;
@@ -37,6 +38,7 @@ from orchestrator.serve import request_repair as chat
 from orchestrator.serve import response_repair as reasoning
 from orchestrator.serve.body import ClientGone, dump_body, parse_body, read_body
 from orchestrator.serve.metrics import NO_MODEL, ModelMetrics, ProxyMetrics
+from orchestrator.serve.speculative_fields import flatten_speculative
 from orchestrator.serve.streaming import SSE_HEADERS, RelayOutcome, relay_sse
 from orchestrator.serve.upstream import UpstreamPool, UpstreamTimeout, from_upstream_status, to_api_error
 
@@ -216,7 +218,7 @@ class Endpoint:
                 for kind in result.repairs:
                     mm.repair(kind)
         elif self.kind == "completions":
-            new = chat.flatten_speculative(body)
+            new = flatten_speculative(body)
             if new is not None:
                 mm.repair("speculative_flattened")
         if new is None:

@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from orchestrator.errors import ApiError
+from orchestrator.serve.speculative_fields import flat_speculative_fields
 
 KNOWN_ROLES = ("system", "developer", "user", "assistant", "tool")
 SYSTEM_ROLES = ("system", "developer")
@@ -134,10 +135,6 @@ def _bad(message: str, param: str | None) -> ApiError:
     return ApiError(400, message, param=param)
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 def _join_parts(parts: list[Any], where: str, role: str, policy: RepairPolicy) -> str | None:
     """Validate a content-part list; return the joined text, or None if it must stay a list.
 
@@ -186,6 +183,78 @@ def _is_user_query(content: Any) -> bool:
     return not (text.startswith("<tool_response>") and text.endswith("</tool_response>"))
 
 
+def _repair_message(i: int, msg: Any, policy: RepairPolicy, kinds: _Kinds) -> dict[str, Any] | None:
+    """One message repaired: ``msg`` itself when it needs nothing, a new dict when it was fixed,
+    None when it is dropped (empty system, or empty assistant without ``tool_calls``).
+
+    Raises ApiError(400) for a message that is not an object, an unknown role, bad content.
+    """
+    where = f"messages[{i}]"
+    if not isinstance(msg, dict):
+        raise _bad(f"{where} must be an object with 'role' and 'content'", where)
+    role = msg.get("role")
+    if role not in KNOWN_ROLES:
+        raise _bad(
+            f"{where}.role {role!r} is not supported; use one of {', '.join(KNOWN_ROLES)} "
+            "(template: 'Unexpected message role.')",
+            f"{where}.role",
+        )
+    new: dict[str, Any] | None = None  # copy-on-write of msg
+    content = msg.get("content")
+    if content is None:
+        # Template renders null as '' anyway; llama-server rejects a message with neither
+        # content nor tool_calls, so a missing content must be filled in.
+        new = dict(msg)
+        new["content"] = content = ""
+        kinds.add("null_content")
+    elif isinstance(content, list):
+        joined = _join_parts(content, f"{where}.content", role, policy)
+        if joined is not None:
+            new = dict(msg)
+            new["content"] = content = joined
+            kinds.add("content_parts_joined")
+    elif not isinstance(content, str):
+        raise _bad(
+            f"{where}.content must be a string, a list of content parts or null "
+            f"(got {type(content).__name__}; template: 'Unexpected content type.')",
+            f"{where}.content",
+        )
+    if role == "developer":
+        new = dict(new if new is not None else msg)
+        new["role"] = role = "system"
+        kinds.add("developer_role")
+    blank = isinstance(content, str) and not content.strip()
+    if blank and (role == "system" or (role == "assistant" and not msg.get("tool_calls"))):
+        kinds.add("empty_dropped")
+        return None
+    return new if new is not None else msg
+
+
+def _place_system(out: list[dict[str, Any]], policy: RepairPolicy, kinds: _Kinds) -> list[dict[str, Any]] | None:
+    """The list with its system messages merged into index 0 (policy ``to_user``: only the leading
+    run; later ones become prefixed user messages in place), or None when they already are."""
+    sys_at = [k for k, m in enumerate(out) if m["role"] == "system"]
+    if not sys_at or sys_at == [0]:
+        return None
+    lead = [k for n, k in enumerate(sys_at) if k == n] if policy.system_messages == "to_user" else sys_at
+    if len(lead) > 1:
+        kinds.add("system_merged")
+    if any(k != n for n, k in enumerate(lead)):
+        kinds.add("system_moved")
+    rest: list[dict[str, Any]] = []
+    for k, m in enumerate(out):
+        if m["role"] != "system":
+            rest.append(m)
+        elif k not in lead:
+            kinds.add("system_to_user")
+            rest.append({"role": "user", "content": SYSTEM_AS_USER_PREFIX + m["content"].strip()})
+    if lead:
+        first = dict(out[lead[0]])
+        first["content"] = SYSTEM_JOINER.join(out[k]["content"].strip() for k in lead)
+        rest.insert(0, first)
+    return rest
+
+
 def _repair_messages(messages: Any, policy: RepairPolicy, kinds: _Kinds) -> list[dict[str, Any]]:
     """Return the repaired message list: the same list object when nothing changed.
 
@@ -197,73 +266,14 @@ def _repair_messages(messages: Any, policy: RepairPolicy, kinds: _Kinds) -> list
     out: list[dict[str, Any]] = []
     touched = False
     for i, msg in enumerate(messages):
-        where = f"messages[{i}]"
-        if not isinstance(msg, dict):
-            raise _bad(f"{where} must be an object with 'role' and 'content'", where)
-        role = msg.get("role")
-        if role not in KNOWN_ROLES:
-            raise _bad(
-                f"{where}.role {role!r} is not supported; use one of {', '.join(KNOWN_ROLES)} "
-                "(template: 'Unexpected message role.')",
-                f"{where}.role",
-            )
-        new: dict[str, Any] | None = None  # copy-on-write of msg
-        content = msg.get("content")
-        if content is None:
-            # Template renders null as '' anyway; llama-server rejects a message with neither
-            # content nor tool_calls, so a missing content must be filled in.
-            new = dict(msg)
-            new["content"] = content = ""
-            kinds.add("null_content")
-        elif isinstance(content, list):
-            joined = _join_parts(content, f"{where}.content", role, policy)
-            if joined is not None:
-                new = dict(msg)
-                new["content"] = content = joined
-                kinds.add("content_parts_joined")
-        elif not isinstance(content, str):
-            raise _bad(
-                f"{where}.content must be a string, a list of content parts or null "
-                f"(got {type(content).__name__}; template: 'Unexpected content type.')",
-                f"{where}.content",
-            )
-        if role == "developer":
-            new = dict(new if new is not None else msg)
-            new["role"] = role = "system"
-            kinds.add("developer_role")
-        blank = isinstance(content, str) and not content.strip()
-        if blank and (role == "system" or (role == "assistant" and not msg.get("tool_calls"))):
-            kinds.add("empty_dropped")
-            touched = True
-            continue
-        if new is not None:
-            touched = True
-        out.append(new if new is not None else msg)
-
-    sys_at = [k for k, m in enumerate(out) if m["role"] == "system"]
-    if sys_at and sys_at != [0]:
+        fixed = _repair_message(i, msg, policy, kinds)
+        touched = touched or fixed is not msg
+        if fixed is not None:
+            out.append(fixed)
+    placed = _place_system(out, policy, kinds)
+    if placed is not None:
         touched = True
-        if policy.system_messages == "to_user":
-            lead = [k for n, k in enumerate(sys_at) if k == n]  # the run starting at index 0
-        else:
-            lead = sys_at
-        if len(lead) > 1:
-            kinds.add("system_merged")
-        if any(k != n for n, k in enumerate(lead)):
-            kinds.add("system_moved")
-        rest: list[dict[str, Any]] = []
-        for k, m in enumerate(out):
-            if m["role"] != "system":
-                rest.append(m)
-            elif k not in lead:
-                kinds.add("system_to_user")
-                rest.append({"role": "user", "content": SYSTEM_AS_USER_PREFIX + m["content"].strip()})
-        if lead:
-            first = dict(out[lead[0]])
-            first["content"] = SYSTEM_JOINER.join(out[k]["content"].strip() for k in lead)
-            rest.insert(0, first)
-        out = rest
-
+        out = placed
     if not any(m["role"] == "user" and _is_user_query(m.get("content")) for m in out):
         raise _bad(
             "no user message to answer (empty system/assistant messages are dropped, and a user "
@@ -291,68 +301,6 @@ def normalize_messages(messages: Any, policy: RepairPolicy | None = None) -> lis
         ApiError: 400 for the faults listed in :func:`repair_request`.
     """
     return _repair_messages(messages, policy or RepairPolicy(), _Kinds())
-
-
-# llama-server reads these fields as int32 (tools/server/server-schema.cpp); a larger JSON
-# integer wraps there and the client gets "got -2147483648" for the number it sent.
-_INT32_MAX = 2**31 - 1
-
-
-def _check_speculative_value(key: str, value: Any) -> None:
-    if not _is_int(value) or value < 0:
-        raise _bad(f"{key} must be a non-negative integer (a draft length in tokens), got {value!r}", key)
-    if value > _INT32_MAX:
-        raise _bad(f"{key} must be at most {_INT32_MAX} (a draft length in tokens), got {value}", key)
-
-
-def flatten_speculative(body: dict[str, Any]) -> dict[str, Any] | None:
-    """The ``speculative`` translation alone, for bodies without messages (``/v1/completions``).
-
-    Returns a new body with ``"speculative": {"n_max": K, "n_min": M}`` replaced by the flat
-    ``"speculative.n_max"``/``"speculative.n_min"`` fields, or None when there is nothing to translate.
-
-    Raises:
-        ApiError: 400 with ``param`` for a bad ``speculative`` object or value.
-    """
-    flat = _repair_speculative(body, _Kinds())
-    if flat is None:
-        return None
-    new = {k: v for k, v in body.items() if k != "speculative"}
-    new.update(flat)
-    return new
-
-
-def _repair_speculative(body: dict[str, Any], kinds: _Kinds) -> dict[str, Any] | None:
-    """Return the flat ``speculative.*`` fields to set, or None when there is nothing to flatten.
-
-    llama-server's per-request fields are flat keys (``"speculative.n_max"``, see
-    ``tools/server/server-schema.cpp`` and the project's patch); clients naturally send a nested
-    object. Only ``n_max`` and ``n_min`` are accepted: the patch reads ``n_max``; anything else
-    would be silently ignored upstream.
-    """
-    for flat in ("speculative.n_max", "speculative.n_min"):
-        if flat in body:
-            _check_speculative_value(flat, body[flat])
-    if "speculative" not in body:
-        return None
-    spec = body["speculative"]
-    if not isinstance(spec, dict):
-        raise _bad('\'speculative\' must be an object such as {"n_max": 4, "n_min": 1}', "speculative")
-    flat_fields: dict[str, Any] = {}
-    for key, value in spec.items():
-        name = f"speculative.{key}"
-        if key not in ("n_max", "n_min"):
-            raise _bad(f"{name} is not supported per request; use n_max and n_min", name)
-        _check_speculative_value(name, value)
-        if name in body and body[name] != value:
-            raise _bad(f"{name} is given twice with different values ({body[name]!r} and {value!r})", name)
-        flat_fields[name] = value
-    n_max = flat_fields.get("speculative.n_max", body.get("speculative.n_max"))
-    n_min = flat_fields.get("speculative.n_min", body.get("speculative.n_min"))
-    if n_max is not None and n_min is not None and n_min > n_max:
-        raise _bad(f"speculative.n_min ({n_min}) must not exceed speculative.n_max ({n_max})", "speculative.n_min")
-    kinds.add("speculative_flattened")
-    return flat_fields
 
 
 def _repair_thinking(body: dict[str, Any], policy: RepairPolicy, kinds: _Kinds) -> dict[str, Any] | None:
@@ -431,7 +379,9 @@ def repair_request(body: dict[str, Any], policy: RepairPolicy) -> RepairResult:
     kinds = _Kinds()
     messages = _repair_messages(body.get("messages"), policy, kinds)
     ctk = _repair_thinking(body, policy, kinds)
-    spec = _repair_speculative(body, kinds)
+    spec = flat_speculative_fields(body)
+    if spec is not None:
+        kinds.add("speculative_flattened")
     if not kinds.items:
         return RepairResult(body=body, changed=False, repairs=[], thinking=_thinking_on(body))
     new = dict(body)
