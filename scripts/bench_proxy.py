@@ -369,7 +369,7 @@ def report(ts: list[Target], streams: int) -> dict[str, Any]:
     d_all = [x for lat in direct.latencies for x in lat]
     for t in ts:
         t_all = [x for lat in t.latencies for x in lat]
-        per_round = [statistics.median(a) - statistics.median(b) for a, b in zip(t.latencies, direct.latencies)]
+        per_round = [statistics.median(a) - statistics.median(b) for a, b in zip(t.latencies, direct.latencies, strict=False)]
         rows[t.name] = {
             "p50_ms": statistics.median(t_all) * 1e3,
             "p99_ms": quantile(t_all, 0.99) * 1e3,
@@ -377,8 +377,8 @@ def report(ts: list[Target], streams: int) -> dict[str, Any]:
             "added_p99_ms": (quantile(t_all, 0.99) - quantile(d_all, 0.99)) * 1e3,
             "tps_1": statistics.median(t.tps1),
             "tps_n": statistics.median(t.tpsn),
-            "ratio_1": statistics.median(a / b for a, b in zip(t.tps1, direct.tps1)),
-            "ratio_n": statistics.median(a / b for a, b in zip(t.tpsn, direct.tpsn)),
+            "ratio_1": statistics.median(a / b for a, b in zip(t.tps1, direct.tps1, strict=False)),
+            "ratio_n": statistics.median(a / b for a, b in zip(t.tpsn, direct.tpsn, strict=False)),
             "resends": t.resends,
         }
     head = (

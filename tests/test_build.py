@@ -33,7 +33,7 @@ def _patch(name: str, text: str) -> native_fetch.Patch:
 
 
 def _key(patches: list[native_fetch.Patch], **kw: str | None) -> str:
-    args = dict(backend="cpu", cuda_arch=None, compiler="gcc 12", nvcc=None)
+    args = {"backend": "cpu", "cuda_arch": None, "compiler": "gcc 12", "nvcc": None}
     args.update(kw)
     defines = native_plan.cmake_defines(str(args["backend"]), "0c1e570")
     return native_plan.build_key(
@@ -355,6 +355,6 @@ def test_download_failure_is_a_user_error(monkeypatch: pytest.MonkeyPatch) -> No
     # port 9 on localhost refuses the connection at once; no network is touched
     monkeypatch.setattr(native_fetch, "PYPI_JSON", "http://127.0.0.1:9/pypi/{package}/{version}/json")
     monkeypatch.setattr(native_fetch, "PYPI_PROJECT_JSON", "http://127.0.0.1:9/pypi/{package}/json")
-    with pytest.raises(UserError, match="could not download pkg==1.0") as err:
+    with pytest.raises(UserError, match=r"could not download pkg==1\.0") as err:
         native_fetch.sdist_url(_pin(package="pkg", version="1.0"))
     assert "pip download" in (err.value.hint or "")

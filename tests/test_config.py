@@ -69,7 +69,8 @@ def test_draft_lengths_with_type_none_are_an_error(tmp_path: Path) -> None:
     err = problems(path)
     lines = [str(p) for p in err.problems]
     assert lines == [
-        f"{path}:6: models[0].speculative.n_max: is set but speculative.type is none; remove n_max or set type: draft-mtp"
+        f"{path}:6: models[0].speculative.n_max: is set but speculative.type is none; "
+        "remove n_max or set type: draft-mtp"
     ]
 
 

@@ -317,7 +317,7 @@ def test_free_port_and_port_zero_pass() -> None:
 def test_server_port_clash_with_a_model_port(tmp_path: Path, native: build_mod.BuildInfo) -> None:
     write_gguf(tmp_path / "m.gguf")
     config = config_for(tmp_path, ModelConfig(name="m", path="m.gguf", port=18080), server_port=18080)
-    with pytest.raises(UserError, match="port 18080 of m-0 is also server.port"):
+    with pytest.raises(UserError, match=r"port 18080 of m-0 is also server\.port"):
         plan_launch(config, gpus=[], build=native, check_ports=False)
 
 
@@ -433,7 +433,7 @@ def test_tiny_trunk_alone_has_no_speculation_and_with_its_draft_it_has(
     trunk, pair = plan_launch(config, gpus=[], build=native)
     assert not any(a.startswith("--spec") for a in trunk.argv) and trunk.spec_type is None
     start = pair.argv.index("--spec-type")
-    assert list(pair.argv[start : start + 8]) == SPEC_FLAGS + ["-md", str(draft)]
+    assert list(pair.argv[start : start + 8]) == [*SPEC_FLAGS, "-md", str(draft)]
     # the draft file on its own is not a servable model
     with pytest.raises(UserError, match="NextN-only draft"):
         plan_launch(config_for(draft.parent, ModelConfig(name="d", path=draft.name)), gpus=[], build=native)

@@ -10,14 +10,8 @@ from typing import Any
 
 import pytest
 
-from orchestrator.serve.response_repair import (
-    StreamingThinkSplitter,
-    StreamRepair,
-    is_reasoning_only,
-    repair_response,
-    repair_stream_chunk,
-    split_reasoning,
-)
+from orchestrator.serve.response_repair import is_reasoning_only, repair_response, split_reasoning
+from orchestrator.serve.stream_repair import StreamingThinkSplitter, StreamRepair, repair_stream_chunk
 
 CASES_FILE = Path(__file__).parent / "data" / "chat_requests.json"
 R_CASES: list[dict[str, Any]] = json.loads(CASES_FILE.read_text())["response_cases"]
@@ -113,7 +107,7 @@ TEXTS = [
 
 def _expected(text: str, *, thinking: bool) -> tuple[str, str]:
     """The streamed result, from the non-streamed rules (see the module docstring)."""
-    reasoning, content = split_reasoning(text)
+    reasoning, _content = split_reasoning(text)
     if reasoning is None:  # no tag: ambiguous text follows the request's thinking switch
         return (text.strip(), "") if thinking else ("", text)
     if text.lstrip().startswith("<think>") or thinking:

@@ -85,7 +85,7 @@ def test_render_chat_uses_the_gguf_template(source: Path) -> None:
 
 
 def test_a_gguf_without_template_is_a_clear_error(source: Path) -> None:
-    with pytest.raises(UserError, match="no tokenizer.chat_template"):
+    with pytest.raises(UserError, match=r"no tokenizer\.chat_template"):
         runtime.render_chat(source / "models/ggml-vocab-falcon.gguf", [{"role": "user", "content": "hi"}])
 
 

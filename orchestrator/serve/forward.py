@@ -14,8 +14,9 @@ Each route is a raw ASGI endpoint (no pydantic, no Request/Response objects); on
 5. take a serving replica, holding while none is ready (``server.when_loading: hold``); count it in flight;
 6. send upstream (``orchestrator.serve.upstream``: keep-alive, retry once on a dead pooled socket);
 7. answer: non-streamed bodies are parsed for ``timings`` (metrics, ``Instance.record_timings``)
-   and response repair (``orchestrator.serve.response_repair``), and passed on as the original bytes unless
-   repaired; streams are relayed event by event (``orchestrator.serve.streaming``).
+   and response repair (``orchestrator.serve.response_repair``), and passed on as the original
+   bytes unless repaired; streams are relayed event by event (``orchestrator.serve.streaming``,
+   repaired by ``orchestrator.serve.stream_repair``).
 
 Errors before the response starts are raised as ``ApiError`` and rendered by the app's one
 exception handler; errors inside a stream become an SSE error event. A client that disconnects
@@ -39,6 +40,7 @@ from orchestrator.serve import response_repair as reasoning
 from orchestrator.serve.body import ClientGone, dump_body, parse_body, read_body
 from orchestrator.serve.metrics import NO_MODEL, ModelMetrics, ProxyMetrics
 from orchestrator.serve.speculative_fields import flatten_speculative
+from orchestrator.serve.stream_repair import StreamRepair
 from orchestrator.serve.streaming import SSE_HEADERS, RelayOutcome, relay_sse
 from orchestrator.serve.upstream import UpstreamPool, UpstreamTimeout, from_upstream_status, to_api_error
 
@@ -140,7 +142,7 @@ def _server_splits_reasoning(body: dict[str, Any], model: ModelConfig) -> bool:
     return fmt != "none"
 
 
-def stream_repair(prep: _Prepared) -> reasoning.StreamRepair | None:
+def stream_repair(prep: _Prepared) -> StreamRepair | None:
     """The response repair a chat stream needs, or None to pass its bytes through untouched.
 
     - thinking off: reasoning that still arrives is moved to content, and a stray ``</think>``
@@ -153,9 +155,9 @@ def stream_repair(prep: _Prepared) -> reasoning.StreamRepair | None:
     """
     n = prep.body.get("n", 1)
     if not prep.thinking:
-        return reasoning.StreamRepair(thinking=False, n=n)
+        return StreamRepair(thinking=False, n=n)
     if not _server_splits_reasoning(prep.body, prep.model):
-        return reasoning.StreamRepair(thinking=True, n=n)
+        return StreamRepair(thinking=True, n=n)
     return None
 
 

@@ -4,7 +4,7 @@
 (uvicorn writes it to the socket at once: nothing buffers in between). Nothing is parsed or
 copied on that path. Two things can change that:
 
-- a response repair can apply (``orchestrator.serve.response_repair.StreamRepair``): then chunks are cut
+- a response repair can apply (``orchestrator.serve.stream_repair.StreamRepair``): then chunks are cut
   into events, and an event is parsed only when ``StreamRepair.needs_parse`` says its bytes
   might change (a cheap substring check); untouched events keep their original bytes;
 - the end: the last two chunks are kept by reference, and once the stream ends the final event's
@@ -173,7 +173,7 @@ async def relay_sse(
         chunks: the upstream body chunks (``Upstream.iter_body``), raising ``UpstreamTimeout`` or
             ``httpx.TransportError`` when the upstream fails.
         send: the ASGI send callable.
-        repair: an ``orchestrator.serve.response_repair.StreamRepair`` when a response repair can apply,
+        repair: an ``orchestrator.serve.stream_repair.StreamRepair`` when a response repair can apply,
             else None (pure pass-through).
         before_last_send: called with the outcome just before the final (``more_body=False``)
             send, which carries ``data: [DONE]``: the caller accounts the response (metrics,
