@@ -369,7 +369,9 @@ def report(ts: list[Target], streams: int) -> dict[str, Any]:
     d_all = [x for lat in direct.latencies for x in lat]
     for t in ts:
         t_all = [x for lat in t.latencies for x in lat]
-        per_round = [statistics.median(a) - statistics.median(b) for a, b in zip(t.latencies, direct.latencies, strict=False)]
+        per_round = [
+            statistics.median(a) - statistics.median(b) for a, b in zip(t.latencies, direct.latencies, strict=False)
+        ]
         rows[t.name] = {
             "p50_ms": statistics.median(t_all) * 1e3,
             "p99_ms": quantile(t_all, 0.99) * 1e3,
