@@ -174,3 +174,45 @@ def test_case_ids_are_cited_only_by_tests_and_only_when_defined() -> None:
             for case in set(CASE_ID.findall(line)) - defined:
                 cited.append(f"{_rel(path)}:{n}: {case} is not defined in tests/data/")
     assert not cited, "case ids cited outside tests, or not defined in tests/data/:\n" + "\n".join(cited)
+
+
+# A file of the repository as code and docs write it: orchestrator/serve/app.py, tests/data/chat_requests.json.
+REPO_PATH = re.compile(
+    r"(?<![\w./-])((?:orchestrator|scripts|tests|native|docs)/[\w./-]*\.(?:py|md|json|jsonl|sh|toml|patch|yaml))\b"
+)
+# A module or name of the package in backquotes (a docstring's ``x`` or a :mod:`x` role):
+# orchestrator.serve.app, orchestrator.errors.ApiError. Logger names and GGUF keys are not quoted so.
+DOTTED = re.compile(r"`~?(orchestrator(?:\.\w+)+)")
+
+
+def _resolves(dotted: str) -> bool:
+    """Whether a dotted name names a package of the repository, a module, or a name defined in one."""
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        base = ROOT.joinpath(*parts[:cut])
+        module = base.with_suffix(".py") if not base.is_dir() else base / "__init__.py"
+        if module.is_file():
+            rest = parts[cut:]
+            if not rest:
+                return True
+            return (
+                re.search(rf"^\s*(?:async def|def|class)?\s*{re.escape(rest[0])}\b", module.read_text(), re.M)
+                is not None
+            )
+    return False
+
+
+def test_paths_and_module_references_exist() -> None:
+    """Every repository file and every quoted module or name of the package in code and docs exists."""
+    roots = [PACKAGE, ROOT / "scripts", ROOT / "docs", ROOT / "README.md", ROOT / "tests", ROOT / "pyproject.toml"]
+    missing = []
+    for path in _text_files(*roots):
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            for ref in REPO_PATH.findall(line):
+                target = ROOT / ref.rstrip("/.")
+                if "*" not in ref and "<" not in ref and not target.exists():
+                    missing.append(f"{_rel(path)}:{n}: {ref}")
+            for ref in DOTTED.findall(line):
+                if not _resolves(ref):
+                    missing.append(f"{_rel(path)}:{n}: {ref}")
+    assert not missing, "references to paths or modules that do not exist:\n" + "\n".join(missing)

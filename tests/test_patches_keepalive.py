@@ -3,7 +3,7 @@ streamed response llama-server keeps the connection it advertised as keep-alive.
 
 Unpatched, the chunked content provider reported "cancelled" once the stream ended and
 httplib closed the socket; a pooled client's next request then failed with "Server
-disconnected without sending a response" (4 of 30 back-to-back streams, DESIGN.md).
+disconnected without sending a response" (4 of 30 back-to-back streams before the patch).
 """
 
 from __future__ import annotations

@@ -51,9 +51,10 @@ def metric(stack: Stack, name: str, **labels: str) -> float | None:
 
 
 def test_retry_once_when_a_kept_alive_connection_dies_unanswered(stack: Stack) -> None:
-    """llama-server at the pin closes a connection it advertised as keep-alive (DESIGN, issue 5
-    item 9): the next request on it gets no response byte. The proxy resends once, on a new
-    connection, and the client never sees 'Server disconnected without sending a response'."""
+    """A pooled upstream connection dies unanswered (an unpatched llama-server closes the connection
+    it advertised as keep-alive after a stream; a restarted one drops its sockets): the next request
+    on it gets no response byte. The proxy resends once, on a new connection, and the client never
+    sees 'Server disconnected without sending a response'."""
 
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
         await fake.read_request(reader)

@@ -5,7 +5,7 @@
 - An unknown name is a 404 ``model_not_found`` whose message lists the names that exist.
 - Among the model's replicas, the one serving with the fewest requests in flight wins
   (``Supervisor.pick``). A replica that is loading, restarting or failed never gets a request
-  (case S01: readiness is llama-server's ``/health``, which the supervisor follows).
+  (readiness is llama-server's ``/health``, which the supervisor follows).
 - With no replica serving, ``server.when_loading: hold`` (default) waits up to
   ``server.timeouts.queue`` seconds for one (``Supervisor.wait_for_replica``); ``reject``
   answers 503 at once. Either way the 503 carries ``Retry-After``.

@@ -1,4 +1,4 @@
-"""Server-sent events from llama-server to the client (case S04).
+"""Server-sent events from llama-server to the client, and an error event when it dies mid-stream.
 
 :func:`relay_sse` passes each upstream body chunk on with one ASGI ``send`` as soon as it arrives
 (uvicorn writes it to the socket at once: nothing buffers in between). Nothing is parsed or
