@@ -1,1 +1,15 @@
-"""cli: TODO docstring."""
+"""cli: the ``orchestrator`` command line, and the only place for typer and rich.
+
+Thin: each command parses its options, calls the domain function of the package that owns the
+work, and prints. Imports of heavy packages happen inside the command functions so that
+``orchestrator --help`` stays instant; this is the one package allowed function-local imports
+of the package's own modules. A :class:`~orchestrator.errors.UserError` becomes one line on
+stderr and exit status 2.
+
+Concern -> file:
+
+- the typer app and every command's options: ``app.py``
+- ``orchestrator bench`` (progress bar, results table, ``--apply`` diff): ``bench.py``
+- ``orchestrator status``, ``logs``, ``down`` (talk to a running ``up``): ``control.py``
+- ``orchestrator doctor`` (one line per check, with the fix): ``doctor.py``
+"""

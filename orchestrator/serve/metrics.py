@@ -41,6 +41,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
+from orchestrator.supervise.supervisor import ProcessState
+
 if TYPE_CHECKING:
     from orchestrator.supervise.supervisor import Supervisor
 
@@ -212,8 +214,6 @@ class _SupervisorCollector(Collector):
         self._metrics = metrics
 
     def collect(self) -> Iterator[Any]:
-        from orchestrator.supervise.supervisor import ProcessState
-
         state = GaugeMetricFamily(
             "orchestrator_instance_state",
             "1 for the current state of each replica",
