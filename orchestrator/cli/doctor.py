@@ -13,10 +13,14 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from orchestrator import paths
 from orchestrator.errors import UserError
 from orchestrator.native import cuda as native_cuda
+
+if TYPE_CHECKING:
+    from orchestrator.native.build import BuildInfo
 from orchestrator.native import fetch as native_fetch
 
 OK, WARN, FAIL = "OK", "WARN", "FAIL"
@@ -144,7 +148,7 @@ def _driver_version() -> str:
         return ""
 
 
-def _locate():  # type: ignore[no-untyped-def]
+def _locate() -> BuildInfo | None:
     from orchestrator.native.build import locate
 
     try:
@@ -153,7 +157,7 @@ def _locate():  # type: ignore[no-untyped-def]
         return None
 
 
-def check_build(build, gpu_count: int) -> Check:  # type: ignore[no-untyped-def]
+def check_build(build: BuildInfo | None, gpu_count: int) -> Check:
     """The native build: present, patched with the current queue, right backend."""
     if build is None:
         return Check("native build", FAIL, "none found", "orchestrator build")
