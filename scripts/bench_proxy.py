@@ -10,18 +10,21 @@ A benchmark, not a test. In one run on the tiny demo model (``builtin:tiny-mtp``
   same flags), which forwards to a child llama-server it spawns;
 - a *bare* FastAPI + httpx pass-through (:func:`bare_app`, about 40 lines, below).
 
-Then, round by round and in a rotating order (so drift and other load hit every target alike):
+Then, round by round and in a rotating order (so drift and other load hit every target alike),
+for each API route in ``--routes`` (``chat`` = ``/v1/chat/completions``, ``messages`` =
+Anthropic ``/v1/messages``, ``responses`` = ``/v1/responses``):
 
-- latency: ``--requests`` sequential non-streamed chat requests with ``max_tokens`` 1;
+- latency: ``--requests`` sequential non-streamed requests with at most 1 token;
 - streaming: one stream, then ``--streams`` concurrent streams, of ``--tokens`` tokens each
-  (``ignore_eos``), tok/s = tokens / wall time from request to ``[DONE]``.
+  (``ignore_eos``), tok/s = tokens / wall time from request to the stream's last event.
 
-It prints a table: added p50/p99 latency versus direct (ms; p50 is the median of the per-round
-differences of medians, p99 is over all samples), and the median over rounds of the streamed
-tok/s ratio versus direct in the same round. Client, proxies and servers share the machine's
-cores, so the absolute numbers depend on it; the ratios are the point.
+It prints one table per route: added p50/p99 latency versus direct (ms; p50 is the median of the
+per-round differences of medians, p99 is over all samples), and the median over rounds of the
+streamed tok/s ratio versus direct in the same round. Client, proxies and servers share the
+machine's cores, so the absolute numbers depend on it; the ratios are the point.
 
-    python scripts/bench_proxy.py [--rounds 15] [--requests 30] [--tokens 128] [--streams 8] [--json out.json]
+    python scripts/bench_proxy.py [--rounds 15] [--requests 30] [--tokens 128] [--streams 8]
+                                  [--routes chat,messages,responses] [--json out.json]
 """
 
 import argparse
@@ -47,6 +50,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 PARALLEL = 8
+# route -> (path, the event only a completed stream carries)
+ROUTES = {
+    "chat": ("/v1/chat/completions", b"data: [DONE]\n\n"),
+    "messages": ("/v1/messages", b"event: message_stop"),
+    "responses": ("/v1/responses", b"event: response.completed"),
+}
 CTX = 8192
 # llama-server compute threads. One leaves a core to the client and the proxies; two threads on a
 # shared 2-core box spin at ggml's barrier whenever either is descheduled, which makes every
@@ -66,12 +75,10 @@ def bare_app(upstream: str) -> Any:
     app = FastAPI()
     client = httpx.AsyncClient(base_url=upstream, timeout=None)
 
-    @app.post("/v1/chat/completions")
-    async def chat(request: Request) -> Response:
+    @app.post("/{path:path}")
+    async def chat(request: Request, path: str) -> Response:
         body = await request.body()
-        req = client.build_request(
-            "POST", "/v1/chat/completions", content=body, headers={"content-type": "application/json"}
-        )
+        req = client.build_request("POST", "/" + path, content=body, headers={"content-type": "application/json"})
         resp = await client.send(req, stream=True)
         if json.loads(body).get("stream"):
             return StreamingResponse(
@@ -279,14 +286,14 @@ class Target:
             base_url=url, timeout=120, limits=httpx.Limits(max_connections=64, max_keepalive_connections=64)
         )
         self.resends = 0
-        self.latencies: list[list[float]] = []  # per round, seconds
-        self.tps1: list[float] = []
-        self.tpsn: list[float] = []
+        self.latencies: dict[str, list[list[float]]] = {r: [] for r in ROUTES}  # per route, per round, seconds
+        self.tps1: dict[str, list[float]] = {r: [] for r in ROUTES}
+        self.tpsn: dict[str, list[float]] = {r: [] for r in ROUTES}
 
-    async def post(self, body: dict[str, Any]) -> httpx.Response:
+    async def post(self, body: dict[str, Any], route: str = "chat") -> httpx.Response:
         for attempt in (0, 1):
             try:
-                req = self.client.build_request("POST", "/v1/chat/completions", json=body)
+                req = self.client.build_request("POST", ROUTES[route][0], json=body)
                 return await self.client.send(req, stream=True)
             except httpx.RemoteProtocolError:
                 if attempt:
@@ -294,10 +301,10 @@ class Target:
                 self.resends += 1
         raise AssertionError("unreachable")
 
-    async def one_token(self) -> float:
-        body = {"model": "demo", "max_tokens": 1, "temperature": 0, "messages": [{"role": "user", "content": "Say hi"}]}
+    async def one_token(self, route: str = "chat") -> float:
+        body = request_body(route, "Say hi", 1)
         t0 = time.perf_counter()
-        resp = await self.post(body)
+        resp = await self.post(body, route)
         await resp.aread()
         await resp.aclose()
         dt = time.perf_counter() - t0
@@ -305,54 +312,63 @@ class Target:
             raise RuntimeError(f"{self.name}: HTTP {resp.status_code}: {resp.text[:200]}")
         return dt
 
-    async def stream(self, tokens: int, k: int) -> float:
+    async def stream(self, tokens: int, k: int, route: str = "chat") -> float:
         body = {
-            "model": "demo",
-            "max_tokens": tokens,
-            "temperature": 0,
+            **request_body(route, f"Tell a long story number {k}", tokens),
             "ignore_eos": True,
             "stream": True,
             "chat_template_kwargs": {"enable_thinking": False},
-            "messages": [{"role": "user", "content": f"Tell a long story number {k}"}],
         }
-        resp = await self.post(body)
-        tail = b""
+        resp = await self.post(body, route)
+        tail, ok, end = b"", False, ROUTES[route][1]
         async for chunk in resp.aiter_raw():
             tail = (tail + chunk)[-64:]
+            ok = ok or end in tail or end in chunk
         await resp.aclose()
-        if resp.status_code != 200 or not tail.endswith(b"data: [DONE]\n\n"):
-            raise RuntimeError(f"{self.name}: stream failed (HTTP {resp.status_code}, tail {tail!r})")
+        if resp.status_code != 200 or not ok:
+            raise RuntimeError(f"{self.name}: {route} stream failed (HTTP {resp.status_code}, tail {tail!r})")
         return float(tokens)
 
-    async def streams(self, n: int, tokens: int) -> float:
+    async def streams(self, n: int, tokens: int, route: str = "chat") -> float:
         t0 = time.perf_counter()
-        done = await asyncio.gather(*(self.stream(tokens, k) for k in range(n)))
+        done = await asyncio.gather(*(self.stream(tokens, k, route) for k in range(n)))
         return sum(done) / (time.perf_counter() - t0)
 
 
-async def run_rounds(urls: dict[str, str], rounds: int, requests: int, tokens: int, streams: int) -> list[Target]:
+def request_body(route: str, text: str, tokens: int) -> dict[str, Any]:
+    """A request of at most ``tokens`` tokens in ``route``'s API."""
+    if route == "responses":
+        return {"model": "demo", "input": text, "max_output_tokens": tokens, "temperature": 0}
+    return {"model": "demo", "max_tokens": tokens, "temperature": 0, "messages": [{"role": "user", "content": text}]}
+
+
+async def run_rounds(
+    urls: dict[str, str], rounds: int, requests: int, tokens: int, streams: int, routes: list[str]
+) -> list[Target]:
     ts = [Target(name, url) for name, url in urls.items()]
     for t in ts:  # warm up connections, caches and the router's child
-        for _ in range(5):
-            await t.one_token()
-        await t.streams(1, 16)
+        for route in routes:
+            for _ in range(5):
+                await t.one_token(route)
+            await t.streams(1, 16, route)
     for r in range(rounds):
         order = ts[r % len(ts) :] + ts[: r % len(ts)]
-        for t in order:
-            t.latencies.append([await t.one_token() for _ in range(requests)])
-        for t in order:
-            t.tps1.append(await t.streams(1, tokens))
-        for t in order:
-            t.tpsn.append(await t.streams(streams, tokens))
-        print(
-            f"round {r + 1}/{rounds}: "
-            + ", ".join(
-                f"{t.name} p50 {statistics.median(t.latencies[-1]) * 1e3:.2f} ms, "
-                f"{t.tps1[-1]:.0f}/{t.tpsn[-1]:.0f} tok/s"
-                for t in ts
-            ),
-            flush=True,
-        )
+        for route in routes:
+            for t in order:
+                t.latencies[route].append([await t.one_token(route) for _ in range(requests)])
+            for t in order:
+                t.tps1[route].append(await t.streams(1, tokens, route))
+            for t in order:
+                t.tpsn[route].append(await t.streams(streams, tokens, route))
+            print(
+                f"round {r + 1}/{rounds} {route}: "
+                + ", ".join(
+                    f"{t.name} p50 {statistics.median(t.latencies[route][-1]) * 1e3:.2f} ms, "
+                    f"{t.tps1[route][-1]:.0f}/{t.tpsn[route][-1]:.0f} tok/s"
+                    for t in ts
+                ),
+                flush=True,
+            )
     for t in ts:
         await t.client.aclose()
     return ts
@@ -363,28 +379,28 @@ def quantile(values: list[float], q: float) -> float:
     return s[min(len(s) - 1, max(0, round(q * (len(s) - 1))))]
 
 
-def report(ts: list[Target], streams: int) -> dict[str, Any]:
+def report(ts: list[Target], streams: int, route: str) -> dict[str, Any]:
     direct = next(t for t in ts if t.name == "direct")
     rows = {}
-    d_all = [x for lat in direct.latencies for x in lat]
+    d_all = [x for lat in direct.latencies[route] for x in lat]
     for t in ts:
-        t_all = [x for lat in t.latencies for x in lat]
-        per_round = [
-            statistics.median(a) - statistics.median(b) for a, b in zip(t.latencies, direct.latencies, strict=False)
-        ]
+        lats, tps1, tpsn = t.latencies[route], t.tps1[route], t.tpsn[route]
+        t_all = [x for lat in lats for x in lat]
+        pairs = zip(lats, direct.latencies[route], strict=True)
+        per_round = [statistics.median(a) - statistics.median(b) for a, b in pairs]
         rows[t.name] = {
             "p50_ms": statistics.median(t_all) * 1e3,
             "p99_ms": quantile(t_all, 0.99) * 1e3,
             "added_p50_ms": statistics.median(per_round) * 1e3,
             "added_p99_ms": (quantile(t_all, 0.99) - quantile(d_all, 0.99)) * 1e3,
-            "tps_1": statistics.median(t.tps1),
-            "tps_n": statistics.median(t.tpsn),
-            "ratio_1": statistics.median(a / b for a, b in zip(t.tps1, direct.tps1, strict=False)),
-            "ratio_n": statistics.median(a / b for a, b in zip(t.tpsn, direct.tpsn, strict=False)),
+            "tps_1": statistics.median(tps1),
+            "tps_n": statistics.median(tpsn),
+            "ratio_1": statistics.median(a / b for a, b in zip(tps1, direct.tps1[route], strict=True)),
+            "ratio_n": statistics.median(a / b for a, b in zip(tpsn, direct.tpsn[route], strict=True)),
             "resends": t.resends,
         }
     head = (
-        f"| target | p50 ms | added p50 ms | added p99 ms | tok/s 1 stream | vs direct | "
+        f"| {ROUTES[route][0]} | p50 ms | added p50 ms | added p99 ms | tok/s 1 stream | vs direct | "
         f"tok/s {streams} streams | vs direct | client resends |"
     )
     print("\n" + head)
@@ -403,6 +419,7 @@ def main() -> int:
     ap.add_argument("--requests", type=int, default=30, help="non-streamed requests per target per round")
     ap.add_argument("--tokens", type=int, default=128, help="tokens per stream")
     ap.add_argument("--streams", type=int, default=8, help="concurrent streams")
+    ap.add_argument("--routes", default="chat", help=f"comma-separated, from {', '.join(ROUTES)}")
     ap.add_argument("--json", type=Path, default=None, help="also write the results here")
     ap.add_argument(
         "--as-shipped",
@@ -416,10 +433,14 @@ def main() -> int:
         return 0
     # SIGTERM (e.g. from `timeout`) must unwind like Ctrl-C so the children are stopped.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    routes = [r.strip() for r in args.routes.split(",") if r.strip()]
+    unknown = sorted(set(routes) - set(ROUTES))
+    if unknown:
+        ap.error(f"--routes: unknown {', '.join(unknown)}; choose from {', '.join(ROUTES)}")
     with tempfile.TemporaryDirectory(prefix="bench-proxy-") as tmp, targets(Path(tmp), not args.as_shipped) as urls:
         print("targets: " + ", ".join(f"{k} {v}" for k, v in urls.items()), flush=True)
-        ts = asyncio.run(run_rounds(urls, args.rounds, args.requests, args.tokens, args.streams))
-        rows = report(ts, args.streams)
+        ts = asyncio.run(run_rounds(urls, args.rounds, args.requests, args.tokens, args.streams, routes))
+        rows = {route: report(ts, args.streams, route) for route in routes}
     if args.json:
         args.json.write_text(
             json.dumps(

@@ -6,16 +6,20 @@ Routes:
 ``POST /v1/chat/completions``  request repair, routing, streamed or not (``orchestrator.serve.forward``)
 ``POST /v1/completions``       routing, streamed or not
 ``POST /v1/embeddings``        routing, passed through
+``POST /v1/messages`` ...      Anthropic, Responses and pass-through routes
+                               (``orchestrator.serve.api_routes`` lists them all)
+``/api/...``                   the Ollama API (``orchestrator.serve.ollama_routes``)
 ``GET /v1/models``             configured models and aliases, with their state (``orchestrator.serve.info``)
 ``GET /health``                200 when every model has a serving replica, else 503 with details
 ``GET /status``                the supervisor's instance table (``Supervisor.snapshot()``) as JSON
 ``GET /metrics``               Prometheus text (``orchestrator.serve.metrics``)
 =============================  ===============================================================
 
-Every error reaches the client in the OpenAI shape ``{"error": {"message", "type", "param",
-"code"}}``, rendered by one handler from ``ApiError``; FastAPI's own 404/405/422 and unexpected
-exceptions (500) are converted to it. ``app.state.draining = True`` makes new POST requests get
-503 + ``Retry-After`` (``orchestrator up`` sets it on shutdown). The app owns one
+Every error reaches the client in its API's shape (``api_routes.error_body``: OpenAI's
+``{"error": {"message", "type", "param", "code"}}``, Anthropic's on ``/v1/messages*``), rendered
+by one handler from ``ApiError``; FastAPI's own 404/405/422 and unexpected exceptions (500) are
+converted to it. A 404 for an unknown path lists the routes served. ``app.state.draining = True``
+makes new POST requests get 503 + ``Retry-After`` (``orchestrator up`` sets it on shutdown). The app owns one
 ``httpx.AsyncClient`` per upstream instance (closed when the app shuts down) and its own
 Prometheus registry. CORS is off unless ``server.cors_origins`` lists origins; responses are
 never compressed (it would buffer streams).
@@ -36,10 +40,12 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.routing import Route
 
 from orchestrator.errors import STATUS_TYPES, ApiError
+from orchestrator.serve.api_routes import ROUTES, error_body, served_routes
 from orchestrator.serve.auth import ApiKeys
 from orchestrator.serve.forward import Forwarder
 from orchestrator.serve.info import add_info_routes
 from orchestrator.serve.metrics import ProxyMetrics
+from orchestrator.serve.ollama_routes import OllamaApi
 from orchestrator.serve.routing import Router
 from orchestrator.serve.upstream import UpstreamPool
 
@@ -78,12 +84,9 @@ def create_app(config: Config, supervisor: Supervisor) -> FastAPI:
     app.state.pool = pool
     app.state.router = router
     fwd = Forwarder(config, router, pool, metrics, keys, draining=lambda: bool(app.state.draining))
-    for path, kind in (
-        ("/v1/chat/completions", "chat"),
-        ("/v1/completions", "completions"),
-        ("/v1/embeddings", "embeddings"),
-    ):
-        app.router.routes.append(Route(path, fwd.endpoint(kind), methods=["POST"]))
+    for api_route in ROUTES:
+        app.router.routes.append(Route(api_route.path, fwd.endpoint(api_route), methods=["POST"]))
+    OllamaApi(fwd).add_to(app)
     _add_error_handlers(app)
     if config.server.cors_origins:
         app.add_middleware(
@@ -97,38 +100,44 @@ def create_app(config: Config, supervisor: Supervisor) -> FastAPI:
 
 
 def _add_error_handlers(app: FastAPI) -> None:
-    """Render every error in the OpenAI shape (one place)."""
+    """Render every error in its route's API shape (one place)."""
 
-    def render(err: ApiError) -> JSONResponse:
+    def render(request: Request, err: ApiError) -> JSONResponse:
         headers = err.headers()
         if err.status == 401:
             headers["WWW-Authenticate"] = "Bearer"
-        return JSONResponse(err.body(), status_code=err.status, headers=headers)
+        return JSONResponse(error_body(request.url.path, err), status_code=err.status, headers=headers)
 
-    async def api_error(_request: Request, exc: Exception) -> JSONResponse:
+    async def api_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, ApiError)
-        return render(exc)
+        return render(request, exc)
 
-    async def http_error(_request: Request, exc: Exception) -> JSONResponse:
+    async def http_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, StarletteHTTPException)
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code)
         # statuses errors.STATUS_TYPES does not name are still the client's fault below 500
         type_ = None if exc.status_code in STATUS_TYPES or exc.status_code >= 500 else "invalid_request_error"
-        response = render(ApiError(exc.status_code, str(exc.detail), code=code, type_=type_))
+        message = str(exc.detail)
+        if exc.status_code == 404:
+            message = f"no route {request.method} {request.url.path}; this endpoint serves: " + ", ".join(
+                served_routes()
+            )
+        response = render(request, ApiError(exc.status_code, message, code=code, type_=type_))
         for name, value in (exc.headers or {}).items():
             response.headers[name] = value
         return response
 
-    async def validation_error(_request: Request, exc: Exception) -> JSONResponse:
+    async def validation_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, RequestValidationError)
         first = exc.errors()[0] if exc.errors() else {}
         param = ".".join(str(p) for p in first.get("loc", ())[1:]) or None
-        return render(ApiError(400, str(first.get("msg", "invalid request")), param=param))
+        return render(request, ApiError(400, str(first.get("msg", "invalid request")), param=param))
 
-    async def unexpected(_request: Request, exc: Exception) -> JSONResponse:
+    async def unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unexpected error in the proxy", exc_info=exc)
         return render(
-            ApiError(500, f"internal error ({type(exc).__name__}); see the orchestrator log", code="internal_error")
+            request,
+            ApiError(500, f"internal error ({type(exc).__name__}); see the orchestrator log", code="internal_error"),
         )
 
     app.add_exception_handler(ApiError, api_error)

@@ -1,4 +1,8 @@
-"""Optional API keys for the proxy: ``Authorization: Bearer <key>``.
+"""Optional API keys for the proxy: ``Authorization: Bearer <key>`` or ``x-api-key: <key>``.
+
+The scheme word ``Bearer`` matches in any case (RFC 9110 section 11.1: auth schemes are
+case-insensitive); ``x-api-key`` is what Anthropic clients send, and llama-server accepts it too
+(``tools/server/server-http.cpp``). When both headers are present, ``Authorization`` is used.
 
 Keys come from ``server.api_keys`` in models.yaml; with none configured every request passes.
 The presented token is compared with every configured key using ``hmac.compare_digest`` (constant
@@ -36,19 +40,24 @@ class ApiKeys:
         """Accept or refuse a request by its raw ASGI ``headers`` (lower-case names, bytes).
 
         Raises:
-            ApiError: 401 ``invalid_api_key`` when keys are configured and the request has no
-                ``Authorization: Bearer`` header or its token matches none of them.
+            ApiError: 401 ``invalid_api_key`` when keys are configured and the request has neither
+                an ``Authorization: Bearer`` nor an ``x-api-key`` header, or its token matches
+                none of them.
         """
         if not self._keys:
             return
-        token = None
+        token = api_key = None
         for name, value in headers:
-            if name == b"authorization":
+            if name == b"authorization" and token is None:
                 if value[: len(_BEARER)].lower() == _BEARER:
                     token = value[len(_BEARER) :].strip()
-                break
+            elif name == b"x-api-key" and api_key is None:
+                api_key = value.strip()
+        token = token if token is not None else api_key
         if token is None:
-            raise ApiError(401, "missing API key: send 'Authorization: Bearer <key>'", code="invalid_api_key")
+            raise ApiError(
+                401, "missing API key: send 'Authorization: Bearer <key>' or 'x-api-key: <key>'", code="invalid_api_key"
+            )
         ok = False
         for key in self._keys:
             ok |= hmac.compare_digest(token, key)

@@ -1,14 +1,16 @@
-"""The proxy's hot path: ``POST /v1/chat/completions``, ``/v1/completions``, ``/v1/embeddings``.
+"""The proxy's hot path: every POST route forwarded to llama-server (``orchestrator.serve.api_routes``).
 
 Each route is a raw ASGI endpoint (no pydantic, no Request/Response objects); one request goes:
 
 1. refuse while draining (503 + Retry-After), check the API key (401);
 2. read the body (``orchestrator.serve.body``): over ``server.max_body_bytes`` is 413
-   (Content-Length first, then counted while reading), not a JSON object is 400;
+   (Content-Length first, then counted while reading), ``Content-Encoding`` undone
+   (``orchestrator.serve.body_codec``; the limit applies to the decoded size too), not a JSON
+   object is 400;
 3. route by ``model`` (``orchestrator.serve.routing``): 400 / 404 ``model_not_found``;
-4. repair the request (chat: ``orchestrator.serve.request_repair.repair_request`` with the model's policy;
-   completions: only the ``speculative`` -> ``speculative.n_max`` translation,
-   ``orchestrator.serve.speculative_fields``). When nothing
+4. check and repair the request for its route (``orchestrator.serve.api_routes.prepare_body``:
+   chat, Anthropic and Responses repair with the model's policy, ``speculative`` flattening,
+   structured output, drafting off when per-token probabilities are asked for). When nothing
    changed the client's original bytes are forwarded untouched; otherwise the body is
    serialised once;
 5. take a serving replica, holding while none is ready (``server.when_loading: hold``); count it in flight;
@@ -30,18 +32,20 @@ import asyncio
 import json
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
 from orchestrator.errors import ApiError
 from orchestrator.serve import request_repair as chat
 from orchestrator.serve import response_repair as reasoning
+from orchestrator.serve.api_routes import ApiRoute, prepare_body
 from orchestrator.serve.body import ClientGone, dump_body, parse_body, read_body
+from orchestrator.serve.body_codec import decode_body
 from orchestrator.serve.metrics import NO_MODEL, ModelMetrics, ProxyMetrics
-from orchestrator.serve.speculative_fields import flatten_speculative
 from orchestrator.serve.stream_repair import StreamRepair
 from orchestrator.serve.streaming import SSE_HEADERS, RelayOutcome, relay_sse
+from orchestrator.serve.structured import schema_error
 from orchestrator.serve.upstream import UpstreamPool, UpstreamTimeout, from_upstream_status, to_api_error
 
 if TYPE_CHECKING:
@@ -97,9 +101,9 @@ class Forwarder:
             for m in config.models
         }
 
-    def endpoint(self, kind: str) -> Endpoint:
-        """The ASGI endpoint for ``kind``: ``"chat"``, ``"completions"`` or ``"embeddings"``."""
-        return Endpoint(self, kind)
+    def endpoint(self, route: ApiRoute) -> Endpoint:
+        """The ASGI endpoint for ``route`` (one of ``orchestrator.serve.api_routes.ROUTES``)."""
+        return Endpoint(self, route)
 
 
 class _Prepared:
@@ -166,19 +170,14 @@ class Endpoint:
 
     Args:
         fwd: the shared :class:`Forwarder`.
-        kind: ``"chat"``, ``"completions"`` or ``"embeddings"``.
+        route: what the route forwards and how (``orchestrator.serve.api_routes``).
     """
 
-    _PATHS: ClassVar[dict[str, str]] = {
-        "chat": "/v1/chat/completions",
-        "completions": "/v1/completions",
-        "embeddings": "/v1/embeddings",
-    }
-
-    def __init__(self, fwd: Forwarder, kind: str) -> None:
+    def __init__(self, fwd: Forwarder, route: ApiRoute) -> None:
         self.fwd = fwd
-        self.kind = kind
-        self.path = self._PATHS[kind]
+        self.route = route
+        self.kind = route.kind
+        self.path = route.path
 
     async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
         fwd = self.fwd
@@ -194,7 +193,7 @@ class Endpoint:
                     retry_after=DRAIN_RETRY_AFTER,
                 )
             fwd.keys.check(scope["headers"])
-            raw = await read_body(scope["headers"], receive, fwd.max_body)
+            raw = decode_body(scope["headers"], await read_body(scope["headers"], receive, fwd.max_body), fwd.max_body)
             body = parse_body(raw)
             model = fwd.router.resolve(body.get("model"))
             mm = fwd.metrics.model(model.name)
@@ -210,22 +209,15 @@ class Endpoint:
             mm.duration.observe(time.monotonic() - started)
 
     def _prepare(self, raw: bytes, body: dict[str, Any], model: ModelConfig, mm: ModelMetrics) -> _Prepared:
-        thinking = False
-        new: dict[str, Any] | None = None
-        if self.kind == "chat":
-            result = chat.repair_request(body, self.fwd.policies[model.name])
-            thinking = result.thinking
-            if result.changed:
-                new = result.body
-                for kind in result.repairs:
-                    mm.repair(kind)
-        elif self.kind == "completions":
-            new = flatten_speculative(body)
-            if new is not None:
-                mm.repair("speculative_flattened")
+        plan = prepare_body(self.route, body, model, self.fwd.policies[model.name])
+        for kind in plan.repairs:
+            mm.repair(kind)
+        if plan.drafting_off is not None:
+            mm.drafting_off(plan.drafting_off)
+        new = plan.body
         if new is None:
-            return _Prepared(raw, body, body.get("stream") is True, thinking, model)
-        return _Prepared(dump_body(new), new, new.get("stream") is True, thinking, model)
+            return _Prepared(raw, body, body.get("stream") is True, plan.thinking, model)
+        return _Prepared(dump_body(new), new, new.get("stream") is True, plan.thinking, model)
 
     async def _run_watched(
         self, prep: _Prepared, mm: ModelMetrics, receive: Receive, send: Send, started: float
@@ -277,7 +269,8 @@ class Endpoint:
                 response = await upstream.open("POST", self.path, content, UPSTREAM_HEADERS, on_retry=mm.retry)
                 try:
                     if response.status_code >= 400:
-                        raise from_upstream_status(response.status_code, await upstream.read_body(response))
+                        error = from_upstream_status(response.status_code, await upstream.read_body(response))
+                        raise schema_error(error, prep.body)
                     if prep.stream:
                         return await self._relay(prep, mm, instance, upstream, response, send, watch, started)
                     data = await upstream.read_body(response)
@@ -311,7 +304,7 @@ class Endpoint:
         Returns ``(bytes for the client, None)``, or ``(_, body to resend)`` when the model's
         ``on_reasoning_only: retry_without_thinking`` applies (first attempt only).
         """
-        if self.kind == "embeddings":
+        if self.route.answer == "plain":
             return data, None
         try:
             obj = json.loads(data)
@@ -326,7 +319,9 @@ class Endpoint:
             predicted_ms = timings.get("predicted_ms")
             if isinstance(predicted_ms, (int, float)):
                 mm.ttft.observe(max(0.0, time.monotonic() - started - predicted_ms / 1000))
-        if self.kind != "chat":
+        else:
+            mm.usage(obj.get("usage"))
+        if self.route.answer != "chat":
             return data, None
         fixed, kinds = reasoning.repair_response(obj, thinking=prep.thinking)
         for kind in kinds:
@@ -364,6 +359,8 @@ class Endpoint:
             for kind in outcome.repairs:
                 mm.repair(kind)
 
-        repair = stream_repair(prep) if self.kind == "chat" else None
-        outcome = await relay_sse(upstream.iter_body(response), send, repair=repair, before_last_send=finished)
+        repair = stream_repair(prep) if self.route.answer == "chat" else None
+        outcome = await relay_sse(
+            upstream.iter_body(response), send, repair=repair, before_last_send=finished, flavor=self.route.flavor
+        )
         return outcome.error.status if outcome.error is not None else 200

@@ -15,14 +15,17 @@ metric                                             type       meaning
 ``orchestrator_time_to_first_token_seconds``       histogram  streamed: first upstream event; otherwise
                                                               total minus llama-server's decode time
 ``orchestrator_request_duration_seconds``          histogram  request received -> response complete
-``orchestrator_prompt_tokens_total``               counter    ``timings.prompt_n`` (tokens processed)
-``orchestrator_completion_tokens_total``           counter    ``timings.predicted_n`` (tokens generated)
+``orchestrator_prompt_tokens_total``               counter    ``timings.prompt_n`` (tokens processed), else the
+                                                              answer's ``usage`` (Anthropic, Responses)
+``orchestrator_completion_tokens_total``           counter    ``timings.predicted_n`` (tokens generated), else ``usage``
 ``orchestrator_decode_tokens_per_second``          histogram  ``timings.predicted_per_second`` (tok/s)
 ``orchestrator_draft_tokens_total``                counter    ``timings.draft_n`` (MTP tokens drafted)
 ``orchestrator_draft_accepted_tokens_total``       counter    ``timings.draft_n_accepted``
 ``orchestrator_draft_acceptance_rate``             gauge      accepted / drafted since start
 ``orchestrator_repairs_total``                     counter    request/response repairs by ``kind``
 ``orchestrator_upstream_retries_total``            counter    resends after a dead keep-alive socket
+``orchestrator_drafting_off_total``                counter    requests sent with drafting off, by ``reason``
+                                                              (``token_probs``: per-token probabilities asked for)
 ``orchestrator_instance_state``                    gauge      1 for each replica's current ``state``
 ``orchestrator_instance_restarts_total``           counter    restarts of each replica (supervisor)
 =================================================  =========  ==========================================
@@ -50,6 +53,7 @@ CONTENT_TYPE = CONTENT_TYPE_LATEST
 NO_MODEL = "-"
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+_DRAFTING_OFF_HELP = "Requests run with MTP drafting turned off, by reason"
 _TPS_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000)
 
 
@@ -71,6 +75,7 @@ class ModelMetrics:
         self._drafted = parent.drafted.labels(model)
         self._accepted = parent.accepted.labels(model)
         self._retries = parent.retries.labels(model)
+        self._drafting_off: dict[str, Any] = {}
         self._requests: dict[tuple[str, int], Any] = {}
         self._repairs: dict[str, Any] = {}
         #: Totals (tokens) kept as plain ints for the acceptance rate computed at scrape time.
@@ -92,6 +97,32 @@ class ModelMetrics:
             child = self._parent.repairs.labels(self.model, kind)
             self._repairs[kind] = child
         child.inc()
+
+    def drafting_off(self, reason: str) -> None:
+        """Count one request sent with drafting turned off, for ``reason`` (e.g. ``"token_probs"``)."""
+        child = self._drafting_off.get(reason)
+        if child is None:
+            child = self._drafting_off[reason] = self._parent.drafting_off.labels(self.model, reason)
+        child.inc()
+
+    def usage(self, usage: Any) -> None:
+        """Account an answer's ``usage`` object (tokens) when it carried no ``timings``.
+
+        Prompt tokens count as processed, like ``timings.prompt_n``: OpenAI's ``prompt_tokens`` and
+        Responses' ``input_tokens`` less their ``*_details.cached_tokens``; Anthropic's
+        ``input_tokens`` already leaves out ``cache_read_input_tokens``. Completion tokens are
+        ``completion_tokens`` or ``output_tokens``. Anything else is skipped.
+        """
+        if not isinstance(usage, dict):
+            return
+        prompt = usage.get("prompt_tokens", usage.get("input_tokens"))
+        details = usage.get("prompt_tokens_details", usage.get("input_tokens_details"))
+        cached = details.get("cached_tokens") if isinstance(details, dict) else None
+        completion = usage.get("completion_tokens", usage.get("output_tokens"))
+        if isinstance(prompt, int) and prompt > 0:
+            self._prompt.inc(max(0, prompt - (cached if isinstance(cached, int) else 0)))
+        if isinstance(completion, int) and completion > 0:
+            self._completion.inc(completion)
 
     def retry(self) -> None:
         """Count one resend after the upstream closed a kept-alive connection without answering."""
@@ -185,6 +216,7 @@ class ProxyMetrics:
             ["model"],
             registry=r,
         )
+        self.drafting_off = Counter("orchestrator_drafting_off", _DRAFTING_OFF_HELP, ["model", "reason"], registry=r)
         self._models: dict[str, ModelMetrics] = {}
         for name in models:
             self.model(name)

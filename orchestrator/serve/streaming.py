@@ -11,10 +11,11 @@ copied on that path. Two things can change that:
   ``timings`` (llama-server puts them on the last event before ``[DONE]``) are parsed from them
   for metrics and the supervisor's drafting check.
 
-The stream always ends with ``data: [DONE]``. If llama-server dies, times out or breaks the
+An OpenAI stream always ends with ``data: [DONE]``. If llama-server dies, times out or breaks the
 connection mid-stream, the client gets one error event in the OpenAI shape
 (``data: {"error": {...}}``, which the OpenAI SDKs raise as ``APIError``) and then ``[DONE]``,
-and the response is completed, so the client never hangs.
+and the response is completed, so the client never hangs. APIs whose streams have no ``[DONE]``
+(Anthropic Messages, Responses) pass their own terminator (none), end marker and error event.
 """
 
 from __future__ import annotations
@@ -160,12 +161,54 @@ class _EventRewriter:
         return encode_event(fixed)
 
 
+@dataclass(frozen=True)
+class StreamFlavor:
+    """How one API's SSE stream ends and carries errors.
+
+    Attributes:
+        done: the terminator added when a stream ends without it (None: the API has none).
+        end_marker: bytes that only the final chunk of a completed stream contains.
+        error_event: one SSE event carrying an ``ApiError`` in the API's shape.
+    """
+
+    done: bytes | None
+    end_marker: bytes
+    error_event: Callable[[ApiError], bytes]
+
+    def is_end(self, body: bytes) -> bool:
+        """Whether ``body`` (what is about to be sent) carries the stream's end."""
+        return body.endswith(DONE) if self.end_marker is DONE else self.end_marker in body
+
+
+#: OpenAI chat and completion streams: ``data: [DONE]`` ends them.
+OPENAI_SSE = StreamFlavor(DONE, DONE, error_event)
+
+
+def _closing(flavor: StreamFlavor, rewriter: _EventRewriter | None, outcome: RelayOutcome, tail: bytes) -> bytes:
+    """The bytes still owed once the upstream body ended: held text, an error event, the terminator."""
+    closing = rewriter.finish() if rewriter is not None else b""
+    if flavor.end_marker is DONE:
+        completed = rewriter.saw_done if rewriter is not None else tail.endswith(DONE)
+    else:
+        completed = flavor.end_marker in tail
+    if not completed:
+        # What the client got so far must end on an event boundary before we add events.
+        sent_end = closing or (b"" if rewriter is not None else tail)
+        if sent_end and not sent_end.endswith(b"\n\n"):
+            closing += b"\n\n"
+        if outcome.error is not None:
+            closing += flavor.error_event(outcome.error)
+        closing += flavor.done or b""
+    return closing
+
+
 async def relay_sse(
     chunks: AsyncGenerator[bytes, None],
     send: Send,
     *,
     repair: Any = None,
     before_last_send: Callable[[RelayOutcome], None] | None = None,
+    flavor: StreamFlavor = OPENAI_SSE,
 ) -> RelayOutcome:
     """Relay an upstream SSE body to the client; the response head must already be sent.
 
@@ -176,9 +219,11 @@ async def relay_sse(
         repair: an ``orchestrator.serve.stream_repair.StreamRepair`` when a response repair can apply,
             else None (pure pass-through).
         before_last_send: called with the outcome just before the final (``more_body=False``)
-            send, which carries ``data: [DONE]``: the caller accounts the response (metrics,
-            timings) before the client can see the end of it, and can tell a completed response
-            from a client disconnect.
+            send, which carries the stream's end (``data: [DONE]``): the caller accounts the
+            response (metrics, timings) before the client can see the end of it, and can tell a
+            completed response from a client disconnect.
+        flavor: how the API's stream ends and carries errors (Anthropic and Responses have no
+            ``[DONE]``).
 
     Returns:
         A :class:`RelayOutcome`. Transport failures do not raise: they end the stream with an
@@ -194,24 +239,15 @@ async def relay_sse(
                     outcome.first_chunk_at = time.monotonic()
                 prev, last = last, chunk
                 body = rewriter.feed(chunk) if rewriter is not None else chunk
-                if body.endswith(DONE):
-                    held = body  # [DONE] goes out with the final send, after the accounting
+                if flavor.is_end(body):
+                    held = body  # the end goes out with the final send, after the accounting
                 elif body:
                     await send({"type": "http.response.body", "body": held + body, "more_body": True})
                     held = b""
     except (UpstreamTimeout, httpx.TransportError) as exc:
         outcome.error = to_api_error(exc)
     tail = prev + last  # small: only the stream's last two chunks are joined, once
-    closing = rewriter.finish() if rewriter is not None else b""
-    done = rewriter.saw_done if rewriter is not None else tail.endswith(DONE)
-    if not done:
-        # What the client got so far must end on an event boundary before we add events.
-        sent_end = closing or (b"" if rewriter is not None else last)
-        if sent_end and not sent_end.endswith(b"\n\n"):
-            closing += b"\n\n"
-        if outcome.error is not None:
-            closing += error_event(outcome.error)
-        closing += DONE
+    closing = _closing(flavor, rewriter, outcome, tail)
     outcome.timings = final_timings(tail)
     if before_last_send is not None:
         before_last_send(outcome)

@@ -1,0 +1,227 @@
+"""The POST routes the endpoint forwards to llama-server, as data: path, repair, answer handling, stream shape.
+
+Every route is routed by the body's ``model`` (``orchestrator.serve.routing``), takes the same API
+keys and body rules (size, ``Content-Encoding``), and is forwarded to the same path on the chosen
+replica, which serves it itself at the pin (``tools/server/server.cpp``):
+
+====================================  ============  ==========================================================
+route                                 kind          before forwarding
+====================================  ============  ==========================================================
+``/v1/chat/completions``              chat          chat repair (``request_repair``), drafting off for token probs
+``/v1/completions``                   completions   ``speculative`` flattened, drafting off for token probs
+``/v1/embeddings``                    embeddings    nothing
+``/v1/messages``                      messages      Anthropic repair (``orchestrator.serve.anthropic``)
+``/v1/messages/count_tokens``         count_tokens  Anthropic repair
+``/v1/responses``                     responses     Responses repair (``orchestrator.serve.responses``)
+``/v1/responses/input_tokens``        input_tokens  Responses repair
+``/v1/chat/completions/input_tokens`` chat_tokens   chat repair
+``/apply-template``                   template      chat repair
+``/infill``                           infill        ``speculative`` flattened, drafting off for token probs
+``/v1/rerank``                        rerank        nothing
+``/tokenize``, ``/detokenize``        tokenize...   nothing
+====================================  ============  ==========================================================
+
+Exact answers with drafting on: llama-server fills per-token probabilities only for tokens the
+target model sampled itself; tokens accepted from an MTP draft come back with probability 1 and
+no top candidates (``server-context.cpp``: "TODO: set result.probs"). So a request that asks for
+them (:func:`wants_token_probs`) is sent with ``"speculative.n_max": 0`` (native patch 0002), which
+turns drafting off for that request only, and counted in ``orchestrator_drafting_off_total``.
+
+Errors use the route's shape (:func:`error_body`): Anthropic's on ``/v1/messages*``, Ollama's on
+``/api/*``, OpenAI's elsewhere.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from orchestrator.errors import ApiError
+from orchestrator.serve import anthropic, responses, structured
+from orchestrator.serve import request_repair as chat
+from orchestrator.serve.speculative_fields import flatten_speculative
+from orchestrator.serve.streaming import OPENAI_SSE, StreamFlavor
+
+if TYPE_CHECKING:
+    from orchestrator.config.schema import ModelConfig
+
+Repair = Callable[[dict[str, Any], chat.RepairPolicy], chat.RepairResult]
+
+
+def _responses_error_event(err: ApiError) -> bytes:
+    # Responses' "error" event; the nested OpenAI envelope makes the openai SDK raise APIError
+    body = {"type": "error", "code": err.code, "message": err.message, "param": err.param, **err.body()}
+    return b"event: error\ndata: " + json.dumps(body).encode() + b"\n\n"
+
+
+ANTHROPIC_SSE = StreamFlavor(None, b"event: message_stop", anthropic.error_event)
+RESPONSES_SSE = StreamFlavor(None, b"event: response.completed", _responses_error_event)
+
+
+@dataclass(frozen=True)
+class ApiRoute:
+    """One forwarded POST route.
+
+    Attributes:
+        path: the path clients call, and llama-server's path for it.
+        kind: the ``endpoint`` label in metrics.
+        repair: the request repair, or None to forward the body as is.
+        answer: ``chat`` (timings, reasoning repair, retry), ``usage`` (timings, else usage tokens)
+            or ``plain`` (passed on untouched).
+        flavor: the stream shape.
+        token_probs: whether the body can ask for per-token probabilities (see module docstring).
+        structured: how ``response_format`` is handled (``orchestrator.serve.structured``):
+            ``chat`` checked, ``native`` checked and mapped onto ``json_schema``, None untouched.
+    """
+
+    path: str
+    kind: str
+    repair: Repair | None = None
+    answer: Literal["chat", "usage", "plain"] = "plain"
+    flavor: StreamFlavor = OPENAI_SSE
+    token_probs: bool = False
+    structured: Literal["chat", "native"] | None = None
+
+
+def _flatten(body: dict[str, Any], _policy: chat.RepairPolicy) -> chat.RepairResult:
+    new = flatten_speculative(body)
+    if new is None:
+        return chat.RepairResult(body=body, changed=False)
+    return chat.RepairResult(body=new, changed=True, repairs=["speculative_flattened"])
+
+
+ROUTES: tuple[ApiRoute, ...] = (
+    ApiRoute("/v1/chat/completions", "chat", chat.repair_request, "chat", token_probs=True, structured="chat"),
+    ApiRoute("/v1/completions", "completions", _flatten, "usage", token_probs=True, structured="native"),
+    ApiRoute("/v1/embeddings", "embeddings"),
+    ApiRoute("/v1/messages", "messages", anthropic.repair_request, "usage", ANTHROPIC_SSE),
+    ApiRoute("/v1/messages/count_tokens", "count_tokens", anthropic.repair_request),
+    ApiRoute("/v1/responses", "responses", responses.repair_request, "usage", RESPONSES_SSE, structured="chat"),
+    ApiRoute("/v1/responses/input_tokens", "input_tokens", responses.repair_request),
+    ApiRoute("/v1/chat/completions/input_tokens", "chat_tokens", chat.repair_request),
+    ApiRoute("/apply-template", "template", chat.repair_request),
+    ApiRoute("/infill", "infill", _flatten, "usage", token_probs=True, structured="native"),
+    ApiRoute("/v1/rerank", "rerank"),
+    ApiRoute("/tokenize", "tokenize"),
+    ApiRoute("/detokenize", "detokenize"),
+)
+
+
+@dataclass
+class BodyPlan:
+    """What :func:`prepare_body` decided for one request.
+
+    Attributes:
+        body: the body to send, or None to send the client's bytes untouched.
+        thinking: whether the generation prompt opens a ``<think>`` block.
+        repairs: repair kinds applied (for metrics).
+        drafting_off: the reason drafting was turned off for this request, or None.
+    """
+
+    body: dict[str, Any] | None
+    thinking: bool = False
+    repairs: list[str] = field(default_factory=list)
+    drafting_off: str | None = None
+
+
+def check_n(body: dict[str, Any], model: ModelConfig) -> None:
+    """``n`` choices are decoded in parallel, one slot each: more than the model's slots is a 400."""
+    n = body.get("n", 1)
+    if isinstance(n, int) and not isinstance(n, bool) and n > model.parallel:
+        raise ApiError(
+            400,
+            f"n={n} is more than this model's {model.parallel} slot(s) (models.yaml 'parallel'); "
+            f"ask for at most {model.parallel} choices or raise 'parallel'",
+            param="n",
+        )
+
+
+def prepare_body(route: ApiRoute, body: dict[str, Any], model: ModelConfig, policy: chat.RepairPolicy) -> BodyPlan:
+    """Check and repair one request body for ``route`` (the model's ``policy``).
+
+    Raises:
+        ApiError: 400 naming the field, from the route's repair, :func:`check_n` or
+            ``orchestrator.serve.structured``.
+    """
+    plan = BodyPlan(None)
+    if route.kind == "chat":
+        check_n(body, model)
+    if route.structured is not None:
+        structured.check(body)
+    if route.repair is not None:
+        result = route.repair(body, policy)
+        plan.thinking = result.thinking
+        if result.changed:
+            plan.body = result.body
+            plan.repairs.extend(result.repairs)
+    if route.structured == "native":
+        mapped = structured.to_native(plan.body if plan.body is not None else body)
+        if mapped is not None:
+            plan.body = mapped
+            plan.repairs.append("response_format_mapped")
+    if route.token_probs and wants_token_probs(body):
+        plan.body = drafting_off(plan.body if plan.body is not None else body)
+        plan.drafting_off = "token_probs"
+    return plan
+
+
+def wants_token_probs(body: dict[str, Any]) -> bool:
+    """Whether a chat, completions or infill body asks for per-token probabilities.
+
+    The fields at the pin: chat's ``logprobs: true`` (with ``top_logprobs``, default 20),
+    ``/v1/completions``' ``logprobs: N``, and the native ``n_probs: N`` (``logprobs`` is its alias;
+    ``post_sampling_probs`` only changes how they are reported). ``server-common.cpp`` and
+    ``server-schema.cpp``.
+    """
+    for key in ("logprobs", "n_probs", "top_logprobs"):
+        value = body.get(key)
+        if value is True or (isinstance(value, int) and not isinstance(value, bool) and value > 0):
+            return True
+    return False
+
+
+def drafting_off(body: dict[str, Any]) -> dict[str, Any]:
+    """``body`` with drafting turned off for this request (patch 0002's per-request n_max)."""
+    new = {k: v for k, v in body.items() if k not in ("speculative.n_max", "speculative.n_min")}
+    new["speculative.n_max"] = 0
+    return new
+
+
+Shape = Literal["openai", "anthropic", "ollama"]
+
+
+def shape_for(path: str) -> Shape:
+    """The error shape of the API that ``path`` belongs to."""
+    if path.startswith("/v1/messages"):
+        return "anthropic"
+    if path.startswith("/api/"):
+        return "ollama"
+    return "openai"
+
+
+def error_body(path: str, err: ApiError) -> dict[str, Any]:
+    """``err`` as the JSON body the client of ``path`` expects."""
+    shape = shape_for(path)
+    if shape == "anthropic":
+        return anthropic.error_body(err)
+    if shape == "ollama":
+        return {"error": err.message}
+    return err.body()
+
+
+def served_routes() -> list[str]:
+    """Every route the endpoint serves, for the 404 message and the README."""
+    posts = [f"POST {r.path}" for r in ROUTES]
+    gets = ["GET /v1/models", "GET /health", "GET /status", "GET /metrics"]
+    ollama = [
+        "GET /api/tags",
+        "GET /api/ps",
+        "GET /api/version",
+        "POST /api/show",
+        "POST /api/chat",
+        "POST /api/generate",
+        "POST /api/embed",
+    ]
+    return posts + gets + ollama

@@ -1,0 +1,243 @@
+"""The Ollama API routes: ``GET /api/tags``, ``/api/ps``, ``/api/version``, ``POST /api/show``,
+``/api/chat``, ``/api/generate``, ``/api/embed``.
+
+Translation lives in ``orchestrator.serve.ollama``; here each request takes the same path as an
+OpenAI one: API key, body limit and ``Content-Encoding``, routing by model (``demo:latest`` names
+``demo``), the chat route's repair and checks (``api_routes.prepare_body``: thinking default,
+structured output, drafting off for log probabilities), a serving replica (held while loading),
+metrics (endpoint ``ollama_chat``, ``ollama_generate``, ``ollama_embed``) and llama-server's own
+route. Streams are NDJSON (``application/x-ndjson``), one object per line; a failure mid-stream
+is one ``{"error": ...}`` line, as Ollama sends. Errors before the answer use Ollama's shape
+``{"error": "message"}`` with the HTTP status (the app's handler renders it for ``/api/*``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any, cast
+
+import httpx
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from orchestrator.errors import ApiError
+from orchestrator.serve import ollama
+from orchestrator.serve import response_repair as reasoning
+from orchestrator.serve.api_routes import ROUTES, prepare_body
+from orchestrator.serve.body import Receive, parse_body, read_body
+from orchestrator.serve.body_codec import decode_body
+from orchestrator.serve.forward import UPSTREAM_HEADERS, Forwarder
+from orchestrator.serve.structured import schema_error
+from orchestrator.serve.upstream import UpstreamTimeout, from_upstream_status, to_api_error
+from orchestrator.supervise.supervisor import SERVING
+
+if TYPE_CHECKING:
+    from orchestrator.config.schema import ModelConfig
+
+NDJSON = "application/x-ndjson"
+_ROUTES = {r.path: r for r in ROUTES}
+# keep_alive has no effect yet: a model stays loaded while `orchestrator up` runs
+_NEVER = "2318-08-17T00:00:00Z"
+
+
+class OllamaApi:
+    """The Ollama endpoints of one app, sharing the OpenAI routes' :class:`Forwarder`."""
+
+    def __init__(self, fwd: Forwarder) -> None:
+        self.fwd = fwd
+        self.config = fwd.config
+        self.supervisor = fwd.router.supervisor
+
+    def add_to(self, app: FastAPI) -> None:
+        """Register every Ollama route on ``app``."""
+        app.add_api_route("/api/version", self.version, methods=["GET"])
+        app.add_api_route("/api/tags", self.tags, methods=["GET"])
+        app.add_api_route("/api/ps", self.ps, methods=["GET"])
+        app.add_api_route("/api/show", self.show, methods=["POST"])
+        app.add_api_route("/api/chat", self.chat, methods=["POST"])
+        app.add_api_route("/api/generate", self.generate, methods=["POST"])
+        app.add_api_route("/api/embed", self.embed, methods=["POST"])
+
+    async def version(self, request: Request) -> JSONResponse:
+        """``{"version": ...}``: the Ollama API version these routes follow."""
+        return JSONResponse({"version": ollama.API_VERSION})
+
+    async def tags(self, request: Request) -> JSONResponse:
+        """Every configured model and alias, as Ollama lists local models."""
+        self.fwd.keys.check(request.scope["headers"])
+        return JSONResponse({"models": [self._entry(m, n) for m in self.config.models for n in (m.name, *m.aliases)]})
+
+    async def ps(self, request: Request) -> JSONResponse:
+        """The models with a serving replica (Ollama's "running models")."""
+        self.fwd.keys.check(request.scope["headers"])
+        running = [m for m in self.config.models if any(i.state in SERVING for i in self.supervisor.for_model(m.name))]
+        models = [
+            {**self._entry(m, m.name), "expires_at": _NEVER, "size_vram": 0, "context_length": m.ctx_size // m.parallel}
+            for m in running
+        ]
+        return JSONResponse({"models": models})
+
+    async def show(self, request: Request) -> JSONResponse:
+        """One model's details and capabilities; 404 ``{"error": ...}`` for an unknown name."""
+        body = await self._body(request)
+        model = self.fwd.router.resolve(ollama.model_name(body.get("model") or body.get("name")))
+        caps = ["completion", "tools", "thinking"]
+        if model.multimodal:
+            caps.append("vision")
+        if "--embeddings" in model.extra_args or "--embedding" in model.extra_args:
+            caps.append("embedding")
+        info = {"general.architecture": "qwen35moe", "qwen35moe.context_length": model.ctx_size // model.parallel}
+        return JSONResponse(
+            {
+                "modelfile": "",
+                "parameters": "",
+                "template": "",
+                "details": self._details(),
+                "model_info": info,
+                "capabilities": caps,
+                "modified_at": ollama.now(),
+            }
+        )
+
+    async def chat(self, request: Request) -> Response:
+        """``POST /api/chat`` through ``/v1/chat/completions``."""
+        started = time.monotonic()
+        body = await self._body(request)
+        oai = ollama.chat_request(body)
+        return await self._forward("ollama_chat", "/v1/chat/completions", oai, started, generate=False)
+
+    async def generate(self, request: Request) -> Response:
+        """``POST /api/generate`` through ``/v1/chat/completions`` (or ``/v1/completions`` when ``raw``)."""
+        started = time.monotonic()
+        body = await self._body(request)
+        path, oai = ollama.generate_request(body)
+        if not body.get("prompt") and not body.get("images"):
+            model = self.fwd.router.resolve(oai["model"])
+            await self.fwd.router.acquire(model.name)  # Ollama's "load the model" request
+            return JSONResponse(
+                {"model": model.name, "created_at": ollama.now(), "response": "", "done": True, "done_reason": "load"}
+            )
+        return await self._forward("ollama_generate", path, oai, started, generate=True)
+
+    async def embed(self, request: Request) -> Response:
+        """``POST /api/embed`` through ``/v1/embeddings``."""
+        started = time.monotonic()
+        body = await self._body(request)
+        oai = ollama.embed_request(body)
+        return await self._forward("ollama_embed", "/v1/embeddings", oai, started, generate=False)
+
+    async def _body(self, request: Request) -> dict[str, Any]:
+        headers = request.scope["headers"]
+        self.fwd.keys.check(headers)
+        raw = await read_body(headers, cast("Receive", request.receive), self.fwd.max_body)
+        return parse_body(decode_body(headers, raw, self.fwd.max_body))
+
+    def _entry(self, model: ModelConfig, name: str) -> dict[str, Any]:
+        size = 0
+        for inst in self.supervisor.for_model(model.name)[:1]:
+            try:
+                size = inst.spec.gguf.stat().st_size
+            except OSError:
+                size = 0
+        return {
+            "name": name,
+            "model": name,
+            "modified_at": ollama.now(),
+            "size": size,
+            "digest": hashlib.sha256(name.encode()).hexdigest(),
+            "details": self._details(),
+        }
+
+    @staticmethod
+    def _details() -> dict[str, Any]:
+        return {"format": "gguf", "family": "qwen35moe", "families": ["qwen35moe"]}
+
+    async def _forward(self, kind: str, path: str, oai: dict[str, Any], started: float, *, generate: bool) -> Response:
+        fwd = self.fwd
+        model = fwd.router.resolve(oai.get("model"))
+        mm = fwd.metrics.model(model.name)
+        status = 500
+        instance = None
+        handed = False  # a stream releases the replica itself when it ends
+        try:
+            plan = prepare_body(_ROUTES[path], oai, model, fwd.policies[model.name])
+            for repair in plan.repairs:
+                mm.repair(repair)
+            if plan.drafting_off is not None:
+                mm.drafting_off(plan.drafting_off)
+            body = plan.body if plan.body is not None else oai
+            instance = await fwd.router.acquire(model.name)
+            instance.in_flight += 1
+            mm.in_flight.inc()
+            upstream = fwd.pool.get(instance.base_url or "", instance.name)
+            content = json.dumps(body, ensure_ascii=False).encode()
+            response = await upstream.open("POST", path, content, UPSTREAM_HEADERS, on_retry=mm.retry)
+            if response.status_code >= 400:
+                detail = await upstream.read_body(response)
+                await response.aclose()
+                raise schema_error(from_upstream_status(response.status_code, detail), body)
+            status = 200
+            if body.get("stream"):
+                handed = True
+                lines = self._stream(upstream, response, model.name, started, generate, instance, mm)
+                return StreamingResponse(lines, media_type=NDJSON)
+            try:
+                data = json.loads(await upstream.read_body(response))
+            finally:
+                await response.aclose()
+            return JSONResponse(self._whole(data, path, model.name, started, generate, plan.thinking, mm))
+        except (UpstreamTimeout, httpx.TransportError) as exc:
+            raise to_api_error(exc) from None
+        except ApiError as err:
+            status = err.status
+            raise
+        finally:
+            mm.request(kind, status)
+            if instance is not None and not handed:
+                instance.in_flight -= 1
+                mm.in_flight.dec()
+
+    @staticmethod
+    def _whole(
+        data: dict[str, Any], path: str, model: str, started: float, generate: bool, thinking: bool, mm: Any
+    ) -> dict[str, Any]:
+        timings = data.get("timings")
+        if isinstance(timings, dict):
+            mm.timings(timings)
+        if path == "/v1/embeddings":
+            vectors = [d["embedding"] for d in data.get("data", [])]
+            usage = data.get("usage") or {}
+            return {"model": model, "embeddings": vectors, "prompt_eval_count": usage.get("prompt_tokens", 0)}
+        if path == "/v1/chat/completions":
+            data, _kinds = reasoning.repair_response(data, thinking=thinking)
+        return ollama.answer(data, model, started, generate=generate)
+
+    async def _stream(
+        self, upstream: Any, response: httpx.Response, model: str, started: float, generate: bool, inst: Any, mm: Any
+    ) -> AsyncIterator[bytes]:
+        translator = ollama.StreamTranslator(model, started, generate=generate)
+        pending = b""
+        try:
+            async for chunk in upstream.iter_body(response):
+                pending += chunk
+                *events, pending = pending.split(b"\n\n")
+                for event in events:
+                    if not event.startswith(b"data: {"):
+                        continue
+                    obj = json.loads(event[len(b"data: ") :])
+                    if "error" in obj:
+                        yield ollama.error_line(ApiError(502, str(obj["error"].get("message", obj["error"]))))
+                        return
+                    if isinstance(obj.get("timings"), dict):
+                        mm.timings(obj["timings"])
+                    for line in translator.feed(obj):
+                        yield json.dumps(line, ensure_ascii=False).encode() + b"\n"
+        except (UpstreamTimeout, httpx.TransportError) as exc:
+            yield ollama.error_line(to_api_error(exc))
+        finally:
+            inst.in_flight -= 1
+            mm.in_flight.dec()
+            await response.aclose()

@@ -1,0 +1,221 @@
+"""OpenAI Responses API (``POST /v1/responses``, ``/v1/responses/input_tokens``): request repair.
+
+Pure functions, no I/O. llama-server serves both routes: ``server_chat_convert_responses_to_chatcmpl``
+(``tools/server/server-chat.cpp``) turns the body into a chat request (``instructions`` becomes a
+system message at index 0, each ``input`` item a message). The proxy forwards after repairing what
+would break the Qwen3.5 template or be dropped without a word:
+
+=========================  ========================================================================
+kind                       what happened
+=========================  ========================================================================
+``system_merged``          ``system``/``developer`` input items moved into ``instructions`` (the
+                           template refuses a system message after index 0)
+``system_to_user``         (policy ``to_user``) a late one became a prefixed user item instead
+``text_format_mapped``     ``text.format`` (structured output) became ``response_format``, which
+                           llama-server reads (it ignores ``text``)
+``thinking_default``       the per-model ``enable_thinking`` default was added (no ``reasoning``)
+``tools_dropped``          tools other than ``function`` were removed (llama-server skips them)
+``speculative_flattened``  ``"speculative": {"n_max": K}`` became ``"speculative.n_max": K``
+=========================  ========================================================================
+
+State llama-server cannot keep is refused with 400 naming the field, never ignored:
+``previous_response_id``, ``store: true`` (nothing is stored; omit it or send false),
+``background: true``, ``conversation``. So are per-token log probabilities (``top_logprobs``,
+``include: ["message.output_text.logprobs"]``): llama-server's Responses output never carries them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from orchestrator.errors import ApiError
+from orchestrator.serve.request_repair import SYSTEM_AS_USER_PREFIX, SYSTEM_JOINER, RepairPolicy, RepairResult
+from orchestrator.serve.speculative_fields import flatten_speculative
+
+ROUTES = ("/v1/responses", "/v1/responses/input_tokens")
+SYSTEM_ROLES = ("system", "developer")
+LOGPROBS_INCLUDE = "message.output_text.logprobs"
+
+
+def _bad(message: str, param: str) -> ApiError:
+    return ApiError(400, message, param=param)
+
+
+def _refuse_state(body: dict[str, Any]) -> None:
+    """400 for the stateful features llama-server has no store for."""
+    if body.get("previous_response_id"):
+        raise _bad(
+            "previous_response_id is not supported: this server stores no responses; "
+            "send the whole conversation in 'input'",
+            "previous_response_id",
+        )
+    if body.get("store") is True:
+        raise _bad("store: true is not supported: this server stores no responses; omit store or send false", "store")
+    if body.get("background") is True:
+        raise _bad("background: true is not supported; send the request in the foreground", "background")
+    if body.get("conversation") is not None:
+        raise _bad("conversation is not supported: this server stores no conversations", "conversation")
+    top = body.get("top_logprobs")
+    include = body.get("include")
+    if top not in (None, 0):
+        raise _bad(
+            "top_logprobs is not supported on /v1/responses; use /v1/chat/completions with logprobs", "top_logprobs"
+        )
+    if isinstance(include, list) and LOGPROBS_INCLUDE in include:
+        raise _bad(
+            f"include {LOGPROBS_INCLUDE!r} is not supported on /v1/responses; use /v1/chat/completions with logprobs",
+            "include",
+        )
+
+
+def _item_text(item: dict[str, Any], where: str) -> str:
+    content = item.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts = []
+        for j, part in enumerate(content):
+            if not isinstance(part, dict) or part.get("type") != "input_text" or not isinstance(part.get("text"), str):
+                raise _bad(f"{where}.content[{j}] must be an input_text part", f"{where}.content[{j}]")
+            texts.append(part["text"])
+        return "".join(texts)
+    raise _bad(f"{where}.content must be a string or a list of input_text parts", f"{where}.content")
+
+
+def _repair_input(items: list[Any], policy: RepairPolicy, kinds: list[str]) -> tuple[list[Any], list[str]]:
+    """Return ``(items, system texts to merge into instructions)``."""
+    out: list[Any] = []
+    system: list[str] = []
+    for i, item in enumerate(items):
+        where = f"input[{i}]"
+        if not isinstance(item, dict):
+            raise _bad(f"{where} must be an object", where)
+        if item.get("role") not in SYSTEM_ROLES:
+            out.append(item)
+            continue
+        text = _item_text(item, where).strip()
+        if policy.system_messages == "to_user" and out:
+            _add(kinds, "system_to_user")
+            out.append({"role": "user", "content": SYSTEM_AS_USER_PREFIX + text})
+        else:
+            _add(kinds, "system_merged")
+            if text:
+                system.append(text)
+    if not any(_is_user_query(item) for item in out):
+        raise _bad(
+            "no user message to answer in 'input' (template: 'No user query found in messages.'); add a user message",
+            "input",
+        )
+    return out, system
+
+
+def _is_user_query(item: dict[str, Any]) -> bool:
+    if item.get("role") != "user":
+        return False
+    content = item.get("content")
+    if isinstance(content, str):
+        text = content.strip()
+        return not (text.startswith("<tool_response>") and text.endswith("</tool_response>"))
+    return isinstance(content, list)
+
+
+def _add(kinds: list[str], kind: str) -> None:
+    if kind not in kinds:
+        kinds.append(kind)
+
+
+def text_format_to_response_format(fmt: Any) -> dict[str, Any] | None:
+    """Map ``text.format`` to chat's ``response_format`` (None for plain text).
+
+    Raises:
+        ApiError: 400 naming ``text.format...`` for an unknown type or a json_schema without a schema.
+    """
+    if not isinstance(fmt, dict):
+        raise _bad("text.format must be an object with a 'type'", "text.format")
+    ftype = fmt.get("type")
+    if ftype == "text":
+        return None
+    if ftype == "json_object":
+        return {"type": "json_object"}
+    if ftype == "json_schema":
+        schema = fmt.get("schema")
+        if not isinstance(schema, dict):
+            raise _bad("text.format.schema must be a JSON schema object for type json_schema", "text.format.schema")
+        wrapper = {"name": fmt.get("name", "response"), "schema": schema, "strict": fmt.get("strict", False)}
+        return {"type": "json_schema", "json_schema": wrapper}
+    raise _bad(f"text.format.type {ftype!r} is not supported; use text, json_object or json_schema", "text.format.type")
+
+
+def _repair_extras(body: dict[str, Any], policy: RepairPolicy, kinds: list[str], new: dict[str, Any]) -> None:
+    """Thinking default, text.format, tools: write replacements into ``new``."""
+    text = body.get("text")
+    if isinstance(text, dict) and "format" in text:
+        if "response_format" in body:
+            raise _bad("send text.format or response_format, not both", "text.format")
+        mapped = text_format_to_response_format(text["format"])
+        _add(kinds, "text_format_mapped")
+        new["text"] = {k: v for k, v in text.items() if k != "format"}
+        if mapped is not None:
+            new["response_format"] = mapped
+    ctk = body.get("chat_template_kwargs")
+    if ctk is not None and not isinstance(ctk, dict):
+        raise _bad("'chat_template_kwargs' must be an object", "chat_template_kwargs")
+    reasoning = body.get("reasoning")
+    has_effort = isinstance(reasoning, dict) and reasoning.get("effort") is not None
+    if policy.thinking_default is not None and not has_effort and "enable_thinking" not in (ctk or {}):
+        _add(kinds, "thinking_default")
+        new["chat_template_kwargs"] = {**(ctk or {}), "enable_thinking": policy.thinking_default}
+    tools = body.get("tools")
+    if isinstance(tools, list):
+        kept = [t for t in tools if isinstance(t, dict) and t.get("type") == "function"]
+        if len(kept) != len(tools):
+            _add(kinds, "tools_dropped")
+            new["tools"] = kept
+
+
+def repair_request(body: dict[str, Any], policy: RepairPolicy) -> RepairResult:
+    """Repair a Responses body (``/v1/responses`` or ``/v1/responses/input_tokens``).
+
+    Args:
+        body: the parsed JSON body. Never mutated.
+        policy: the model's :class:`RepairPolicy`.
+
+    Returns:
+        A :class:`RepairResult` (the caller's dict when nothing changed). ``thinking`` is false
+        when ``reasoning.effort`` is ``none`` or ``enable_thinking`` ends up false.
+
+    Raises:
+        ApiError: 400 with ``param`` for refused state, a bad ``input`` or ``text.format``.
+    """
+    _refuse_state(body)
+    kinds: list[str] = []
+    new: dict[str, Any] = {}
+    items = body.get("input")
+    if isinstance(items, list):
+        out, merged = _repair_input(items, policy, kinds)
+        if merged or len(out) != len(items) or any(a is not b for a, b in zip(out, items, strict=False)):
+            new["input"] = out
+        if merged:
+            instructions = body.get("instructions")
+            if instructions is not None and not isinstance(instructions, str):
+                raise _bad("instructions must be a string", "instructions")
+            parts = [instructions.strip()] if instructions and instructions.strip() else []
+            new["instructions"] = SYSTEM_JOINER.join(parts + merged)
+    elif not isinstance(items, str):
+        raise _bad("'input' must be a string or a list of input items", "input")
+    _repair_extras(body, policy, kinds, new)
+    flat = flatten_speculative({**body, **new})
+    if flat is not None:
+        _add(kinds, "speculative_flattened")
+    if not kinds:
+        return RepairResult(body=body, changed=False, repairs=[], thinking=_thinking_on(body))
+    out_body = flat if flat is not None else {**body, **new}
+    return RepairResult(body=out_body, changed=True, repairs=kinds, thinking=_thinking_on(out_body))
+
+
+def _thinking_on(body: dict[str, Any]) -> bool:
+    ctk = body.get("chat_template_kwargs")
+    if isinstance(ctk, dict) and isinstance(ctk.get("enable_thinking"), bool):
+        return bool(ctk["enable_thinking"])
+    reasoning = body.get("reasoning")
+    return not (isinstance(reasoning, dict) and reasoning.get("effort") == "none")

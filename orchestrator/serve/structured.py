@@ -1,0 +1,134 @@
+"""Structured output: every ``response_format`` form is honoured or refused, never silently dropped.
+
+Pure functions, no I/O. What llama-server does at the pin (``oaicompat_chat_params_parse`` in
+``tools/server/server-common.cpp``, the ``json_schema``/``grammar`` fields in ``server-schema.cpp``):
+
+- chat: ``{"type": "text"}``; ``{"type": "json_object"}`` (any object) and its ``"schema"`` extension
+  (llama-server's README); ``{"type": "json_schema", "json_schema": {"schema": ...}}``. Another type
+  is a 400 there. But a ``response_format`` that is not an object, has no ``type``, or is a
+  ``json_schema`` without a schema is accepted and generates unconstrained (or any-object) output;
+- ``/v1/completions`` and ``/infill`` read only the native ``json_schema`` and ``grammar`` fields:
+  ``response_format`` is ignored there;
+- a schema its converter cannot turn into a grammar (an unknown ``type``, a remote ``$ref``) is an
+  HTTP 500 there, and ``json_schema`` with ``grammar`` a 500 too.
+
+So :func:`check` refuses the silent cases with a 400 naming the field, :func:`to_native` maps
+``response_format`` onto ``json_schema`` for the completion routes, and :func:`schema_error` turns
+llama-server's 500 for a request that carries a schema into a 400 naming the schema's field.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from orchestrator.errors import ApiError
+
+TYPES = ("text", "json_object", "json_schema")
+
+
+def _bad(message: str, param: str) -> ApiError:
+    return ApiError(400, message, param=param)
+
+
+def check(body: dict[str, Any]) -> None:
+    """Validate ``response_format``, ``json_schema`` and ``grammar`` of a chat or completion body.
+
+    Raises:
+        ApiError: 400 naming ``response_format``, ``response_format.type``,
+            ``response_format.json_schema.schema``, ``response_format.schema``, ``json_schema`` or
+            ``grammar``, for a form llama-server would ignore or misread.
+    """
+    fmt = body.get("response_format")
+    if fmt is not None:
+        if not isinstance(fmt, dict):
+            raise _bad("response_format must be an object such as {'type': 'json_object'}", "response_format")
+        ftype = fmt.get("type")
+        if ftype not in TYPES:
+            raise _bad(
+                f"response_format.type must be one of {', '.join(TYPES)} (got {ftype!r})", "response_format.type"
+            )
+        if ftype == "json_schema":
+            wrapper = fmt.get("json_schema")
+            schema = wrapper.get("schema") if isinstance(wrapper, dict) else None
+            if not isinstance(schema, dict):
+                raise _bad(
+                    "response_format.json_schema.schema must be a JSON schema object for type json_schema",
+                    "response_format.json_schema.schema",
+                )
+        if ftype == "json_object" and "schema" in fmt and not isinstance(fmt["schema"], dict):
+            raise _bad("response_format.schema must be a JSON schema object", "response_format.schema")
+    schema = body.get("json_schema")
+    if schema is not None and not isinstance(schema, dict):
+        raise _bad("json_schema must be a JSON schema object", "json_schema")
+    grammar = body.get("grammar")
+    if grammar is not None and not isinstance(grammar, str):
+        raise _bad("grammar must be a GBNF grammar string", "grammar")
+    if grammar and (schema is not None or (isinstance(fmt, dict) and fmt.get("type") != "text")):
+        raise _bad("send either a grammar or a JSON schema (response_format/json_schema), not both", "grammar")
+
+
+def format_schema(fmt: dict[str, Any]) -> dict[str, Any] | None:
+    """The JSON schema a checked ``response_format`` asks for (``{}`` = any object), or None for text."""
+    ftype = fmt.get("type")
+    if ftype == "json_schema":
+        schema: dict[str, Any] = fmt["json_schema"]["schema"]
+        return schema
+    if ftype == "json_object":
+        return dict(fmt.get("schema") or {})
+    return None
+
+
+def to_native(body: dict[str, Any]) -> dict[str, Any] | None:
+    """For ``/v1/completions`` and ``/infill``: ``response_format`` as llama-server's ``json_schema``.
+
+    Returns a new body, or None when there is no ``response_format``. Call :func:`check` first.
+
+    Raises:
+        ApiError: 400 naming ``response_format`` when ``json_schema`` is also given.
+    """
+    fmt = body.get("response_format")
+    if fmt is None:
+        return None
+    if "json_schema" in body:
+        raise _bad("send response_format or json_schema, not both", "response_format")
+    new = {k: v for k, v in body.items() if k != "response_format"}
+    schema = format_schema(fmt)
+    if schema is not None:
+        new["json_schema"] = schema
+    return new
+
+
+def schema_param(body: dict[str, Any]) -> str | None:
+    """The field that carries a JSON schema in ``body``, or None when it has none."""
+    fmt = body.get("response_format")
+    if isinstance(fmt, dict):
+        if fmt.get("type") == "json_schema":
+            return "response_format.json_schema.schema"
+        if fmt.get("type") == "json_object":
+            return "response_format.schema" if "schema" in fmt else "response_format"
+    if body.get("json_schema") is not None:
+        return "json_schema"
+    return None
+
+
+def schema_error(err: ApiError, body: dict[str, Any]) -> ApiError:
+    """llama-server's 5xx for a body that carries a schema is a schema it cannot use: a 400.
+
+    Args:
+        err: the error made from llama-server's answer (``upstream.from_upstream_status``).
+        body: the body that was sent.
+
+    Returns:
+        A 400 naming the schema field with llama-server's reason when ``err`` is a 502 and
+        ``body`` carries a schema (a request that llama-server answered, so it did not crash;
+        the template was repaired before, so the schema is what failed); ``err`` otherwise.
+    """
+    param = schema_param(body)
+    if err.status != 502 or param is None:
+        return err
+    return ApiError(
+        400,
+        f"the JSON schema cannot be used for constrained output: {err.message}; simplify the schema",
+        param=param,
+        code="invalid_schema",
+    )

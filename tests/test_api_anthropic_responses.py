@@ -1,0 +1,250 @@
+"""Anthropic Messages and OpenAI Responses through the proxy, against a real llama-server.
+
+Clients are the official ``anthropic`` SDK and the ``openai`` SDK's Responses API, streamed and
+not; the recording tap shows the exact body that reached llama-server. The stack has an API key
+(``K1``) and the model's thinking default is off, so the tests see the key check and the
+thinking mapping on every route.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import httpx
+import openai
+import pytest
+from proxy_harness import Stack, real_stack
+
+pytestmark = [pytest.mark.server, pytest.mark.slow]
+
+KEY = "K1"
+TOOLS = [
+    {
+        "name": "read_file",
+        "description": "Read a file",
+        "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
+    }
+]
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory, bin_info: Any, echo_model: Path) -> Iterator[Stack]:
+    models = [{"name": "demo", "aliases": ["tiny"], "parallel": 2, "ctx_size": 8192, "thinking": False, "threads": 1}]
+    s = real_stack(tmp_path_factory.mktemp("apis"), echo_model, bin_info, server={"api_keys": [KEY]}, models=models)
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def rec(stack: Stack) -> Any:
+    stack.recorder.clear()
+    return stack.recorder
+
+
+def claude(stack: Stack, key: str = KEY) -> anthropic.Anthropic:
+    return anthropic.Anthropic(base_url=stack.url, api_key=key, max_retries=0, timeout=60)
+
+
+def oai(stack: Stack) -> openai.OpenAI:
+    return openai.OpenAI(base_url=stack.url + "/v1", api_key=KEY, max_retries=0, timeout=60)
+
+
+def agent_messages() -> list[dict[str, Any]]:
+    """An agent's conversation: a system reminder inside a user turn, a tool use and its result."""
+    return [
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "<system-reminder>Today is Monday.</system-reminder>"},
+                {"type": "text", "text": "Read README.md and summarise it."},
+            ],
+        },
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "thinking", "thinking": "I should read the file.", "signature": ""},
+                {"type": "tool_use", "id": "toolu_1", "name": "read_file", "input": {"path": "README.md"}},
+            ],
+        },
+        {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": "toolu_1", "content": [{"type": "text", "text": "# Demo"}]},
+                {"type": "text", "text": "<system-reminder>Be brief.</system-reminder>"},
+            ],
+        },
+    ]
+
+
+AGENT_SYSTEM = [
+    {"type": "text", "text": "x-anthropic-billing-header: cc_version=2.1.101.e51; cc_entrypoint=cli; cch=a5145;"},
+    {"type": "text", "text": "You are a coding agent.", "cache_control": {"type": "ephemeral"}},
+]
+
+
+def test_anthropic_sdk_message_and_usage(stack: Stack, rec: Any) -> None:
+    """A06: type message, usage with input and output tokens; x-api-key accepted; thinking default off."""
+    msg = claude(stack).messages.create(
+        model="demo", max_tokens=8, messages=[{"role": "user", "content": "U1"}], extra_body={"temperature": 0}
+    )
+    assert msg.type == "message" and msg.role == "assistant"
+    assert msg.usage.input_tokens > 0 and 0 < msg.usage.output_tokens <= 8
+    assert [b.type for b in msg.content] == ["text"]  # thinking default off: an answer, not a thinking block
+    [sent] = rec.bodies("/v1/messages")
+    assert sent["chat_template_kwargs"] == {"enable_thinking": False}
+
+
+def test_anthropic_sdk_stream_events(stack: Stack) -> None:
+    """A06: the first event is message_start, the last message_stop; the text equals the non-streamed one."""
+    client = claude(stack)
+    body: dict[str, Any] = {
+        "model": "demo",
+        "max_tokens": 8,
+        "messages": [{"role": "user", "content": "U1"}],
+        "extra_body": {"temperature": 0},
+    }
+    whole = client.messages.create(**body)
+    with client.messages.stream(**body) as stream:
+        events = list(stream)
+        final = stream.get_final_message()
+    assert events[0].type == "message_start" and events[-1].type == "message_stop"
+    assert final.content[0].text == whole.content[0].text  # type: ignore[union-attr]
+    assert final.usage.output_tokens == whole.usage.output_tokens
+
+
+def test_anthropic_count_tokens_and_agent_turn(stack: Stack, rec: Any) -> None:
+    """count_tokens 200; an agent-shaped request (system blocks, reminders, tool use, thinking on) renders."""
+    client = claude(stack)
+    count = client.messages.count_tokens(model="demo", system=AGENT_SYSTEM, messages=agent_messages(), tools=TOOLS)
+    assert count.input_tokens > 20
+    msg = client.messages.create(
+        model="demo",
+        max_tokens=16,
+        system=AGENT_SYSTEM,
+        messages=agent_messages(),
+        tools=TOOLS,
+        thinking={"type": "enabled", "budget_tokens": 1024},
+    )
+    assert msg.stop_reason in ("max_tokens", "end_turn", "tool_use")
+    sent = rec.bodies("/v1/messages")[-1]
+    # system blocks joined by a blank line (llama-server glues them together), thinking mapped on
+    assert sent["system"] == AGENT_SYSTEM[0]["text"] + "\n\n" + AGENT_SYSTEM[1]["text"]
+    assert sent["chat_template_kwargs"] == {"enable_thinking": True}
+    assert sent["messages"] == agent_messages()
+    with client.messages.stream(
+        model="demo", max_tokens=16, system=AGENT_SYSTEM, messages=agent_messages(), tools=TOOLS
+    ) as stream:
+        assert stream.get_final_message().type == "message"
+
+
+def test_anthropic_errors_use_anthropic_shape(stack: Stack, rec: Any) -> None:
+    """401, 404 and a template-breaking role come back as Anthropic errors, and the SDK maps them."""
+    with pytest.raises(anthropic.AuthenticationError) as auth:
+        claude(stack, key="wrong").messages.create(
+            model="demo", max_tokens=4, messages=[{"role": "user", "content": "U1"}]
+        )
+    assert auth.value.body == {"type": "error", "error": {"type": "authentication_error", "message": "invalid API key"}}
+    with pytest.raises(anthropic.NotFoundError) as missing:
+        claude(stack).messages.create(model="nope", max_tokens=4, messages=[{"role": "user", "content": "U1"}])
+    assert missing.value.body["error"]["type"] == "not_found_error"  # type: ignore[index]
+    r = httpx.post(
+        stack.url + "/v1/messages",
+        headers={"x-api-key": KEY},
+        json={"model": "demo", "max_tokens": 4, "messages": [{"role": "tool", "content": "U1"}]},
+    )
+    assert r.status_code == 400
+    assert r.json()["type"] == "error" and r.json()["error"]["type"] == "invalid_request_error"
+    assert "messages[0].role" in r.json()["error"]["message"]
+    # only tool results, no user text: the template would raise; a 400, never a 500/502
+    turn = [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": "x"}]}]
+    r = httpx.post(stack.url + "/v1/messages", headers={"x-api-key": KEY}, json={"model": "demo", "messages": turn})
+    assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error"
+    assert rec.bodies("/v1/messages") == []
+
+
+def test_responses_sdk_plain_and_stream(stack: Stack, rec: Any) -> None:
+    """A05: object response with an output list; the stream's last event is response.completed."""
+    client = oai(stack)
+    resp = client.responses.create(model="demo", input="U1", max_output_tokens=8, temperature=0)
+    assert resp.object == "response" and isinstance(resp.output, list) and resp.output
+    assert resp.usage is not None and 0 < resp.usage.output_tokens <= 8
+    assert rec.bodies("/v1/responses")[0]["chat_template_kwargs"] == {"enable_thinking": False}
+    events = list(client.responses.create(model="demo", input="U1", max_output_tokens=8, temperature=0, stream=True))
+    assert events[0].type == "response.created" and events[-1].type == "response.completed"
+    assert events[-1].response.output_text == resp.output_text  # type: ignore[union-attr]
+    # the raw stream ends with that event: no OpenAI-chat "[DONE]" is added to a Responses stream
+    raw = httpx.post(
+        stack.url + "/v1/responses",
+        headers={"authorization": f"Bearer {KEY}"},
+        json={"model": "demo", "input": "U1", "max_output_tokens": 4, "stream": True},
+    )
+    assert raw.text.rstrip().split("\n\n")[-1].startswith("event: response.completed")
+    count = client.responses.input_tokens.count(model="demo", input="U1")
+    assert count.input_tokens > 0
+
+
+def test_responses_agent_turn_and_system_items(stack: Stack, rec: Any) -> None:
+    """Instructions plus developer items (a 500 at llama-server) render; tool calls and outputs pass."""
+    items: list[Any] = [
+        {"role": "developer", "content": "Follow the repo rules."},
+        {"role": "user", "content": [{"type": "input_text", "text": "<system-reminder>x</system-reminder> Fix it."}]},
+        {"type": "function_call", "call_id": "c1", "name": "shell", "arguments": '{"cmd": "ls"}'},
+        {"type": "function_call_output", "call_id": "c1", "output": "README.md"},
+        {"role": "developer", "content": "Be brief."},
+    ]
+    tools = [{"type": "function", "name": "shell", "parameters": {"type": "object", "properties": {}}}]
+    resp = oai(stack).responses.create(
+        model="demo",
+        instructions="You are Codex.",
+        input=items,
+        tools=tools,  # type: ignore[arg-type]
+        reasoning={"effort": "low"},
+        max_output_tokens=8,
+        store=False,
+    )
+    assert resp.status == "completed"
+    sent = rec.bodies("/v1/responses")[-1]
+    assert sent["instructions"] == "You are Codex.\n\nFollow the repo rules.\n\nBe brief."
+    assert [i.get("role") for i in sent["input"]] == ["user", None, None]
+    assert "chat_template_kwargs" not in sent  # reasoning.effort given: no default added
+
+
+@pytest.mark.parametrize(
+    ("extra", "param"),
+    [
+        ({"previous_response_id": "resp_1"}, "previous_response_id"),
+        ({"store": True}, "store"),
+        ({"background": True}, "background"),
+        ({"include": ["message.output_text.logprobs"]}, "include"),
+        ({"top_logprobs": 3}, "top_logprobs"),
+        ({"text": {"format": {"type": "json_schema", "name": "x"}}}, "text.format.schema"),
+    ],
+)
+def test_responses_refuses_what_it_cannot_keep(stack: Stack, rec: Any, extra: dict[str, Any], param: str) -> None:
+    """State llama-server cannot keep, and unfillable fields: a 400 naming the field, never ignored."""
+    with pytest.raises(openai.BadRequestError) as err:
+        oai(stack).responses.create(model="demo", input="U1", max_output_tokens=4, **extra)
+    assert err.value.body["param"] == param  # type: ignore[index]
+    assert rec.requests == []
+
+
+def test_responses_text_format_constrains_output(stack: Stack, rec: Any) -> None:
+    """text.format json_schema is mapped to response_format, so the output is JSON of that schema."""
+    schema = {
+        "type": "object",
+        "properties": {"answer": {"type": "string", "enum": ["yes", "no"]}},
+        "required": ["answer"],
+        "additionalProperties": False,
+    }
+    resp = oai(stack).responses.create(
+        model="demo",
+        input="Answer yes or no.",
+        max_output_tokens=32,
+        text={"format": {"type": "json_schema", "name": "yn", "schema": schema, "strict": True}},
+    )
+    assert json.loads(resp.output_text)["answer"] in ("yes", "no")
+    assert rec.bodies("/v1/responses")[0]["response_format"]["json_schema"]["schema"] == schema

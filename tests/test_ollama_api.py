@@ -1,0 +1,134 @@
+"""The Ollama API through the proxy, with the official ``ollama`` Python client and plain NDJSON requests.
+
+A real llama-server runs the echo model (embeddings on, so ``/api/embed`` has something to call);
+the stack has an API key, which the client sends as ``Authorization: Bearer``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import ollama
+import pytest
+from proxy_harness import Stack, real_stack
+
+pytestmark = [pytest.mark.server, pytest.mark.slow]
+
+KEY = "K1"
+AUTH = {"authorization": f"Bearer {KEY}"}
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory, bin_info: Any, echo_model: Path) -> Iterator[Stack]:
+    models = [
+        {
+            "name": "demo",
+            "aliases": ["tiny"],
+            "parallel": 2,
+            "ctx_size": 4096,
+            "thinking": False,
+            "threads": 1,
+            "extra_args": ["--embeddings", "--pooling", "mean"],
+        }
+    ]
+    s = real_stack(tmp_path_factory.mktemp("ollama"), echo_model, bin_info, server={"api_keys": [KEY]}, models=models)
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def client(stack: Stack) -> ollama.Client:
+    return ollama.Client(host=stack.url, headers=AUTH, timeout=60)
+
+
+def test_lists_models_running_models_and_version(stack: Stack, client: ollama.Client) -> None:
+    names = [m.model for m in client.list().models]
+    assert names == ["demo", "tiny"]
+    assert [m.model for m in client.ps().models] == ["demo"]
+    shown = client.show("demo:latest")
+    assert "completion" in (shown.capabilities or []) and "embedding" in (shown.capabilities or [])
+    assert httpx.get(stack.url + "/api/version").json()["version"]
+    assert httpx.get(stack.url + "/api/tags").status_code == 401  # the same keys as every route
+
+
+def test_chat_whole_and_streamed(stack: Stack, client: ollama.Client) -> None:
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "U1"}]
+    whole = client.chat(model="demo", messages=messages, options={"temperature": 0, "num_predict": 8})
+    assert whole.done and whole.done_reason == "length" and whole.eval_count == 8
+    assert whole.message.role == "assistant" and whole.message.content
+    parts = list(
+        client.chat(model="tiny", messages=messages, options={"temperature": 0, "num_predict": 8}, stream=True)
+    )
+    assert [p.done for p in parts].count(True) == 1 and parts[-1].done
+    assert "".join(p.message.content or "" for p in parts) == whole.message.content
+    assert parts[-1].eval_count == 8 and (parts[-1].prompt_eval_count or 0) > 0
+    sent = stack.recorder.bodies()[-1]
+    assert sent["max_tokens"] == 8 and sent["temperature"] == 0
+    assert sent["chat_template_kwargs"] == {"enable_thinking": False}  # the model's thinking default
+
+
+def test_plain_ndjson_chat_with_tool_history_and_format(stack: Stack) -> None:
+    body = {
+        "model": "demo",
+        "messages": [
+            {"role": "user", "content": "What is in README?"},
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [{"function": {"name": "read", "arguments": {"p": "R"}}}],
+            },
+            {"role": "tool", "content": "# Demo", "tool_name": "read"},
+            {"role": "user", "content": "Answer yes or no."},
+        ],
+        "format": {
+            "type": "object",
+            "properties": {"a": {"type": "string", "enum": ["yes", "no"]}},
+            "required": ["a"],
+            "additionalProperties": False,
+        },
+        "options": {"temperature": 0, "num_predict": 24},
+    }
+    r = httpx.post(stack.url + "/api/chat", json=body, headers=AUTH, timeout=60)
+    assert r.status_code == 200 and r.headers["content-type"].startswith("application/x-ndjson")
+    lines = [json.loads(line) for line in r.text.splitlines()]
+    assert lines[-1]["done"] is True and all(not line["done"] for line in lines[:-1])
+    text = "".join(line["message"]["content"] for line in lines)
+    assert json.loads(text)["a"] in ("yes", "no")
+
+
+def test_generate_raw_and_templated_and_load(client: ollama.Client) -> None:
+    loaded = client.generate(model="demo", prompt="")
+    assert loaded.done and loaded.done_reason == "load"
+    templ = client.generate(model="demo", prompt="U1", system="Be brief.", options={"num_predict": 6, "temperature": 0})
+    raw = client.generate(model="demo", prompt="U1", raw=True, options={"num_predict": 6, "temperature": 0})
+    assert templ.response and raw.response and templ.eval_count == raw.eval_count == 6
+    streamed = "".join(
+        p.response or ""
+        for p in client.generate(
+            model="demo", prompt="U1", raw=True, stream=True, options={"num_predict": 6, "temperature": 0}
+        )
+    )
+    assert streamed == raw.response
+
+
+def test_embed(client: ollama.Client) -> None:
+    out = client.embed(model="demo", input=["hello", "world"])
+    assert len(out.embeddings) == 2 and len(out.embeddings[0]) > 8
+
+
+def test_errors_use_ollama_shape(stack: Stack, client: ollama.Client) -> None:
+    with pytest.raises(ollama.ResponseError) as err:
+        client.chat(model="nope", messages=[{"role": "user", "content": "U1"}])
+    assert err.value.status_code == 404 and "nope" in err.value.error
+    r = httpx.post(
+        stack.url + "/api/chat",
+        json={"model": "demo", "messages": [{"role": "user", "content": "U1"}], "options": {"bogus": 1}},
+        headers=AUTH,
+    )
+    assert r.status_code == 400 and "options.bogus" in r.json()["error"]
+    r = httpx.post(stack.url + "/api/generate", json={"model": "demo", "prompt": "x", "suffix": "y"}, headers=AUTH)
+    assert r.status_code == 400 and "suffix" in r.json()["error"]

@@ -1,0 +1,65 @@
+"""Pass-through routes by model (``/tokenize``, ``/detokenize``, ``/apply-template``, token counting,
+``/v1/rerank``, ``/infill``) and the 404 that lists every route, against a real llama-server."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from proxy_harness import Stack, real_stack
+
+from orchestrator.serve.api_routes import served_routes
+
+pytestmark = [pytest.mark.server, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory, bin_info: Any, echo_model: Path) -> Iterator[Stack]:
+    models = [{"name": "demo", "aliases": ["tiny"], "parallel": 1, "ctx_size": 2048, "threads": 1}]
+    s = real_stack(tmp_path_factory.mktemp("pass"), echo_model, bin_info, models=models)
+    yield s
+    s.close()
+
+
+def post(stack: Stack, path: str, body: dict[str, Any]) -> httpx.Response:
+    return httpx.post(stack.url + path, json=body, timeout=60)
+
+
+def test_tokenize_round_trip_by_model(stack: Stack) -> None:
+    tokens = post(stack, "/tokenize", {"model": "tiny", "content": "Hello world"}).json()["tokens"]
+    assert tokens and all(isinstance(t, int) for t in tokens)
+    assert post(stack, "/detokenize", {"tokens": tokens}).json()["content"] == "Hello world"  # model optional
+
+
+def test_apply_template_and_input_tokens_get_the_chat_repair(stack: Stack) -> None:
+    """A late system message would make the template raise (500); repaired, both routes answer."""
+    messages = [{"role": "user", "content": "Hi"}, {"role": "system", "content": "Be brief."}]
+    prompt = post(stack, "/apply-template", {"model": "demo", "messages": messages}).json()["prompt"]
+    assert prompt.startswith("<|im_start|>system\nBe brief.<|im_end|>")
+    count = post(stack, "/v1/chat/completions/input_tokens", {"model": "demo", "messages": messages})
+    assert count.status_code == 200 and count.json()["input_tokens"] > 5
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/v1/rerank", {"model": "demo", "query": "a", "documents": ["b"]}),
+        ("/infill", {"model": "demo", "input_prefix": "def f(", "input_suffix": "):"}),
+    ],
+)
+def test_unsupported_by_the_launch_is_501_from_llama_server(stack: Stack, path: str, body: dict[str, Any]) -> None:
+    r = post(stack, path, body)
+    assert r.status_code == 501 and r.json()["error"]["code"] == "not_implemented"
+
+
+def test_unknown_model_and_unknown_route(stack: Stack) -> None:
+    r = post(stack, "/tokenize", {"model": "nope", "content": "x"})
+    assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found"
+    r = post(stack, "/v1/audio/transcriptions", {"model": "demo"})
+    assert r.status_code == 404
+    message = r.json()["error"]["message"]
+    for route in served_routes():
+        assert route in message
