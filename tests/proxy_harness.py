@@ -128,7 +128,7 @@ class Stack:
         async def set_() -> None:
             inst = self.supervisor.instances[0]
             inst.base_url = base_url
-            inst.state = state
+            inst.lifecycle.transition(state)
             self.supervisor.changed.set()
             self.supervisor.changed.clear()
 

@@ -182,14 +182,21 @@ def child_env(**extra: str) -> dict[str, str]:
 
 
 def write_models_yaml(
-    path: Path, model: Path, *, port: int = 0, model_port: int | None = None, extra: str = ""
+    path: Path,
+    model: Path,
+    *,
+    port: int = 0,
+    model_port: int | None = None,
+    extra: str = "",
+    shutdown_grace: float = 30,
 ) -> Path:
-    """A models.yaml serving ``model`` as "demo" on CPU with a small context; the proxy on ``port``."""
+    """A models.yaml serving ``model`` as "demo" on CPU with a small context; the proxy on ``port``;
+    ``shutdown_grace`` seconds for in-flight requests after SIGTERM."""
     lines = [
         "server:",
         "  host: 127.0.0.1",
         f"  port: {port}",
-        "  timeouts: {load: 120, shutdown_grace: 30}",
+        f"  timeouts: {{load: 120, shutdown_grace: {shutdown_grace:g}}}",
         "models:",
         "  - name: demo",
         f"    path: {model}",

@@ -59,8 +59,8 @@ def test_instance_state_and_restarts_are_read_at_scrape_time(tmp_path: Path) -> 
     labels = (("instance", "demo-0"), ("model", "demo"))
     s = samples(metrics)
     assert s[("orchestrator_instance_state", (*labels[:1], ("model", "demo"), ("state", "stopped")))] == 1
-    inst.state = ProcessState.READY  # test only: the lifecycle task is the writer in production
-    inst.restarts = 2
+    inst.lifecycle.transition(ProcessState.READY)  # test only: the lifecycle task is the writer in production
+    inst.lifecycle.restarts = 2
     s = samples(metrics)
     assert s[("orchestrator_instance_state", (*labels[:1], ("model", "demo"), ("state", "ready")))] == 1
     assert s[("orchestrator_instance_state", (*labels[:1], ("model", "demo"), ("state", "stopped")))] == 0

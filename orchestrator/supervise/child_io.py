@@ -1,13 +1,14 @@
-"""Talking to one supervised llama-server child: its log output and its HTTP endpoint.
+"""Talking to one supervised llama-server child: its process (``ChildProcess``), its log output
+(``ChildLog``) and its HTTP endpoint (``ChildProbe``).
 
-``ChildIO`` is mixed into ``orchestrator.supervise.instance.Instance``:
-
-- the log pump copies the child's merged stdout/stderr, line by line, into the log file and
-  the in-memory tails (``log_tail``), learns the port from ``listening on ...`` and counts
-  speculative-batch failures;
-- the probes ask ``/health`` (``_probe_health``), find a ``--port 0`` child's port from its
-  listening socket (``_discover_port``) and confirm through ``/props`` that the server on the
-  port is our child serving our model (``_verify_identity``).
+- ``ChildLog`` copies the child's merged stdout/stderr, line by line, into ``<instance>.log``
+  (appended across launches, each launch headed by a marker line) and two in-memory tails (all
+  launches, this launch only), remembers when the child last wrote (the load and stall deadlines
+  count from it), and hands each line to its owner (which learns the port and counts
+  speculative-batch failures from it).
+- ``ChildProcess`` spawns the child, turns its exit into an awaitable task and stops it.
+- ``ChildProbe`` asks ``/health``, finds a ``--port 0`` child's port from its listening socket,
+  and confirms through ``/props`` that the server on the port is our child serving our model.
 """
 
 from __future__ import annotations
@@ -16,135 +17,158 @@ import asyncio
 import collections
 import contextlib
 import json
+import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TextIO
 
 import httpx
 
 from orchestrator.host import process
-from orchestrator.supervise.readiness import Health, classify_health, is_spec_batch_failure, parse_listening_port
-from orchestrator.supervise.states import SupervisorPolicy
+from orchestrator.supervise.readiness import Health, classify_health
 
 if TYPE_CHECKING:
     from orchestrator.launch.plan import InstanceSpec
 
+RUN_TAIL_LINES = 200  # lines of the current launch kept for failure messages
 
-class ChildIO:
-    """Log pump and probes for ``Instance`` (which sets every attribute below in ``__init__``)."""
 
-    spec: InstanceSpec
-    policy: SupervisorPolicy
-    base_url: str | None
-    _tail: collections.deque[str]
-    _run_tail: collections.deque[str]
-    _last_output: float
-    _log_file: Any
-    _proc: asyncio.subprocess.Process | None
-    _pump_task: asyncio.Task[None] | None
-    _client: httpx.AsyncClient | None
+class ChildLog:
+    """The log file, the tails and the log pump of one instance.
 
-    _notify: Callable[[], None]  # Instance._notify
-    record_error: Callable[[str, str], None]  # SpecWatch.record_error
+    Args:
+        path: the instance's log file (``<log_dir>/<instance>.log``), appended to.
+        tail_lines: lines kept in memory across launches (``SupervisorPolicy.tail_lines``).
+        on_line: called with each line the child writes, after it was logged.
+    """
 
-    def log_tail(self, n: int = 50) -> list[str]:
+    def __init__(self, path: Path, tail_lines: int, on_line: Callable[[str], None]) -> None:
+        self.path = path
+        self.last_output = 0.0  # monotonic time of the last line (or of the launch)
+        self._tail: collections.deque[str] = collections.deque(maxlen=tail_lines)
+        self._run_tail: collections.deque[str] = collections.deque(maxlen=RUN_TAIL_LINES)
+        self._on_line = on_line
+        self._file: TextIO | None = None
+        self._pump_task: asyncio.Task[None] | None = None
+
+    def tail(self, n: int = 50) -> list[str]:
         """The last ``n`` lines the child wrote (stdout and stderr, all launches)."""
-        if n <= 0:
-            return []
-        return list(self._tail)[-n:]
+        return list(self._tail)[-n:] if n > 0 else []
 
-    # ----------------------------------------------------------------- probes
+    def run_tail(self, n: int = RUN_TAIL_LINES) -> list[str]:
+        """The last ``n`` lines of the current launch only."""
+        return list(self._run_tail)[-n:] if n > 0 else []
 
-    async def _probe_health(self) -> Health:
-        assert self._client is not None and self.base_url is not None
-        try:
-            resp = await self._client.get(f"{self.base_url}/health")
-        except httpx.HTTPError:
-            return Health.UNREACHABLE
-        return classify_health(resp.status_code, resp.content)
+    def begin_launch(self, marker: str) -> None:
+        """Open the file (once), write the launch ``marker`` line, start a new launch tail."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if self._file is None:
+            self._file = open(self.path, "a", encoding="utf-8", errors="replace")  # noqa: SIM115
+        self._write(marker)
+        self._run_tail.clear()
+        self.last_output = time.monotonic()
 
-    def _discover_port(self) -> None:
-        """Learn a ``--port 0`` child's port while it loads, from its listening socket.
+    def start_pump(self, proc: asyncio.subprocess.Process) -> None:
+        """Copy ``proc``'s output as it arrives, in a task, until the pipe closes."""
+        self._pump_task = asyncio.get_running_loop().create_task(self._pump(proc))
 
-        The log line ``listening on ...`` comes only after the load (``server.cpp``), but the
-        HTTP server binds before loading so that ``/health`` can answer 503.
-        """
-        if self._proc is None:
-            return
-        ports = process.listening_ports(self._proc.pid)
-        if len(ports) == 1:
-            self.base_url = f"http://{self.spec.host}:{ports[0]}"
-            self._notify()
-
-    async def _verify_identity(self) -> str | None:
-        """Confirm the server on ``base_url`` is our child serving our model (S02)."""
-        assert self._client is not None and self.base_url is not None and self._proc is not None
-        if self._proc.returncode is not None:
-            return f"the child exited (code {self._proc.returncode}) but {self.base_url} answers: another server holds the port"
-        port = int(self.base_url.rsplit(":", 1)[1])
-        ports = process.listening_ports(self._proc.pid)
-        if ports and port not in ports:
-            return f"{self.base_url} is answered by another process, not by our llama-server (pid {self._proc.pid})"
-        try:
-            resp = await self._client.get(f"{self.base_url}/props")
-            props = resp.json()
-        except (httpx.HTTPError, json.JSONDecodeError, ValueError) as err:
-            return f"GET {self.base_url}/props failed ({err}); cannot confirm the model"
-        alias = props.get("model_alias") if isinstance(props, dict) else None
-        path = props.get("model_path") if isinstance(props, dict) else None
-        if alias == self.spec.alias or (path and _same_file(path, self.spec.gguf)):
-            return None
-        return (
-            f"{self.base_url}/props reports model {alias!r} ({path}), expected {self.spec.alias!r} "
-            f"({self.spec.gguf}); another server may be answering on this port"
-        )
-
-    # ----------------------------------------------------------------- log pump
-
-    async def _pump(self, proc: asyncio.subprocess.Process) -> None:
-        """Copy the child's merged stdout/stderr to the log file and the tail as lines arrive."""
-        assert proc.stdout is not None
-        pending = b""
-        while True:
-            chunk = await proc.stdout.read(65536)
-            if not chunk:
-                break
-            pending += chunk
-            *lines, pending = pending.split(b"\n")
-            for raw in lines:
-                self._on_line(raw.rstrip(b"\r").decode("utf-8", errors="replace"))
-        if pending:
-            self._on_line(pending.decode("utf-8", errors="replace"))
-
-    def _on_line(self, line: str) -> None:
-        self._last_output = time.monotonic()
-        self._write_line(line)
-        self._tail.append(line)
-        self._run_tail.append(line)
-        if self.base_url is None:
-            port = parse_listening_port(line)
-            if port:
-                self.base_url = f"http://{self.spec.host}:{port}"
-        if is_spec_batch_failure(line):
-            self.record_error("spec_batch", line)
-
-    def _write_line(self, line: str) -> None:
-        if self._log_file is not None:
-            self._log_file.write(line + "\n")
-            self._log_file.flush()
-
-    async def _finish_pump(self) -> None:
-        """Let the pump read the child's last lines (bounded), then drop it."""
+    async def finish_pump(self, drain: float) -> None:
+        """Let the pump read the child's last lines (at most ``drain`` seconds), then drop it."""
         task, self._pump_task = self._pump_task, None
         if task is None:
             return
         try:
-            await asyncio.wait_for(task, timeout=self.policy.exit_drain)
+            await asyncio.wait_for(task, timeout=drain)
         except (TimeoutError, asyncio.CancelledError):
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+
+    def close(self) -> None:
+        """Close the log file (it is reopened by the next ``begin_launch``)."""
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    async def _pump(self, proc: asyncio.subprocess.Process) -> None:
+        assert proc.stdout is not None
+        pending = b""
+        while chunk := await proc.stdout.read(65536):
+            pending += chunk
+            *lines, pending = pending.split(b"\n")
+            for raw in lines:
+                self._line(raw.rstrip(b"\r").decode("utf-8", errors="replace"))
+        if pending:
+            self._line(pending.decode("utf-8", errors="replace"))
+
+    def _line(self, line: str) -> None:
+        self.last_output = time.monotonic()
+        self._write(line)
+        self._tail.append(line)
+        self._run_tail.append(line)
+        self._on_line(line)
+
+    def _write(self, line: str) -> None:
+        if self._file is not None:
+            self._file.write(line + "\n")
+            self._file.flush()
+
+
+class ChildProbe:
+    """HTTP probes of one child (``/health``, ``/props``) and port discovery.
+
+    Args:
+        timeout: seconds per HTTP request (``SupervisorPolicy.health_timeout``).
+    """
+
+    def __init__(self, timeout: float) -> None:
+        self._client = httpx.AsyncClient(trust_env=False, timeout=timeout)
+
+    async def aclose(self) -> None:
+        """Close the HTTP client."""
+        await self._client.aclose()
+
+    async def health(self, base_url: str) -> Health:
+        """What ``GET base_url/health`` says (``Health.UNREACHABLE`` when nothing answers)."""
+        try:
+            resp = await self._client.get(f"{base_url}/health")
+        except httpx.HTTPError:
+            return Health.UNREACHABLE
+        return classify_health(resp.status_code, resp.content)
+
+    @staticmethod
+    def discover_port(pid: int, host: str) -> str | None:
+        """The base URL of a ``--port 0`` child ``pid`` while it loads, from its one listening socket.
+
+        The log line ``listening on ...`` comes only after the load (``server.cpp``), but the
+        HTTP server binds before loading so that ``/health`` can answer 503. None while the child
+        listens on no port, or on several.
+        """
+        ports = process.listening_ports(pid)
+        return f"http://{host}:{ports[0]}" if len(ports) == 1 else None
+
+    async def verify_identity(self, base_url: str, proc: asyncio.subprocess.Process, spec: InstanceSpec) -> str | None:
+        """None when the server on ``base_url`` is our child ``proc`` serving ``spec``'s model, else why not."""
+        if proc.returncode is not None:
+            return f"the child exited (code {proc.returncode}) but {base_url} answers: another server holds the port"
+        port = int(base_url.rsplit(":", 1)[1])
+        ports = process.listening_ports(proc.pid)
+        if ports and port not in ports:
+            return f"{base_url} is answered by another process, not by our llama-server (pid {proc.pid})"
+        try:
+            resp = await self._client.get(f"{base_url}/props")
+            props = resp.json()
+        except (httpx.HTTPError, json.JSONDecodeError, ValueError) as err:
+            return f"GET {base_url}/props failed ({err}); cannot confirm the model"
+        alias = props.get("model_alias") if isinstance(props, dict) else None
+        path = props.get("model_path") if isinstance(props, dict) else None
+        if alias == spec.alias or (path and _same_file(path, spec.gguf)):
+            return None
+        return (
+            f"{base_url}/props reports model {alias!r} ({path}), expected {spec.alias!r} "
+            f"({spec.gguf}); another server may be answering on this port"
+        )
 
 
 def _same_file(a: str, b: Path) -> bool:
@@ -152,3 +176,45 @@ def _same_file(a: str, b: Path) -> bool:
         return Path(a).resolve() == Path(b).resolve()
     except OSError:
         return False
+
+
+class ChildProcess:
+    """The current llama-server process of one instance: spawn, its exit as a task, stop, kill.
+
+    Only asyncio's child watcher reaps the process (see ``orchestrator.host.process``), so the
+    exit status it reports is the real one.
+    """
+
+    def __init__(self) -> None:
+        self.proc: asyncio.subprocess.Process | None = None
+        self.exited: asyncio.Task[int] | None = None  # done once the process exited; None in a backoff
+
+    @property
+    def running(self) -> bool:
+        """True while a spawned process has not exited (or not been reaped) yet."""
+        return self.proc is not None and self.proc.returncode is None
+
+    @property
+    def returncode(self) -> int | None:
+        """The last process's exit status (negative: killed by that signal), None while it runs."""
+        return self.proc.returncode if self.proc is not None else None
+
+    async def spawn(self, argv: tuple[str, ...], env: dict[str, str]) -> asyncio.subprocess.Process:
+        """Start ``argv`` (``process.spawn``: own process group, parent-death signal).
+
+        Raises:
+            OSError: the executable is missing or not executable.
+        """
+        self.proc = await process.spawn(argv, env=env)
+        self.exited = asyncio.get_running_loop().create_task(self.proc.wait())
+        return self.proc
+
+    async def stop(self, grace: float) -> None:
+        """SIGTERM the group, SIGKILL after ``grace`` seconds, reap (no-op without a process)."""
+        if self.proc is not None:
+            await process.stop_process(self.proc, grace)
+
+    def kill_now(self) -> None:
+        """SIGKILL the group at once (synchronous last resort, e.g. at exit)."""
+        if self.proc is not None and self.proc.returncode is None:
+            process.signal_group(self.proc.pid, signal.SIGKILL)

@@ -1,56 +1,59 @@
 """One supervised llama-server (``Instance``): start, wait ready, verify, watch, restart, stop.
 
-Each ``Instance`` has exactly one writer of its state: its lifecycle task (``Instance._lifecycle``),
-a loop ``spawn -> wait ready -> verify -> watch -> on exit decide restart / backoff / failed``
-(after llama-swap's ``process.go``). Everything else (the proxy, ``up``, the bench) only reads
-fields, bumps counters, or sends requests to that loop through a queue (stop, relaunch without
-speculation); nothing outside the loop assigns ``state``.
+Each ``Instance`` has exactly one writer of its state: its lifecycle task, a loop
+``spawn -> wait ready -> verify -> watch -> on exit decide restart / backoff / failed`` (after
+llama-swap's ``process.go``) that changes state only through ``Lifecycle.transition``. Everything
+else (the proxy, ``up``, the bench) only reads fields, bumps counters, or sends requests to that
+loop through a queue (stop, relaunch without speculation).
 
 Readiness follows the child (after Ollama ``llm/llama_server.go``): ``/health`` is polled every
 ``SupervisorPolicy.poll_interval`` seconds, the child's liveness is checked on every poll, and
 the load deadline (``server.timeouts.load``) is counted from the child's last log line, so a
 child that keeps logging keeps its chance (up to ``load_cap_factor`` times the timeout).
 
-The drafting watch lives in ``orchestrator.supervise.spec_watch`` and the log pump and HTTP probes in
-``orchestrator.supervise.child_io``; both are mixed into ``Instance``. States and timing rules are in
-``orchestrator.supervise.states``.
+``Instance`` owns one of each and delegates to them: ``Lifecycle`` (state and counters) and its
+``Inbox`` (requests to the loop), ``ChildProcess`` (spawn, exit, stop), ``ChildLog`` (log file,
+tails, pump), ``ChildProbe`` (``/health``, ``/props``, port discovery; one per lifecycle run) and
+``SpecWatch`` (drafting and acceptance).
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
-import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
-import httpx
-
-from orchestrator.host import process
-from orchestrator.supervise.child_io import ChildIO
-from orchestrator.supervise.readiness import Health, failure_lines
-from orchestrator.supervise.spec_watch import SpecWatch
-from orchestrator.supervise.states import RUNNING, SERVING, ProcessState, SupervisorPolicy
+from orchestrator.supervise.child_io import ChildLog, ChildProbe, ChildProcess
+from orchestrator.supervise.lifecycle import Inbox, Lifecycle, describe_exit
+from orchestrator.supervise.readiness import Health, failure_lines, is_spec_batch_failure, parse_listening_port
+from orchestrator.supervise.spec_watch import Speculation, SpecWatch
+from orchestrator.supervise.states import Outcome, PhaseEnd, ProcessState, SupervisorPolicy
+from orchestrator.supervise.status import Part, status_row
 
 if TYPE_CHECKING:
-    from orchestrator.config.schema import Config, ModelConfig
+    from orchestrator.config.schema import Config
     from orchestrator.launch.plan import InstanceSpec
 
 
-_Request = Literal["stop", "relaunch_without_spec"]
-
-
-class Instance(SpecWatch, ChildIO):
+class Instance:
     """One supervised llama-server (one replica of one model).
 
-    Read freely: ``spec``, ``state``, ``base_url``, ``pid`` (the current or last child), ``restarts``, ``exit_code``,
-    ``started_at``/``ready_at`` (Unix time, seconds), ``requests``, ``speculation``,
-    ``warnings``, ``message`` (why it FAILED or is RESTARTING), ``decode_tps`` (tok/s of the
-    last response), ``acceptance`` (accepted / drafted so far). The proxy increments and
-    decrements ``in_flight`` around each upstream request (each increment also counts one
-    request in ``requests``).
+    Read freely: ``spec``, ``state``, ``base_url``, ``pid`` (the current or last child), ``restarts``,
+    ``exit_code``, ``started_at``/``ready_at`` (Unix time, seconds), ``requests``, ``speculation``,
+    ``warnings``, ``message`` (why it FAILED or is RESTARTING), ``decode_tps`` (tok/s of the last
+    response), ``acceptance`` (accepted / drafted so far). The proxy increments and decrements
+    ``in_flight`` around each upstream request (each increment also counts one request in
+    ``requests``).
+
+    Args:
+        spec: what to launch.
+        config: the validated config (``server.timeouts.load``, the model's speculative settings).
+        log_dir: directory of ``<instance>.log``.
+        policy: timing rules.
+        on_change: called with the instance on every state change and notable event.
     """
 
     def __init__(
@@ -60,48 +63,33 @@ class Instance(SpecWatch, ChildIO):
         *,
         log_dir: Path,
         policy: SupervisorPolicy,
-        on_change: Any = None,
+        on_change: Callable[[Instance], None] | None = None,
     ) -> None:
         self.spec = spec
         self.policy = policy
-        self.state = ProcessState.STOPPED
         self.base_url: str | None = None
-        self.pid: int | None = None
-        self.restarts = 0
-        self.exit_code: int | None = None
-        self.started_at: float | None = None
-        self.ready_at: float | None = None
         self.requests = 0
-        self.message: str | None = None
-        self.speculation: Literal["off", "unknown", "active", "inactive"] = "unknown" if spec.spec_type else "off"
-        self.decode_tps: float | None = None
-        self.drafted = 0
-        self.accepted = 0
-        self.log_path = log_dir / f"{spec.name}.log"
         self._in_flight = 0
-        self._config = config
-        self._model_cfg: ModelConfig | None = next((m for m in config.models if m.name == spec.model), None)
-        self._load_timeout = float(config.server.timeouts.load)
         self._on_change = on_change
         self._warnings: dict[str, str] = {}
-        self._tail: collections.deque[str] = collections.deque(maxlen=policy.tail_lines)
-        self._run_tail: collections.deque[str] = collections.deque(maxlen=200)  # this launch only
+        self._load_timeout = float(config.server.timeouts.load)
+        self.lifecycle = Lifecycle(self._notify)
+        self.log = ChildLog(log_dir / f"{spec.name}.log", policy.tail_lines, self._on_line)
+        self.spec_watch = SpecWatch(
+            speculative=spec.spec_type is not None,
+            model_cfg=next((m for m in config.models if m.name == spec.model), None),
+            policy=policy,
+            warnings=self._warnings,
+            notify=self._notify,
+            request_relaunch=self._request_relaunch_without_spec,
+        )
         self._launches = 0
-        self._last_output = 0.0  # monotonic time of the last log line
-        self._crash_times: list[float] = []
         self._degraded = False
         self._relaunch_requested = False
-        self._generations = 0
-        self._window: collections.deque[tuple[int, int]] = collections.deque()
-        self._spec_batch_streak = 0
-        self._requests: asyncio.Queue[tuple[_Request, float]] = asyncio.Queue()
+        self.child = ChildProcess()
+        self._inbox = Inbox()
         self._task: asyncio.Task[None] | None = None
-        self._proc: asyncio.subprocess.Process | None = None
-        self._exit_task: asyncio.Task[int] | None = None
-        self._pump_task: asyncio.Task[None] | None = None
-        self._req_task: asyncio.Task[tuple[_Request, float]] | None = None
-        self._client: httpx.AsyncClient | None = None
-        self._log_file: Any = None
+        self._probe: ChildProbe | None = None
 
     # ----------------------------------------------------------------- readers
 
@@ -109,6 +97,25 @@ class Instance(SpecWatch, ChildIO):
     def name(self) -> str:
         """The instance name, e.g. ``demo-0``."""
         return self.spec.name
+
+    state = Part[ProcessState]("lifecycle")  # written only by the lifecycle loop
+    message = Part["str | None"]("lifecycle")  # why it FAILED or is RESTARTING
+    pid = Part["int | None"]("lifecycle")  # the current or last child's pid
+    exit_code = Part["int | None"]("lifecycle")  # negative: killed by that signal
+    restarts = Part[int]("lifecycle")  # after crashes (a fallback relaunch is not one)
+    started_at = Part["float | None"]("lifecycle")  # Unix time (s) of the last spawn
+    ready_at = Part["float | None"]("lifecycle")  # Unix time (s) it last started serving
+    speculation = Part[Speculation]("spec_watch")  # off, unknown (not judged yet), active, inactive
+    decode_tps = Part["float | None"]("spec_watch")  # decode tok/s of the last response
+    drafted = Part[int]("spec_watch")  # draft tokens since launch
+    accepted = Part[int]("spec_watch")  # accepted draft tokens since launch
+    acceptance = Part["float | None"]("spec_watch")  # accepted / drafted since launch, None before
+    rolling_acceptance = Part["tuple[float | None, int]"]("spec_watch")  # over the last acceptance_window
+
+    @property
+    def log_path(self) -> Path:
+        """The instance's log file (all launches)."""
+        return self.log.path
 
     @property
     def in_flight(self) -> int:
@@ -126,43 +133,34 @@ class Instance(SpecWatch, ChildIO):
         """Current warnings, one line each (speculation inactive, low acceptance, fallback...)."""
         return list(self._warnings.values())
 
+    def log_tail(self, n: int = 50) -> list[str]:
+        """The last ``n`` lines the child wrote (stdout and stderr, all launches)."""
+        return self.log.tail(n)
+
     def snapshot(self) -> dict[str, Any]:
-        """One row for ``/status`` and ``orchestrator status`` (JSON-serialisable)."""
-        port = None
-        if self.base_url:
-            port = int(self.base_url.rsplit(":", 1)[1])
-        rolling, rolling_n = self.rolling_acceptance
-        row: dict[str, Any] = {
-            "name": self.name,
-            "model": self.spec.model,
-            "replica": self.spec.replica,
-            "state": self.state.value,
-            "pid": self.pid if self.state in RUNNING else None,  # no stale pid once the child is gone
-            "last_pid": self.pid,
-            "port": port,
-            "base_url": self.base_url,
-            "gpus": list(self.spec.gpus),
-            "gguf": str(self.spec.gguf),
-            "started_at": self.started_at,
-            "ready_at": self.ready_at,
-            "uptime_s": (time.time() - self.ready_at) if (self.ready_at and self.state in SERVING) else None,
-            "restarts": self.restarts,
-            "requests": self.requests,
-            "in_flight": self.in_flight,
-            "decode_tps": self.decode_tps,
-            "speculation": self.speculation,
-            "drafted": self.drafted,
-            "accepted": self.accepted,
-            "acceptance": self.acceptance,
-            "rolling_acceptance": rolling,
-            "rolling_drafted": rolling_n,
-            "warnings": self.warnings,
-            "exit_code": self.exit_code,
-            "message": self.message,
-            "log_path": str(self.log_path),
-            "log_tail": self.log_tail(20) if self.state in (ProcessState.FAILED, ProcessState.RESTARTING) else [],
-        }
-        return row
+        """One row for ``/status`` and ``orchestrator status`` (JSON-serialisable; see ``status_row``)."""
+        return status_row(self)
+
+    # ----------------------------------------------------------------- inputs from the proxy / bench
+
+    def record_timings(self, timings: dict[str, Any]) -> None:
+        """Account one response's llama-server ``timings`` (see ``SpecWatch.record_timings``)."""
+        self.spec_watch.record_timings(timings)
+
+    def record_error(self, kind: str, text: str) -> None:
+        """Account an error seen by the proxy or in the child's log.
+
+        Args:
+            kind: ``"spec_batch"`` for llama-server's "failed to process speculative batch" (see
+                ``SpecWatch.record_spec_batch_failure``); any other kind is kept as the latest
+                warning of that kind.
+            text: the error text (one line).
+        """
+        if kind == "spec_batch":
+            self.spec_watch.record_spec_batch_failure(text)
+            return
+        self._warnings[f"error:{kind}"] = f"{kind}: {text.strip()[:300]}"
+        self._notify()
 
     # ----------------------------------------------------------------- requests to the lifecycle loop
 
@@ -175,11 +173,11 @@ class Instance(SpecWatch, ChildIO):
         if self._task is not None and not self._task.done():
             return
         if self.state is ProcessState.FAILED:
-            self._crash_times.clear()
-        self._requests = asyncio.Queue()  # drop requests meant for an earlier run
-        # transition: STOPPED/FAILED -> LOADING, made here because no lifecycle task exists yet
-        # (so this is still the only writer) and waiters must not see STOPPED after start()
-        self._transition(ProcessState.LOADING, "starting")
+            self.lifecycle.forget_crashes()
+        self._inbox.reset()
+        # STOPPED/FAILED -> LOADING here: no lifecycle task exists yet (so this is still the only
+        # writer), and waiters must not see STOPPED after start()
+        self.lifecycle.transition(ProcessState.LOADING, "starting")
         self._task = asyncio.get_running_loop().create_task(self._lifecycle(), name=f"supervise {self.name}")
 
     async def stop(self, grace: float) -> None:
@@ -190,7 +188,7 @@ class Instance(SpecWatch, ChildIO):
         task = self._task
         if task is None or task.done():
             return
-        self._requests.put_nowait(("stop", grace))
+        self._inbox.put(PhaseEnd(Outcome.STOP, grace=grace))
         try:
             await asyncio.wait_for(asyncio.shield(task), timeout=grace + 10.0)
         except TimeoutError:
@@ -200,208 +198,179 @@ class Instance(SpecWatch, ChildIO):
 
     def kill_now(self) -> None:
         """SIGKILL the child's group immediately (synchronous last resort, e.g. at exit)."""
-        if self._proc is not None and self._proc.returncode is None:
-            process.signal_group(self._proc.pid, signal.SIGKILL)
+        self.child.kill_now()
 
-    # ----------------------------------------------------------------- the one writer of state
-
-    def _transition(self, new: ProcessState, message: str | None = None) -> None:
-        """Change state. Called only from the lifecycle task."""
-        self.state = new
-        self.message = message
-        if new in SERVING:
-            self.ready_at = time.time()
+    def _request_relaunch_without_spec(self) -> None:
+        if self._relaunch_requested:
+            return
+        self._relaunch_requested = True
+        self._inbox.put(PhaseEnd(Outcome.RELAUNCH_WITHOUT_SPEC, grace=self.policy.stop_grace))
         self._notify()
 
     def _notify(self) -> None:
         if self._on_change is not None:
             self._on_change(self)
 
+    def _on_line(self, line: str) -> None:
+        if self.base_url is None and (port := parse_listening_port(line)):
+            self.base_url = f"http://{self.spec.host}:{port}"
+        if is_spec_batch_failure(line):
+            self.record_error("spec_batch", line)
+
+    # ----------------------------------------------------------------- the lifecycle task
+
     async def _lifecycle(self) -> None:
-        self._client = httpx.AsyncClient(trust_env=False, timeout=self.policy.health_timeout)
+        self._probe = ChildProbe(self.policy.health_timeout)
         try:
             await self._lifecycle_loop()
         finally:
-            if self._proc is not None and self._proc.returncode is None:
+            if self.child.running:
                 # cancelled or crashed in here: never leave the child behind
-                await process.stop_process(self._proc, 0.0)
-                self.pid = None
-            await self._finish_pump()
-            if self._req_task is not None:
-                self._req_task.cancel()
-                self._req_task = None
-            await self._client.aclose()
-            if self._log_file is not None:
-                self._log_file.close()
-                self._log_file = None
+                await self.child.stop(0.0)
+                self.lifecycle.pid = None
+            await self.log.finish_pump(self.policy.exit_drain)
+            self._inbox.close()
+            await self._probe.aclose()
+            self.log.close()
 
     async def _lifecycle_loop(self) -> None:
         while True:
             if self._relaunch_requested and self.spec.spec_type is not None:
                 self._apply_spec_fallback()
-            # transition: launch (first start, after backoff, after fallback)
-            self._transition(ProcessState.LOADING, "loading model")
+            self.lifecycle.transition(ProcessState.LOADING, "loading model")
             try:
                 await self._launch()
             except OSError as err:
-                # transition: cannot exec at all -> FAILED (retrying cannot help)
-                self._transition(ProcessState.FAILED, f"cannot start {self.spec.argv[0]}: {err}")
+                # cannot exec at all: retrying cannot help
+                self.lifecycle.transition(ProcessState.FAILED, f"cannot start {self.spec.argv[0]}: {err}")
                 return
-            outcome, detail = await self._wait_ready()
-            if outcome == "ready":
-                # transition: /health ok and identity verified -> serving
-                self._transition(
-                    ProcessState.DEGRADED if self._degraded else ProcessState.READY,
-                    "serving without speculation (fallback)" if self._degraded else None,
-                )
-                outcome, detail = await self._watch()
-            grace = detail if outcome == "stop" and isinstance(detail, float) else self.policy.stop_grace
-            if outcome == "stop":
-                await self._kill(grace)
-                # transition: asked to stop -> STOPPED
-                self._transition(ProcessState.STOPPED, "stopped")
+            end = await self._wait_ready()
+            if end.outcome is Outcome.READY:
+                degraded = "serving without speculation (fallback)" if self._degraded else None
+                self.lifecycle.transition(ProcessState.DEGRADED if self._degraded else ProcessState.READY, degraded)
+                end = await self._watch()
+            if not await self._after(end):
                 return
-            if outcome == "relaunch_without_spec":
-                await self._kill(grace)
-                continue  # transition happens at the top of the loop: LOADING without spec
-            if outcome in ("timeout", "mismatch"):
-                await self._kill(grace)
-                # transition: load timeout / not our server -> FAILED
-                self._transition(ProcessState.FAILED, str(detail))
-                return
-            if outcome == "stalled":
-                self._warnings["stall"] = str(detail)
-            # a crash (exit or stall): kill what is left of the group (a stalled child, or
-            # anything an exited one forked), then restart with backoff or give up on a crash loop
-            await self._kill(grace if outcome == "stalled" else 0.0)
-            self.exit_code = self._proc.returncode if self._proc else None
-            now = time.monotonic()
-            self._crash_times = [t for t in self._crash_times if now - t <= self.policy.crash_loop_window]
-            self._crash_times.append(now)
-            recent = len(self._crash_times)
-            why = detail if outcome == "stalled" else describe_exit(self.exit_code)
-            cause = failure_lines(self._run_tail, 3)
-            if recent >= self.policy.crash_loop_count:
-                # transition: crash loop -> FAILED
-                self._transition(
-                    ProcessState.FAILED,
-                    f"crash loop: {recent} crashes within {self.policy.crash_loop_window:g} s; last {why}"
-                    + (f"; log: {' | '.join(cause)}" if cause else ""),
-                )
-                return
-            delay = min(self.policy.backoff_max, self.policy.backoff_base * 2 ** (recent - 1))
-            self.restarts += 1
-            # transition: crash -> RESTARTING (backoff)
-            self._transition(
-                ProcessState.RESTARTING,
-                f"{why}; restarting in {delay:g} s" + (f"; log: {' | '.join(cause)}" if cause else ""),
+
+    async def _after(self, end: PhaseEnd) -> bool:
+        """Act on how the serving (or loading) phase ended; False when the lifecycle is over."""
+        grace = end.grace if end.outcome is Outcome.STOP and end.grace is not None else self.policy.stop_grace
+        if end.outcome is Outcome.STOP:
+            await self._kill(grace)
+            self.lifecycle.transition(ProcessState.STOPPED, "stopped")
+            return False
+        if end.outcome is Outcome.RELAUNCH_WITHOUT_SPEC:
+            await self._kill(grace)
+            return True  # the loop relaunches: LOADING without the speculative flags
+        if end.outcome in (Outcome.TIMEOUT, Outcome.MISMATCH):
+            await self._kill(grace)
+            self.lifecycle.transition(ProcessState.FAILED, end.detail)
+            return False
+        return await self._after_crash(end, grace)
+
+    async def _after_crash(self, end: PhaseEnd, grace: float) -> bool:
+        """An exit or a stall: kill what is left of the group (a stalled child, or anything an exited
+        one forked), then restart with backoff or give up on a crash loop."""
+        stalled = end.outcome is Outcome.STALLED
+        if stalled:
+            self._warnings["stall"] = str(end.detail)
+        await self._kill(grace if stalled else 0.0)
+        verdict = self.lifecycle.crashed(self.child.returncode, self.policy)
+        why = end.detail if stalled else describe_exit(self.exit_code)
+        cause = failure_lines(self.log.run_tail(), 3)
+        log = f"; log: {' | '.join(cause)}" if cause else ""
+        if verdict.crash_loop:
+            window = self.policy.crash_loop_window
+            self.lifecycle.transition(
+                ProcessState.FAILED, f"crash loop: {verdict.recent} crashes within {window:g} s; last {why}{log}"
             )
-            if await self._backoff(delay) == "stop":
-                # transition: stopped during backoff -> STOPPED
-                self._transition(ProcessState.STOPPED, "stopped")
-                return
+            return False
+        self.lifecycle.restarts += 1
+        self.lifecycle.transition(ProcessState.RESTARTING, f"{why}; restarting in {verdict.delay:g} s{log}")
+        if await self._backoff(verdict.delay):
+            self.lifecycle.transition(ProcessState.STOPPED, "stopped")
+            return False
+        return True
+
+    def _apply_spec_fallback(self) -> None:
+        """Relaunch without speculation: a new spec without the speculative flags (state DEGRADED)."""
+        from orchestrator.launch.plan import with_argv_overrides
+
+        self.spec = with_argv_overrides(self.spec, spec_off=True)
+        self._degraded = True
+        self.spec_watch.fallback_applied()
 
     # ----------------------------------------------------------------- phases
 
     async def _launch(self) -> None:
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        if self._log_file is None:
-            self._log_file = open(self.log_path, "a", encoding="utf-8", errors="replace")  # noqa: SIM115
         self._launches += 1
         stamp = time.strftime("%Y-%m-%d %H:%M:%S")
-        marker = f"===== orchestrator: launch #{self._launches} of {self.name} at {stamp}: {' '.join(self.spec.argv)}"
-        self._write_line(marker)
-        self._run_tail.clear()
+        argv = " ".join(self.spec.argv)
+        self.log.begin_launch(f"===== orchestrator: launch #{self._launches} of {self.name} at {stamp}: {argv}")
         self.base_url = f"http://{self.spec.host}:{self.spec.port}" if self.spec.port else None
-        self.exit_code = None
-        self.pid = None
-        self._last_output = time.monotonic()
-        self._proc = await process.spawn(self.spec.argv, env=self.spec.env)
-        self.pid = self._proc.pid
-        self.started_at = time.time()
-        self.ready_at = None
-        self._exit_task = asyncio.get_running_loop().create_task(self._proc.wait())
-        self._pump_task = asyncio.get_running_loop().create_task(self._pump(self._proc))
-        self._notify()
+        self.lifecycle.launching()
+        proc = await self.child.spawn(self.spec.argv, dict(self.spec.env))
+        self.log.start_pump(proc)
+        self.lifecycle.launched(proc.pid)
 
-    async def _next_event(self, timeout: float) -> tuple[str, float | None] | None:
+    async def _next_event(self, timeout: float) -> PhaseEnd | None:
         """Wait up to ``timeout`` s for a request or the child's exit; None on a plain tick."""
-        if self._req_task is None:
-            self._req_task = asyncio.get_running_loop().create_task(self._requests.get())
-        waits: set[asyncio.Task[Any]] = {self._req_task}
-        if self._exit_task is not None:
-            waits.add(self._exit_task)
-        done, _ = await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-        if self._req_task in done:
-            kind, arg = self._req_task.result()
-            self._req_task = None
-            return kind, arg
-        if self._exit_task is not None and self._exit_task in done:
-            return "exited", None
-        return None
+        return await self._inbox.next(self.child.exited, timeout)
 
-    async def _wait_ready(self) -> tuple[str, Any]:
+    async def _wait_ready(self) -> PhaseEnd:
+        proc = self.child.proc
+        assert self._probe is not None and proc is not None
         started = time.monotonic()
         while True:
             event = await self._next_event(self.policy.poll_interval)
             if event is not None:
                 return event
-            if self.base_url is None:
-                self._discover_port()
-            if self.base_url is not None and await self._probe_health() is Health.READY:
-                problem = await self._verify_identity()
-                return ("mismatch", problem) if problem else ("ready", None)
+            if self.base_url is None and (url := self._probe.discover_port(proc.pid, self.spec.host)):
+                self.base_url = url
+                self._notify()
+            if self.base_url is not None and await self._probe.health(self.base_url) is Health.READY:
+                problem = await self._probe.verify_identity(self.base_url, proc, self.spec)
+                return PhaseEnd(Outcome.MISMATCH, problem) if problem else PhaseEnd(Outcome.READY)
             now = time.monotonic()
-            quiet = now - max(started, self._last_output)
+            quiet = now - max(started, self.log.last_output)
             if quiet > self._load_timeout or now - started > self._load_timeout * self.policy.load_cap_factor:
-                tail = list(self._run_tail)[-10:]
-                return "timeout", (
+                tail = self.log.run_tail(10)
+                return PhaseEnd(
+                    Outcome.TIMEOUT,
                     f"not ready after {now - started:.0f} s (load timeout {self._load_timeout:g} s, "
                     "server.timeouts.load); "
-                    + ("last log lines:\n" + "\n".join(tail) if tail else "the server wrote nothing")
+                    + ("last log lines:\n" + "\n".join(tail) if tail else "the server wrote nothing"),
                 )
 
-    async def _watch(self) -> tuple[str, Any]:
+    async def _watch(self) -> PhaseEnd:
+        assert self._probe is not None and self.base_url is not None
         last_ok = time.monotonic()
         while True:
             event = await self._next_event(self.policy.watch_interval)
             if event is not None:
                 return event
             now = time.monotonic()
-            if await self._probe_health() is Health.READY:
+            if await self._probe.health(self.base_url) is Health.READY:
                 last_ok = time.monotonic()
                 continue
-            silent = now - max(last_ok, self._last_output)
+            silent = now - max(last_ok, self.log.last_output)
             if self.in_flight > 0 and silent > self.policy.stall_timeout:
-                return "stalled", (
+                return PhaseEnd(
+                    Outcome.STALLED,
                     f"stalled: {self.in_flight} request(s) in flight, no /health answer and no output "
-                    f"for {silent:.0f} s; killed and restarted"
+                    f"for {silent:.0f} s; killed and restarted",
                 )
 
-    async def _backoff(self, delay: float) -> str | None:
-        """Sleep ``delay`` s unless a request arrives; returns "stop" when asked to stop."""
-        self._exit_task = None
+    async def _backoff(self, delay: float) -> bool:
+        """Sleep ``delay`` s unless asked to stop meanwhile (True)."""
+        self.child.exited = None
         deadline = time.monotonic() + delay
         while (left := deadline - time.monotonic()) > 0:
             event = await self._next_event(left)
-            if event is None:
-                continue
-            if event[0] == "stop":
-                return "stop"
-        return None
+            if event is not None and event.outcome is Outcome.STOP:
+                return True
+        return False
 
     async def _kill(self, grace: float) -> None:
-        if self._proc is not None:
-            await process.stop_process(self._proc, grace)
-        await self._finish_pump()
-
-
-def describe_exit(code: int | None) -> str:
-    """``-9`` -> ``"killed by signal 9 (SIGKILL)"``; ``1`` -> ``"exited with code 1"`` (Popen's convention)."""
-    if code is not None and code < 0:
-        try:
-            name = signal.Signals(-code).name
-        except ValueError:
-            name = "unknown signal"
-        return f"killed by signal {-code} ({name})"
-    return f"exited with code {code}"
+        await self.child.stop(grace)
+        await self.log.finish_pump(self.policy.exit_drain)

@@ -7,7 +7,7 @@ What llama-server says (pinned source ``tools/server``):
   (``server-context.cpp``, ``get_health``). Older builds answered ``{"status": "loading model"}``,
   so a 200 alone is not "ready": the body must say ``ok`` when it says anything.
 - ``/v1/models`` may answer 200 during the load on some builds, which is why readiness is
-  ``/health`` only (case S01).
+  ``/health`` only.
 - ``listening on http://127.0.0.1:PORT`` is logged (``server.cpp``) once the model is loaded;
   with ``--port 0`` it is how the chosen port is learnt from the log.
 - Startup failures leave recognisable lines (``error loading model``, ``GGML_ASSERT``,

@@ -1,8 +1,42 @@
-"""Lifecycle states of a supervised llama-server, their groups, and the supervisor's timing rules.
+"""Lifecycle states of a supervised llama-server, their groups, the loop's typed outcomes, and timing rules.
 
-``ProcessState``'s docstring is the lifecycle table: what each public call and event does in
-each state. ``SERVING``/``STARTING``/``TERMINAL``/``RUNNING`` group the states the way callers
-ask about them. ``SupervisorPolicy`` holds every interval, deadline and threshold; tests shrink it.
+What each public call and event does in each state (after llama-swap ``process.go``). Each
+``Instance`` has one writer of its state, ``Lifecycle.transition``, called only by its lifecycle
+task (and once by ``start()``, before that task exists):
+
+====================  ========  ======================  ==================  ===============  ==================
+call / event          STOPPED   LOADING                 READY / DEGRADED    RESTARTING       FAILED
+====================  ========  ======================  ==================  ===============  ==================
+``start()``           spawn ->  no-op                   no-op               no-op            respawn -> LOADING
+                      LOADING                                                                (crash history
+                                                                                             cleared)
+``stop(grace)``       no-op     SIGTERM group, SIGKILL  same -> STOPPED     cancel backoff   no-op (no process)
+                                after grace -> STOPPED                      -> STOPPED
+``Supervisor.pick``   never     never                   eligible            never            never
+``wait_for_replica``  None (1)  waits                   returns it          waits            None (1)
+child exits           --        crash: RESTARTING       same                --               --
+                                (backoff) or FAILED
+                                (crash loop)
+/health 200 + ok      --        verify /props -> READY  --                  --               --
+                                (DEGRADED without
+                                spec), FAILED on
+                                mismatch
+load timeout          --        kill -> FAILED + log    --                  --               --
+                                tail
+stall (in flight,     --        --                      kill -> RESTARTING  --               --
+no /health, no log)
+spec fallback         --        kill -> LOADING         same                applied at next  --
+request                         without spec flags                          launch
+                                -> DEGRADED
+====================  ========  ======================  ==================  ===============  ==================
+
+(1) ``wait_for_replica(model)`` returns None at once only when *every* replica of the model
+is STOPPED or FAILED; otherwise it waits for the others.
+
+``SERVING``/``STARTING``/``TERMINAL``/``RUNNING`` group the states the way callers ask about them.
+``Outcome``/``PhaseEnd`` are how a phase of the lifecycle loop (wait ready, watch, backoff) ends, and
+what is queued to the loop (stop, relaunch without speculation). ``SupervisorPolicy`` holds every
+interval, deadline and threshold; tests shrink it.
 """
 
 from __future__ import annotations
@@ -12,34 +46,7 @@ from dataclasses import dataclass
 
 
 class ProcessState(enum.Enum):
-    """Lifecycle of one supervised llama-server.
-
-    What each public call does in each state (after llama-swap ``process.go``):
-
-    ===================  =========  ==========================  ======================  ====================  ===========================
-    call / event         STOPPED    LOADING                     READY / DEGRADED        RESTARTING            FAILED
-    ===================  =========  ==========================  ======================  ====================  ===========================
-    ``start()``          spawn ->   no-op                       no-op                   no-op                 respawn -> LOADING (counters
-                         LOADING                                                                              kept, crash history cleared)
-    ``stop(grace)``      no-op      SIGTERM group, SIGKILL      same -> STOPPED         cancel backoff ->     no-op (no process)
-                                    after grace -> STOPPED                              STOPPED
-    ``Supervisor.pick``  never      never                       eligible                never                 never
-    ``wait_for_replica`` None (1)   waits                       returns it              waits                 None (1)
-    child exits          --         crash: RESTARTING (backoff) same                    --                    --
-                                    or FAILED (crash loop)
-    /health 200 + ok     --         verify /props -> READY      --                      --                    --
-                                    (DEGRADED without spec),
-                                    or FAILED on mismatch
-    load timeout         --         kill -> FAILED + log tail   --                      --                    --
-    stall (in flight,    --         --                          kill -> RESTARTING      --                    --
-    no /health, no log)
-    spec fallback        --         kill -> LOADING without     same                    applied at next       --
-    request                         spec flags -> DEGRADED                              launch
-    ===================  =========  ==========================  ======================  ====================  ===========================
-
-    (1) ``wait_for_replica(model)`` returns None at once only when *every* replica of the model
-    is STOPPED or FAILED; otherwise it waits for the others.
-    """
+    """Lifecycle of one supervised llama-server; the module docstring has the lifecycle table."""
 
     STOPPED = "stopped"
     LOADING = "loading"
@@ -53,6 +60,34 @@ SERVING = frozenset({ProcessState.READY, ProcessState.DEGRADED})  # may receive 
 STARTING = frozenset({ProcessState.LOADING, ProcessState.RESTARTING})  # will serve without anyone acting
 TERMINAL = frozenset({ProcessState.STOPPED, ProcessState.FAILED})  # no process, no lifecycle task
 RUNNING = frozenset({ProcessState.LOADING, ProcessState.READY, ProcessState.DEGRADED})  # a child exists
+
+
+class Outcome(enum.Enum):
+    """How one phase of the lifecycle loop ended, or what was asked of the loop."""
+
+    READY = "ready"  # /health ok and /props confirms our model
+    STOP = "stop"  # asked to stop (Instance.stop)
+    RELAUNCH_WITHOUT_SPEC = "relaunch_without_spec"  # asked by the drafting watch (spec_fallback)
+    EXITED = "exited"  # the child exited by itself
+    TIMEOUT = "timeout"  # not ready within the load deadline
+    MISMATCH = "mismatch"  # the server on the port is not our child serving our model
+    STALLED = "stalled"  # requests in flight, no /health answer and no log output
+
+
+@dataclass(frozen=True)
+class PhaseEnd:
+    """One phase's end: the outcome, why (for FAILED / RESTARTING messages) and the stop grace.
+
+    Attributes:
+        outcome: what happened.
+        detail: one human-readable reason (timeout, mismatch and stall carry one), or None.
+        grace: seconds between SIGTERM and SIGKILL when the child is stopped; None means the
+            policy's ``stop_grace``.
+    """
+
+    outcome: Outcome
+    detail: str | None = None
+    grace: float | None = None
 
 
 @dataclass(frozen=True)

@@ -1,14 +1,8 @@
 """Supervise one llama-server per ``InstanceSpec``: start, wait ready, verify, watch, restart, stop.
 
-``Supervisor`` holds every ``Instance`` of one ``orchestrator up`` and answers the proxy's
-questions (which replica to pick, wait for one to serve). The parts live in:
-
-- ``orchestrator.supervise.states``: ``ProcessState`` (with the lifecycle table), the state groups
-  (``SERVING``, ``STARTING``, ``TERMINAL``, ``RUNNING``) and ``SupervisorPolicy``;
-- ``orchestrator.supervise.instance``: ``Instance``, one supervised llama-server and its lifecycle loop;
-- ``orchestrator.supervise.spec_watch``: the drafting / acceptance watch mixed into ``Instance``.
-
-Every name is re-exported here, so ``from orchestrator.supervise.supervisor import ...`` keeps working.
+``Supervisor`` holds every ``Instance`` of one ``orchestrator up`` (or bench run) and answers the
+proxy's questions: which replica to pick, wait for one to serve. The names callers need with it
+(the states and their groups, the policy, ``Instance``, ``describe_exit``) are exported here too.
 """
 
 from __future__ import annotations
@@ -20,8 +14,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from orchestrator.supervise.instance import Instance, describe_exit
-from orchestrator.supervise.spec_watch import SpecWatch
+from orchestrator.supervise.instance import Instance
+from orchestrator.supervise.lifecycle import describe_exit
 from orchestrator.supervise.states import RUNNING, SERVING, STARTING, TERMINAL, ProcessState, SupervisorPolicy
 
 if TYPE_CHECKING:
@@ -74,7 +68,7 @@ class Supervisor:
         return min(serving, key=lambda i: (i.in_flight, i.requests))
 
     async def wait_for_replica(self, model: str, timeout: float) -> Instance | None:
-        """Hold until a replica of ``model`` serves (S01 hold mode), at most ``timeout`` s.
+        """Hold until a replica of ``model`` serves (``server.when_loading: hold``), at most ``timeout`` s.
 
         Returns None on timeout, or at once when no replica can become ready (all FAILED or
         STOPPED, or the model is unknown).
@@ -133,7 +127,6 @@ __all__ = [
     "TERMINAL",
     "Instance",
     "ProcessState",
-    "SpecWatch",
     "Supervisor",
     "SupervisorPolicy",
     "describe_exit",

@@ -1,0 +1,146 @@
+"""The lifecycle record of one instance (state, counters, the one writer of state) and its inbox.
+
+``Lifecycle`` holds what ``orchestrator status`` shows about a child's life (state, message,
+pid, exit code, restarts, start and ready times) and the crash history that decides between a
+restart with backoff and a crash-loop FAILED. ``transition`` is the only place that assigns
+the state (see the lifecycle table in ``orchestrator.supervise.states``). ``Inbox`` is how the
+rest of the program asks the lifecycle loop for something (stop, relaunch without speculation):
+the loop waits on it and on the child's exit together.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from orchestrator.supervise.states import SERVING, Outcome, PhaseEnd, ProcessState, SupervisorPolicy
+
+
+@dataclass(frozen=True)
+class CrashVerdict:
+    """What to do after a crash: restart after ``delay`` seconds, or give up (``crash_loop``).
+
+    Attributes:
+        recent: crashes within ``SupervisorPolicy.crash_loop_window`` seconds, this one included.
+        crash_loop: True when ``recent`` reached ``SupervisorPolicy.crash_loop_count``.
+        delay: backoff before the restart (seconds): ``backoff_base * 2 ** (recent - 1)``, capped.
+    """
+
+    recent: int
+    crash_loop: bool
+    delay: float
+
+
+class Lifecycle:
+    """State, message and counters of one supervised child; ``transition`` is the one writer of state.
+
+    Read freely: ``state``, ``message`` (why it FAILED or is RESTARTING), ``pid`` (the current or
+    last child), ``exit_code``, ``restarts``, ``started_at``/``ready_at`` (Unix time, seconds).
+
+    Args:
+        notify: called after every change that readers may wait on.
+    """
+
+    def __init__(self, notify: Callable[[], None]) -> None:
+        self._state = ProcessState.STOPPED
+        self.message: str | None = None
+        self.pid: int | None = None
+        self.exit_code: int | None = None
+        self.restarts = 0
+        self.started_at: float | None = None
+        self.ready_at: float | None = None
+        self._crash_times: list[float] = []
+        self._notify = notify
+
+    @property
+    def state(self) -> ProcessState:
+        """The current state; changed only by ``transition``."""
+        return self._state
+
+    def transition(self, new: ProcessState, message: str | None = None) -> None:
+        """Change state (called only from the lifecycle task, or by ``start()`` before it exists)."""
+        self._state = new
+        self.message = message
+        if new in SERVING:
+            self.ready_at = time.time()
+        self._notify()
+
+    def launching(self) -> None:
+        """A new child is about to be spawned: forget the last one's pid and exit code."""
+        self.exit_code = None
+        self.pid = None
+
+    def launched(self, pid: int) -> None:
+        """The child ``pid`` was spawned just now."""
+        self.pid = pid
+        self.started_at = time.time()
+        self.ready_at = None
+        self._notify()
+
+    def crashed(self, exit_code: int | None, policy: SupervisorPolicy) -> CrashVerdict:
+        """Account a crash (an exit or a stall) at the child's ``exit_code``; decide restart or give up."""
+        self.exit_code = exit_code
+        now = time.monotonic()
+        self._crash_times = [t for t in self._crash_times if now - t <= policy.crash_loop_window]
+        self._crash_times.append(now)
+        recent = len(self._crash_times)
+        delay = min(policy.backoff_max, policy.backoff_base * 2 ** (recent - 1))
+        return CrashVerdict(recent=recent, crash_loop=recent >= policy.crash_loop_count, delay=delay)
+
+    def forget_crashes(self) -> None:
+        """A manual ``start()`` after FAILED begins a new crash history (counters are kept)."""
+        self._crash_times.clear()
+
+
+def describe_exit(code: int | None) -> str:
+    """``-9`` -> ``"killed by signal 9 (SIGKILL)"``; ``1`` -> ``"exited with code 1"`` (Popen's convention)."""
+    if code is not None and code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = "unknown signal"
+        return f"killed by signal {-code} ({name})"
+    return f"exited with code {code}"
+
+
+class Inbox:
+    """What the lifecycle loop waits for: requests from outside (stop, relaunch without
+    speculation) and the child's exit, as one wait with a timeout."""
+
+    def __init__(self) -> None:
+        self._queue: asyncio.Queue[PhaseEnd] = asyncio.Queue()
+        self._get: asyncio.Task[PhaseEnd] | None = None
+
+    def reset(self) -> None:
+        """Drop requests meant for an earlier run (a new ``start()``)."""
+        self._queue = asyncio.Queue()
+
+    def put(self, request: PhaseEnd) -> None:
+        """Queue a request (``Outcome.STOP`` with its grace, or ``Outcome.RELAUNCH_WITHOUT_SPEC``)."""
+        self._queue.put_nowait(request)
+
+    async def next(self, exited: asyncio.Task[int] | None, timeout: float) -> PhaseEnd | None:
+        """Wait up to ``timeout`` s for a request or for ``exited`` to finish; None on a plain tick."""
+        if self._get is None:
+            self._get = asyncio.get_running_loop().create_task(self._queue.get())
+        waits: set[asyncio.Task[Any]] = {self._get}
+        if exited is not None:
+            waits.add(exited)
+        done, _ = await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        if self._get in done:
+            request = self._get.result()
+            self._get = None
+            return request
+        if exited is not None and exited in done:
+            return PhaseEnd(Outcome.EXITED)
+        return None
+
+    def close(self) -> None:
+        """Stop waiting for requests (the lifecycle task ends)."""
+        if self._get is not None:
+            self._get.cancel()
+            self._get = None

@@ -1,0 +1,81 @@
+"""The read side of an ``Instance``: readers delegated to its parts, and its ``/status`` row.
+
+``Part`` makes a reader such as ``inst.state`` read the one owner of the field
+(``inst.lifecycle.state``); ``status_row`` is the JSON row of ``/status``, ``orchestrator status``
+and the bench manifest.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
+
+from orchestrator.supervise.states import RUNNING, SERVING, ProcessState
+
+if TYPE_CHECKING:
+    from orchestrator.supervise.instance import Instance
+
+T = TypeVar("T")
+
+
+class Part(Generic[T]):
+    """A read-only attribute of ``Instance`` that reads the same-named attribute of one of its parts.
+
+    ``state = Part[ProcessState]("lifecycle")`` makes ``inst.state`` read ``inst.lifecycle.state``:
+    each field has one owner, and the instance's readers see it without copies.
+    """
+
+    def __init__(self, part: str) -> None:
+        self._part = part
+        self._name = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._name = name
+
+    @overload
+    def __get__(self, obj: None, owner: type) -> Part[T]: ...
+    @overload
+    def __get__(self, obj: object, owner: type) -> T: ...
+    def __get__(self, obj: object | None, owner: type) -> Part[T] | T:
+        if obj is None:
+            return self
+        value: T = getattr(getattr(obj, self._part), self._name)
+        return value
+
+
+def status_row(inst: Instance) -> dict[str, Any]:
+    """One JSON-serialisable row describing ``inst``: identity, state, pid/port, times (Unix s),
+    counters, speculation statistics (tokens, acceptance), warnings, exit code and message, and
+    the log tail while it is FAILED or RESTARTING."""
+    port = int(inst.base_url.rsplit(":", 1)[1]) if inst.base_url else None
+    rolling, rolling_n = inst.rolling_acceptance
+    return {
+        "name": inst.name,
+        "model": inst.spec.model,
+        "replica": inst.spec.replica,
+        "state": inst.state.value,
+        "pid": inst.pid if inst.state in RUNNING else None,  # no stale pid once the child is gone
+        "last_pid": inst.pid,
+        "port": port,
+        "base_url": inst.base_url,
+        "gpus": list(inst.spec.gpus),
+        "gguf": str(inst.spec.gguf),
+        "started_at": inst.started_at,
+        "ready_at": inst.ready_at,
+        "uptime_s": (time.time() - inst.ready_at) if (inst.ready_at and inst.state in SERVING) else None,
+        "restarts": inst.restarts,
+        "requests": inst.requests,
+        "in_flight": inst.in_flight,
+        "decode_tps": inst.decode_tps,
+        "speculation": inst.speculation,
+        "drafted": inst.drafted,
+        "accepted": inst.accepted,
+        "acceptance": inst.acceptance,
+        "rolling_acceptance": rolling,
+        "rolling_drafted": rolling_n,
+        "warnings": inst.warnings,
+        "exit_code": inst.exit_code,
+        "message": inst.message,
+        "log_path": str(inst.log_path),
+        "log_tail": inst.log_tail(20) if inst.state in (ProcessState.FAILED, ProcessState.RESTARTING) else [],
+    }
