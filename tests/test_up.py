@@ -22,9 +22,9 @@ from supervision_helpers import (
 )
 
 from orchestrator.cli import control
+from orchestrator.cli.up import run_up
 from orchestrator.errors import UserError
 from orchestrator.host import statefile
-from orchestrator.serve.run import run_up
 
 
 @pytest.fixture()

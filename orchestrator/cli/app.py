@@ -98,7 +98,7 @@ def up(
     force: bool = typer.Option(False, help="launch even when the fit check says it will not fit"),
 ) -> None:
     """Launch one llama-server per model and GPU, supervise them, serve one endpoint."""
-    from orchestrator.serve import run as m
+    from orchestrator.cli import up as m
 
     _run(lambda: m.run_up(config, dry_run=dry_run, force=force))
 

@@ -86,9 +86,8 @@ def render_status(rows: list[dict[str, Any]]) -> Any:
     from rich.table import Table
     from rich.text import Text
 
-    from orchestrator.serve.run import _duration
+    from orchestrator.cli.format import STATE_STYLES, duration
 
-    styles = {"ready": "green", "degraded": "yellow", "loading": "cyan", "restarting": "yellow", "failed": "red"}
     table = Table()
     for col in (
         "instance",
@@ -116,12 +115,12 @@ def render_status(rows: list[dict[str, Any]]) -> Any:
             warnings.insert(0, f"exit code {r['exit_code']}")
         table.add_row(
             str(r.get("name")),
-            Text(state, style=styles.get(state, "")),
+            Text(state, style=STATE_STYLES.get(state, "")),
             str(r.get("pid") or "-"),
             str(r.get("port") or (r.get("base_url") or "-").rsplit(":", 1)[-1]),
             ",".join(map(str, r.get("gpus") or [])) or "CPU",
             str(r.get("model") or "-"),
-            _duration(r.get("uptime_s")),
+            duration(r.get("uptime_s")),
             str(r.get("restarts", "-")),
             str(r.get("requests", "-")),
             f"{tps:.1f}" if isinstance(tps, (int, float)) else "-",

@@ -1,0 +1,182 @@
+"""``orchestrator up``: refuse early, then run the endpoint and show its instances.
+
+Order matters: everything that can refuse (config, build, GPU detection, launch plan, fixed
+ports, a second orchestrator) refuses before any model is loaded; ``--dry-run`` prints the plan
+and stops there. ``orchestrator.serve.run.serve_up`` then runs everything; ``UpDisplay`` shows
+it: a live rich table on a terminal, one line per state change otherwise, and once ready the
+endpoint with ready-to-paste examples.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from orchestrator.cli.format import STATE_STYLES, duration
+from orchestrator.errors import UserError
+from orchestrator.host import statefile
+
+if TYPE_CHECKING:
+    from orchestrator.config.schema import Config
+    from orchestrator.supervise.supervisor import Supervisor
+
+
+def run_up(config_path: Path, dry_run: bool = False, force: bool = False) -> int:
+    """Run ``orchestrator up`` until SIGINT/SIGTERM (see ``orchestrator.serve.run.serve_up``).
+
+    Args:
+        config_path: models.yaml.
+        dry_run: print the launch plan and return 0 without starting anything.
+        force: launch even when the fit check says a model will not fit.
+
+    Returns:
+        0 after a clean shutdown; 1 when every instance failed to start.
+
+    Raises:
+        UserError: bad config, no native build, busy port, or an orchestrator already running.
+    """
+    from orchestrator.config.schema import load_config
+    from orchestrator.host import gpus
+    from orchestrator.launch import plan as launch
+    from orchestrator.native import build
+
+    console = Console(highlight=False)
+    config = load_config(Path(config_path))
+    try:
+        build_info = build.locate()
+    except UserError as err:
+        raise UserError(
+            f"{err} — the native llama.cpp build is missing, so nothing can be launched yet",
+            hint="run `orchestrator build` first (about 8 minutes on 2 CPU cores; it shows progress)",
+        ) from None
+    found, source = gpus.detect_gpus()
+    if not dry_run:
+        statefile.claim()
+    specs = launch.plan_launch(config, gpus=found, build=build_info, force=force, check_ports=not dry_run)
+    if dry_run:
+        console.print(f"GPUs: {source}" if not found else f"GPUs ({source}): " + ", ".join(g.name for g in found))
+        console.print(launch.render_plan(specs), soft_wrap=True)
+        return 0
+    from orchestrator.serve.run import serve_up
+
+    return serve_up(config, specs, lambda supervisor: UpDisplay(console, supervisor, config))
+
+
+def examples(config: Config, url: str) -> str:
+    """Ready-to-paste curl and Python (openai client) streamed examples for the endpoint."""
+    model = config.models[0].name
+    key_header = ' -H "Authorization: Bearer $ORCHESTRATOR_API_KEY"' if config.server.api_keys else ""
+    key_arg = 'os.environ["ORCHESTRATOR_API_KEY"]' if config.server.api_keys else '"none"'
+    body = json.dumps(
+        {"model": model, "max_tokens": 64, "messages": [{"role": "user", "content": "Hello!"}], "stream": True}
+    )
+    lines = [f"endpoint: {url}/v1  (OpenAI-compatible; models: {', '.join(m.name for m in config.models)})"]
+    if config.server.api_keys:
+        lines.append("export ORCHESTRATOR_API_KEY=<one of server.api_keys in models.yaml>")
+    lines += [
+        "",
+        "curl:",
+        f"  curl -N {url}/v1/chat/completions -H 'Content-Type: application/json'{key_header} \\",
+        f"    -d '{body}'",
+        "",
+        "Python:",
+    ]
+    if config.server.api_keys:
+        lines.append("  import os")
+    lines += [
+        "  from openai import OpenAI",
+        f'  client = OpenAI(base_url="{url}/v1", api_key={key_arg})',
+        f'  stream = client.chat.completions.create(model="{model}", max_tokens=64, '
+        'messages=[{"role": "user", "content": "Hello!"}], stream=True)',
+        "  for chunk in stream:",
+        '      print(chunk.choices[0].delta.content or "", end="", flush=True)',
+    ]
+    return "\n".join(lines)
+
+
+def status_table(supervisor: Supervisor) -> Table:
+    """A rich table of the instances: state, pid, port, model, uptime, restarts, requests."""
+    table = Table(title="instances", title_justify="left")
+    for col in ("instance", "state", "pid", "port", "GPUs", "model", "uptime", "restarts", "requests", "note"):
+        table.add_column(col)
+    for row in supervisor.snapshot():
+        state = row["state"]
+        note = row["message"] or "; ".join(row["warnings"]) or ""
+        table.add_row(
+            row["name"],
+            f"[{STATE_STYLES.get(state, 'white')}]{state}[/]",
+            str(row["pid"] or "-"),
+            str(row["port"] or "-"),
+            ",".join(map(str, row["gpus"])) or "CPU",
+            row["model"],
+            duration(row["uptime_s"]),
+            str(row["restarts"]),
+            str(row["requests"]),
+            Text(note.splitlines()[0][:80] if note else ""),
+        )
+    return table
+
+
+class UpDisplay:
+    """``up``'s ``Display`` (``orchestrator.serve.run.Display``): a rich Live table on a terminal,
+    one line per state change otherwise."""
+
+    def __init__(self, console: Console, supervisor: Supervisor, config: Config) -> None:
+        self.console = console
+        self.supervisor = supervisor
+        self.config = config
+        self._live: Live | None = None
+        self._seen: dict[str, str] = {}
+
+    def loading(self, url: str, instances: int, log_dir: Path) -> None:
+        self._print(f"orchestrator: endpoint {url}, loading {instances} instance(s); logs in {log_dir}")
+
+    def start(self) -> None:
+        if self.console.is_terminal:
+            self._live = Live(status_table(self.supervisor), console=self.console, refresh_per_second=2)
+            self._live.start()
+        self.refresh()
+
+    def refresh(self) -> None:
+        if self._live is not None:
+            self._live.update(status_table(self.supervisor))
+            return
+        for inst in self.supervisor.instances:
+            text = inst.state.value + (f" ({inst.message.splitlines()[0]})" if inst.message else "")
+            if self._seen.get(inst.name) != text:
+                self._seen[inst.name] = text
+                port = inst.base_url.rsplit(":", 1)[1] if inst.base_url else "-"
+                self._print(f"{inst.name}: {text} (pid {inst.pid or '-'}, port {port})")
+
+    def failed(self, name: str, message: str | None) -> None:
+        self._print(f"{name} failed: {message}")
+
+    def ready(self, url: str, seconds: float) -> None:
+        self._print(f"[green]ready[/] in {seconds:.1f} s", markup=True)
+        self._print(examples(self.config, url))
+
+    def none_started(self) -> None:
+        self._print("[red]no instance could start; see the messages above and `orchestrator logs NAME`[/]", markup=True)
+
+    def note(self, text: str) -> None:
+        self._print(text)
+
+    def stop(self) -> None:
+        if self._live is not None:
+            self._live.stop()
+            self._live = None
+
+    def stopped(self) -> None:
+        self.console.print("orchestrator stopped")
+
+    def _print(self, text: str, *, markup: bool = False) -> None:
+        # soft_wrap: commands stay on their lines, so they can be pasted even from a pipe or log
+        self.console.print(text, markup=markup, soft_wrap=True)
+        sys.stdout.flush()
