@@ -10,6 +10,8 @@ Concern -> file:
 
 - the typer app and every command's options: ``app.py``
 - ``orchestrator bench`` (progress bar, results table, ``--apply`` diff): ``bench.py``
+- ``orchestrator up`` (refusals before loading, ``--dry-run``, the live instance table, the ready banner): ``up.py``
 - ``orchestrator status``, ``logs``, ``down`` (talk to a running ``up``): ``control.py``
+- formatting shared by ``up`` and ``status`` (uptime, state colours): ``format.py``
 - ``orchestrator doctor`` (one line per check, with the fix): ``doctor.py``
 """

@@ -22,5 +22,5 @@ Concern -> file:
 - response repair, reasoning vs content (pure): ``response_repair.py`` for whole responses,
   ``stream_repair.py`` for streams
 - Prometheus metrics: ``metrics.py``
-- ``orchestrator up`` (plan, launch, supervise, serve, shut down): ``run.py``
+- ``orchestrator up``'s runtime (supervise, serve, publish ``run.json``, drain, shut down): ``run.py``
 """

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from orchestrator.errors import UserError
 from orchestrator.host import statefile
+from orchestrator.launch.plan import check_port_free
 from orchestrator.serve.app import create_app
 from orchestrator.supervise.supervisor import RUNNING, SERVING, TERMINAL, Supervisor
 
@@ -119,8 +120,6 @@ def _bind_proxy_socket(config: Config) -> socket.socket:
         sock.bind((host, port))
     except OSError as err:
         sock.close()
-        from orchestrator.launch.plan import check_port_free
-
         check_port_free(host, port, where=config.where("server", "port"))  # names the holder
         raise UserError(f"{config.where('server', 'port')}: cannot bind {host}:{port}: {err}") from None
     sock.listen(2048)

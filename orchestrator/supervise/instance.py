@@ -26,6 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from orchestrator.launch.plan import with_argv_overrides
 from orchestrator.supervise.child_io import ChildLog, ChildProbe, ChildProcess
 from orchestrator.supervise.lifecycle import Inbox, Lifecycle, describe_exit
 from orchestrator.supervise.readiness import Health, failure_lines, is_spec_batch_failure, parse_listening_port
@@ -294,8 +295,6 @@ class Instance:
 
     def _apply_spec_fallback(self) -> None:
         """Relaunch without speculation: a new spec without the speculative flags (state DEGRADED)."""
-        from orchestrator.launch.plan import with_argv_overrides
-
         self.spec = with_argv_overrides(self.spec, spec_off=True)
         self._degraded = True
         self.spec_watch.fallback_applied()
