@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs everything the orchestrator needs on a fresh Debian/Ubuntu machine, idempotently:
-# system tools (cmake, ninja, a C++ compiler, ccache), a virtualenv in .venv, and the package.
+# system tools (cmake, ninja, a C++ compiler, ccache, chromium for the console tests), a virtualenv in .venv, and the package.
 # llama-cpp-python is installed without compiling llama.cpp: it loads our own native build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,6 +12,9 @@ command -v g++ >/dev/null || need+=(g++)
 command -v ccache >/dev/null || need+=(ccache)
 command -v git >/dev/null || need+=(git)
 python3 -c 'import venv, ensurepip' 2>/dev/null || need+=(python3-venv)
+# the web console's browser tests (tests/test_console.py) drive Debian's chromium through
+# Playwright's Python package; Playwright's own browser download is never used
+[ -x /usr/bin/chromium ] || need+=(chromium)
 if [ ${#need[@]} -gt 0 ]; then
   if command -v apt-get >/dev/null; then
     SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"

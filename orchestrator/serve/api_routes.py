@@ -214,7 +214,14 @@ def error_body(path: str, err: ApiError) -> dict[str, Any]:
 def served_routes() -> list[str]:
     """Every route the endpoint serves, for the 404 message and the README."""
     posts = [f"POST {r.path}" for r in ROUTES]
-    gets = ["GET /v1/models", "GET /health", "GET /status", "GET /metrics"]
+    gets = [
+        "GET /v1/models",
+        "GET /health",
+        "GET /status",
+        "GET /metrics",
+        "POST /models/restart",
+        "GET /ui/ (console)",
+    ]
     ollama = [
         "GET /api/tags",
         "GET /api/ps",

@@ -13,6 +13,8 @@ Routes:
 ``GET /health``                200 when every model has a serving replica, else 503 with details
 ``GET /status``                the supervisor's instance table (``Supervisor.snapshot()``) as JSON
 ``GET /metrics``               Prometheus text (``orchestrator.serve.metrics``)
+``POST /models/restart``       restart a model's replicas (``orchestrator.serve.model_control``)
+``GET /``, ``/ui/...``         the web console (``orchestrator.serve.console``)
 =============================  ===============================================================
 
 Every error reaches the client in its API's shape (``api_routes.error_body``: OpenAI's
@@ -42,9 +44,11 @@ from starlette.routing import Route
 from orchestrator.errors import STATUS_TYPES, ApiError
 from orchestrator.serve.api_routes import ROUTES, error_body, served_routes
 from orchestrator.serve.auth import ApiKeys
+from orchestrator.serve.console import mount_console
 from orchestrator.serve.forward import Forwarder
 from orchestrator.serve.info import add_info_routes
 from orchestrator.serve.metrics import ProxyMetrics
+from orchestrator.serve.model_control import add_restart_route
 from orchestrator.serve.ollama_routes import OllamaApi
 from orchestrator.serve.routing import Router
 from orchestrator.serve.upstream import UpstreamPool
@@ -75,7 +79,10 @@ def create_app(config: Config, supervisor: Supervisor) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        console.start()
         yield
+        await console.stop()
+        await restarts.aclose()
         await pool.aclose()
 
     app = FastAPI(title="orchestrator", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
@@ -96,6 +103,10 @@ def create_app(config: Config, supervisor: Supervisor) -> FastAPI:
             allow_headers=["*"],
         )
     add_info_routes(app, config, supervisor, keys, metrics)
+    restarts = add_restart_route(app, config, supervisor, router, keys)
+    # last: the console's routes (and its catch-all under /ui/) come after every API route
+    console = mount_console(app, config, supervisor, metrics, keys)
+    app.state.console = console
     return app
 
 
