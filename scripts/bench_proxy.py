@@ -18,13 +18,18 @@ Anthropic ``/v1/messages``, ``responses`` = ``/v1/responses``):
 - streaming: one stream, then ``--streams`` concurrent streams, of ``--tokens`` tokens each
   (``ignore_eos``), tok/s = tokens / wall time from request to the stream's last event.
 
+With ``--console SECONDS`` a fifth target, ``orch+console``, is our endpoint again, measured
+while a web console polls it the way the page does (:class:`ConsolePoller`: ``/ui/api/live``,
+``/v1/models`` and a log follow every SECONDS); its row against ``orchestrator``'s in the same
+rounds is the console's cost on the proxy path.
+
 It prints one table per route: added p50/p99 latency versus direct (ms; p50 is the median of the
 per-round differences of medians, p99 is over all samples), and the median over rounds of the
 streamed tok/s ratio versus direct in the same round. Client, proxies and servers share the
 machine's cores, so the absolute numbers depend on it; the ratios are the point.
 
     python scripts/bench_proxy.py [--rounds 15] [--requests 30] [--tokens 128] [--streams 8]
-                                  [--routes chat,messages,responses] [--json out.json]
+                                  [--routes chat,messages,responses] [--console 2] [--json out.json]
 """
 
 import argparse
@@ -276,12 +281,56 @@ def targets(work: Path, nodelay_fix: bool = True) -> Iterator[dict[str, str]]:
 # ----------------------------------------------------------------------------- the load
 
 
+class ConsolePoller:
+    """What an open console asks every ``interval`` seconds, from a thread of its own (the page runs
+    in a browser, not in the load generator's event loop).
+
+    The thread keeps one schedule for the whole run and polls only on the ticks that fall while
+    :meth:`polling` is active, so the target measured with it sees the page's rate, and the page's
+    state (chart sequence, log offset) carries over like a page that stays open.
+    """
+
+    def __init__(self, url: str, interval: float) -> None:
+        self.url, self.interval = url, interval
+        self.polls = 0
+        self._active = threading.Event()
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        since, offset = 0, None
+        with httpx.Client(base_url=self.url, timeout=30) as client:
+            while not self._done.wait(self.interval):
+                if not self._active.is_set():
+                    continue
+                live = client.get("/ui/api/live", params={"since": since}).json()
+                since = live["seq"]
+                client.get("/v1/models").raise_for_status()
+                q = {} if offset is None else {"offset": offset}
+                offset = client.get("/ui/api/logs/demo-0", params=q).json()["offset"]
+                self.polls += 1
+
+    @contextlib.contextmanager
+    def polling(self) -> Iterator[None]:
+        self._active.set()
+        try:
+            yield
+        finally:
+            self._active.clear()
+
+    def close(self) -> None:
+        self._done.set()
+        self._thread.join()
+
+
 class Target:
     """One endpoint and its keep-alive client. Resends once when a pooled connection dies
     unanswered (unpatched llama-server; counted in ``resends``), like any careful client."""
 
-    def __init__(self, name: str, url: str) -> None:
+    def __init__(self, name: str, url: str, console: float = 0.0) -> None:
         self.name = name
+        self.console = ConsolePoller(url, console) if console else None
         self.client = httpx.AsyncClient(
             base_url=url, timeout=120, limits=httpx.Limits(max_connections=64, max_keepalive_connections=64)
         )
@@ -300,6 +349,10 @@ class Target:
                     raise
                 self.resends += 1
         raise AssertionError("unreachable")
+
+    def measuring(self) -> contextlib.AbstractContextManager[None]:
+        """While measuring this target: its console polls, if it has one."""
+        return self.console.polling() if self.console else contextlib.nullcontext()
 
     async def one_token(self, route: str = "chat") -> float:
         body = request_body(route, "Say hi", 1)
@@ -343,9 +396,17 @@ def request_body(route: str, text: str, tokens: int) -> dict[str, Any]:
 
 
 async def run_rounds(
-    urls: dict[str, str], rounds: int, requests: int, tokens: int, streams: int, routes: list[str]
+    urls: dict[str, str],
+    rounds: int,
+    requests: int,
+    tokens: int,
+    streams: int,
+    routes: list[str],
+    console: float = 0.0,
 ) -> list[Target]:
     ts = [Target(name, url) for name, url in urls.items()]
+    if console:
+        ts.append(Target("orch+console", urls["orchestrator"], console))
     for t in ts:  # warm up connections, caches and the router's child
         for route in routes:
             for _ in range(5):
@@ -355,11 +416,14 @@ async def run_rounds(
         order = ts[r % len(ts) :] + ts[: r % len(ts)]
         for route in routes:
             for t in order:
-                t.latencies[route].append([await t.one_token(route) for _ in range(requests)])
+                with t.measuring():
+                    t.latencies[route].append([await t.one_token(route) for _ in range(requests)])
             for t in order:
-                t.tps1[route].append(await t.streams(1, tokens, route))
+                with t.measuring():
+                    t.tps1[route].append(await t.streams(1, tokens, route))
             for t in order:
-                t.tpsn[route].append(await t.streams(streams, tokens, route))
+                with t.measuring():
+                    t.tpsn[route].append(await t.streams(streams, tokens, route))
             print(
                 f"round {r + 1}/{rounds} {route}: "
                 + ", ".join(
@@ -371,6 +435,8 @@ async def run_rounds(
             )
     for t in ts:
         await t.client.aclose()
+        if t.console:
+            t.console.close()
     return ts
 
 
@@ -410,7 +476,31 @@ def report(ts: list[Target], streams: int, route: str) -> dict[str, Any]:
             f"| {name} | {r['p50_ms']:.2f} | {r['added_p50_ms']:+.2f} | {r['added_p99_ms']:+.2f} | "
             f"{r['tps_1']:.0f} | {r['ratio_1']:.2f}x | {r['tps_n']:.0f} | {r['ratio_n']:.2f}x | {r['resends']} |"
         )
+    cost = console_cost(ts, route)
+    if cost is not None:
+        rows["console_cost"] = cost
+        print(
+            f"\nconsole polling every {cost['interval_s']:g} s ({cost['polls']} polls in all routes) vs none, "
+            f"same rounds: added p50 {cost['added_p50_ms']:+.2f} ms, tok/s 1 stream {cost['ratio_1']:.3f}x, "
+            f"{streams} streams {cost['ratio_n']:.3f}x"
+        )
     return rows
+
+
+def console_cost(ts: list[Target], route: str) -> dict[str, Any] | None:
+    """``orch+console`` against ``orchestrator`` round by round: added p50 (ms), tok/s ratios."""
+    with_console = next((t for t in ts if t.console), None)
+    if with_console is None or with_console.console is None:
+        return None
+    ours = next(t for t in ts if t.name == "orchestrator")
+    lat = zip(with_console.latencies[route], ours.latencies[route], strict=True)
+    return {
+        "added_p50_ms": statistics.median(statistics.median(a) - statistics.median(b) for a, b in lat) * 1e3,
+        "ratio_1": statistics.median(a / b for a, b in zip(with_console.tps1[route], ours.tps1[route], strict=True)),
+        "ratio_n": statistics.median(a / b for a, b in zip(with_console.tpsn[route], ours.tpsn[route], strict=True)),
+        "polls": with_console.console.polls,
+        "interval_s": with_console.console.interval,
+    }
 
 
 def main() -> int:
@@ -421,6 +511,13 @@ def main() -> int:
     ap.add_argument("--streams", type=int, default=8, help="concurrent streams")
     ap.add_argument("--routes", default="chat", help=f"comma-separated, from {', '.join(ROUTES)}")
     ap.add_argument("--json", type=Path, default=None, help="also write the results here")
+    ap.add_argument(
+        "--console",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="also measure our endpoint while a web console polls it every SECONDS (the page polls every 2)",
+    )
     ap.add_argument(
         "--as-shipped",
         action="store_true",
@@ -439,7 +536,7 @@ def main() -> int:
         ap.error(f"--routes: unknown {', '.join(unknown)}; choose from {', '.join(ROUTES)}")
     with tempfile.TemporaryDirectory(prefix="bench-proxy-") as tmp, targets(Path(tmp), not args.as_shipped) as urls:
         print("targets: " + ", ".join(f"{k} {v}" for k, v in urls.items()), flush=True)
-        ts = asyncio.run(run_rounds(urls, args.rounds, args.requests, args.tokens, args.streams, routes))
+        ts = asyncio.run(run_rounds(urls, args.rounds, args.requests, args.tokens, args.streams, routes, args.console))
         rows = {route: report(ts, args.streams, route) for route in routes}
     if args.json:
         args.json.write_text(
