@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import mimetypes
 from importlib import resources
 from pathlib import Path
@@ -46,8 +47,9 @@ if TYPE_CHECKING:
 _TYPES = {".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8"}
 
 
+@functools.cache
 def _load_static() -> dict[str, tuple[bytes, str]]:
-    """Every file under ``static/``: relative path -> (bytes, content type)."""
+    """Every file under ``static/``: relative path -> (bytes, content type); read once per process."""
     out: dict[str, tuple[bytes, str]] = {}
 
     def walk(node: Any, prefix: str) -> None:

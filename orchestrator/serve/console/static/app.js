@@ -106,13 +106,15 @@
 
   // ------------------------------------------------------------------ models
 
-  const MODEL_FIELDS = [ // optional /v1/models fields, shown when the server sends them
-    ["device", "Device", String],
-    ["memory_bytes", "Memory", bytes],
-    ["idle_s", "Idle", duration],
-    ["unload_in_s", "Unloads in", duration],
-    ["ttl_s", "TTL", duration],
+  const MODEL_FIELDS = [ // optional lifecycle fields of a model, shown when the server sends them
+    ["devices", "Device", (d) => d.map((x) => (x === "cpu" ? "CPU" : "GPU " + x)).join(", ")],
+    ["memory_bytes", "Memory (estimate)", bytes],
     ["load_progress", "Loading", pct],
+    ["idle_s", "Idle for", duration],
+    ["unload_in_s", "Unloads in", duration],
+    ["ttl_s", "Idle unload after", duration],
+    ["pinned", "Pinned", (x) => (x ? "yes" : "no")],
+    ["queued", "Requests waiting", String],
   ];
 
   function renderModels() {
@@ -176,9 +178,9 @@
     facts.replaceChildren();
     const gpus = [...new Set(replicas.flatMap((r) => r.gpus || []))];
     const fact = (k, v) => facts.append(el("dt", { text: k }), el("dd", { text: v }));
-    if (model.device === undefined) fact("Device", gpus.length ? "GPU " + gpus.join(", ") : "CPU");
+    if (model.devices === undefined) fact("Device", gpus.length ? "GPU " + gpus.join(", ") : "CPU");
     const rss = replicas.map((r) => r.rss_bytes).filter((x) => x !== null && x !== undefined);
-    if (model.memory_bytes === undefined && rss.length) fact("Resident memory", bytes(rss.reduce((a, b) => a + b, 0)));
+    if (rss.length) fact("Resident memory", bytes(rss.reduce((a, b) => a + b, 0)));
     for (const [field, label, fmt] of MODEL_FIELDS) {
       if (model[field] !== undefined && model[field] !== null) fact(label, fmt(model[field]));
     }
@@ -194,8 +196,9 @@
       body.append(row);
     }
     const loaded = ["ready", "degraded", "loading", "restarting"].includes(st);
-    card.querySelector('[data-action="load"]').disabled = loaded;
+    card.querySelector('[data-action="load"]').disabled = !["unloaded", "stopped", "failed"].includes(st);
     card.querySelector('[data-action="unload"]').disabled = !loaded;
+    card.querySelector('[data-action="restart"]').disabled = !loaded && st !== "failed";
   }
 
   async function control(action, model) {
@@ -227,7 +230,9 @@
       const [live, models] = await Promise.all([getJSON("/ui/api/live?since=" + state.since), getJSON("/v1/models")]);
       state.interval = Math.max(500, 1000 * live.interval_s);
       state.instances = live.instances;
-      state.models = models.data.filter((m) => !m.alias_of);
+      // lifecycle rows (state, memory, idle time, time until unload), when the server keeps them
+      const rows = Object.fromEntries((live.models || []).map((r) => [r.model, r]));
+      state.models = models.data.filter((m) => !m.alias_of).map((m) => ({ ...m, ...(rows[m.id] || {}) }));
       if (live.seq < state.since) { // the server restarted: start the charts over
         dropCharts();
         return poll(once);
