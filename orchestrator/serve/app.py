@@ -44,7 +44,7 @@ from starlette.routing import Route
 from orchestrator.errors import STATUS_TYPES, ApiError
 from orchestrator.serve.api_routes import ROUTES, error_body, served_routes
 from orchestrator.serve.auth import ApiKeys
-from orchestrator.serve.console import mount_console
+from orchestrator.serve.console.routes import mount_console
 from orchestrator.serve.forward import Forwarder
 from orchestrator.serve.info import add_info_routes
 from orchestrator.serve.metrics import ProxyMetrics
