@@ -5,8 +5,8 @@ The browser is ``/usr/bin/chromium`` (scripts/install.sh installs it); Playwrigh
 download is never used. Every wait is on a page condition (``expect``/``wait_for_function``),
 with generous bounds: the page polls every 2 s and the chart sampler ticks every 2 s.
 
-Screenshots at a laptop and a phone width are written to ``docs/screenshots/`` (or
-``$ORCHESTRATOR_SCREENSHOTS``); the README shows the laptop one.
+Screenshots at a laptop and a phone width are written to ``docs/screenshots/`` (not committed; or
+``$ORCHESTRATOR_SCREENSHOTS``); the README shows a copy of the laptop one (``docs/console.png``).
 """
 
 from __future__ import annotations
