@@ -30,11 +30,12 @@ from pathlib import Path
 
 import httpx
 
-from orchestrator.config.schema import load_config
+from orchestrator.config.load import load_config
 from orchestrator.host.gpus import detect_gpus
 from orchestrator.host.process import listening_ports
 from orchestrator.launch.plan import plan_launch
 from orchestrator.native.build import locate
+from orchestrator.native.capabilities import probe_capabilities
 
 POLL = 0.05  # seconds
 
@@ -118,7 +119,10 @@ def main() -> int:
         config_path = write_config(folder, args.model.resolve())
         config = load_config(config_path)
         found, _ = detect_gpus()
-        spec = plan_launch(config, gpus=found, build=locate(), check_ports=False)[0]
+        build = locate()
+        spec = plan_launch(config, gpus=found, build=build, capabilities=probe_capabilities(build), check_ports=False)[
+            0
+        ]
         bare, up = [], []
         for rep in range(args.reps):
             bare.append(time_bare(list(spec.argv), spec.env))

@@ -25,7 +25,7 @@ import httpx
 import uvicorn
 
 from orchestrator.config.schema import Config
-from orchestrator.launch.plan import InstanceSpec
+from orchestrator.launch.spec import InstanceSpec
 from orchestrator.serve.app import create_app
 from orchestrator.supervise.supervisor import ProcessState, Supervisor, SupervisorPolicy
 
@@ -312,6 +312,7 @@ def real_stack(
 
     from orchestrator.config.schema import ModelConfig, ServerConfig, Timeouts
     from orchestrator.launch.plan import plan_launch
+    from orchestrator.native.capabilities import probe_capabilities
 
     server = dict(server or {})
     server.setdefault("timeouts", Timeouts(load=120))
@@ -326,7 +327,7 @@ def real_stack(
             }
         ]
     config = Config(server=ServerConfig(**server), models=[ModelConfig(path=str(model), **m) for m in models])
-    specs = plan_launch(config, gpus=[], build=build, check_ports=False)
+    specs = plan_launch(config, gpus=[], build=build, capabilities=probe_capabilities(build), check_ports=False)
     stack = Stack(config, specs, tmp_path / "logs", policy=fast_policy())
     try:
         if wait:

@@ -17,7 +17,8 @@ from pathlib import Path
 import psutil
 
 from orchestrator.config.schema import Config, ModelConfig, ServerConfig, SpeculativeConfig, Timeouts
-from orchestrator.launch.plan import InstanceSpec
+from orchestrator.launch.argv import ServerArgs, Speculation
+from orchestrator.launch.spec import InstanceSpec
 from orchestrator.supervise.supervisor import Instance, ProcessState, SupervisorPolicy
 
 FAKE_SERVER = Path(__file__).with_name("fake_llama_server.py")
@@ -47,25 +48,18 @@ def fast_policy(**overrides: float) -> SupervisorPolicy:
 
 def fake_spec(*flags: str, name: str = "demo-0", alias: str = "demo", spec_type: str | None = None) -> InstanceSpec:
     """A spec that runs ``fake_llama_server.py`` with ``flags`` (faults), on an OS-picked port."""
-    argv = [sys.executable, str(FAKE_SERVER), "--alias", alias, "--host", "127.0.0.1", "--port", "0", *flags]
-    if spec_type:
-        argv += ["--spec-type", spec_type]
-    return InstanceSpec(
-        name=name,
-        model=alias,
-        replica=0,
-        gpus=(),
+    server = ServerArgs(
+        program=(sys.executable, str(FAKE_SERVER)),
+        model=Path(f"/nowhere/{alias}.gguf"),
+        alias=alias,
         host="127.0.0.1",
         port=0,
-        argv=tuple(argv),
-        env={},
-        gguf=Path(f"/nowhere/{alias}.gguf"),
-        draft=None,
-        spec_type=spec_type,
-        n_max=3 if spec_type else None,
-        n_min=1 if spec_type else None,
-        alias=alias,
+        ctx_size=512,
+        parallel=1,
+        speculation=Speculation(spec_type, 3, 1) if spec_type else None,
+        extra_args=flags,
     )
+    return InstanceSpec(name=name, model=alias, replica=0, gpus=(), env={}, server=server)
 
 
 def real_spec(
@@ -79,43 +73,19 @@ def real_spec(
     extra: Iterable[str] = (),
 ) -> InstanceSpec:
     """A spec for the real llama-server on ``model`` (CPU, port 0, small context)."""
-    argv = [
-        str(server),
-        "-m",
-        str(model),
-        "--alias",
-        alias,
-        "--host",
-        "127.0.0.1",
-        "--port",
-        "0",
-        "--metrics",
-        "-c",
-        "512",
-        "-np",
-        "1",
-        "-t",
-        "2",
-    ]
-    if spec:
-        argv += ["--spec-type", "draft-mtp", "--spec-draft-n-max", "3", "--spec-draft-n-min", "1"]
-    argv += list(extra)
-    return InstanceSpec(
-        name=name,
-        model=alias,
-        replica=0,
-        gpus=(),
+    args = ServerArgs(
+        program=(str(server),),
+        model=model,
+        alias=alias,
         host="127.0.0.1",
         port=0,
-        argv=tuple(argv),
-        env={"LD_LIBRARY_PATH": str(lib_dir)},
-        gguf=model,
-        draft=None,
-        spec_type="draft-mtp" if spec else None,
-        n_max=3 if spec else None,
-        n_min=1 if spec else None,
-        alias=alias,
+        ctx_size=512,
+        parallel=1,
+        threads=2,
+        speculation=Speculation("draft-mtp", 3, 1) if spec else None,
+        extra_args=tuple(extra),
     )
+    return InstanceSpec(name=name, model=alias, replica=0, gpus=(), env={"LD_LIBRARY_PATH": str(lib_dir)}, server=args)
 
 
 async def wait_state(inst: Instance, states: Iterable[ProcessState], timeout: float) -> ProcessState:

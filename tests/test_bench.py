@@ -290,7 +290,7 @@ def test_bench_end_to_end_on_the_echo_model(tmp_path: Path, bin_info, echo_model
     from typer.testing import CliRunner
 
     from orchestrator.cli.app import app
-    from orchestrator.config.schema import load_config
+    from orchestrator.config.load import load_config
 
     cfg = tmp_path / "models.yaml"
     cfg.write_text(

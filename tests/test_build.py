@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.cli import build as build_cli
 from orchestrator.errors import UserError
 from orchestrator.native import build
 from orchestrator.native import cuda as native_cuda
@@ -305,9 +306,10 @@ def test_second_build_is_a_no_op(real_build: build.BuildInfo, capsys: pytest.Cap
     plan = native_plan.plan_build(backend, real_build.manifest.get("cuda_arch"))
     if plan.key != real_build.manifest.get("key"):
         pytest.skip("the current build is not of the current pin/patches/toolchain")
-    assert build.cli_build(backend, real_build.manifest.get("cuda_arch"), None, force=False, show=False) == 0
+    cuda_arch = real_build.manifest.get("cuda_arch")
+    assert build_cli.run(backend=backend, cuda_arch=cuda_arch, jobs=None, force=False, show=False) == 0
     assert "up to date" in capsys.readouterr().err
-    assert build.cli_build(backend, None, None, force=False, show=True) == 0
+    assert build_cli.run(backend=backend, cuda_arch=None, jobs=None, force=False, show=True) == 0
     assert json.loads(capsys.readouterr().out)["key"] == plan.key
 
 

@@ -1,4 +1,4 @@
-"""models.yaml: located errors, the speculative rules (case S03), the schema and the example."""
+"""models.yaml: located errors, the speculative rules, the schema and the example."""
 
 from __future__ import annotations
 
@@ -7,17 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.config.schema import (
-    SCHEMA_COMMENT,
-    SCHEMA_FILE,
-    Config,
-    ConfigError,
-    ModelConfig,
-    load_config,
-    resolve_file,
-    resolve_model_path,
-    schema_text,
-)
+from orchestrator.config.load import load_config
+from orchestrator.config.model_paths import resolve_file
+from orchestrator.config.problems import ConfigError
+from orchestrator.config.schema import SCHEMA_COMMENT, SCHEMA_FILE, Config, ModelConfig, schema_text
+from orchestrator.launch.files import resolve_model_path
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -28,7 +28,7 @@ def test_a_busy_port_fails_with_a_fix(tmp_path: Path, capsys: pytest.CaptureFixt
         cfg.write_text(f"server:\n  port: {port}\n")
         check = doctor.check_port(cfg)
         assert check.status == doctor.FAIL and str(port) in check.detail and "server.port" in (check.fix or "")
-        assert doctor.run_doctor(cfg) == 1
+        assert doctor.run(cfg) == 1
     lines = capsys.readouterr().out.strip().splitlines()
     names = [c.name for c in doctor.collect(cfg)]
     assert len(lines) == len(names)

@@ -17,7 +17,8 @@ from typer.testing import CliRunner
 
 from orchestrator.cli.app import app
 from orchestrator.errors import UserError
-from orchestrator.models.facts import estimate_memory, read_model_facts, split_parts, template_family
+from orchestrator.models.facts import read_model_facts, split_parts, template_family
+from orchestrator.models.memory import estimate_memory
 
 runner = CliRunner()
 

@@ -1,5 +1,6 @@
-"""The launch plan: argv and speculative flags (case S03), GPUs and replicas, ports (case S02),
-fork GGUFs, the fit check, and the ``--help`` probe of the built llama-server."""
+"""The launch plan: argv and speculative flags, GPUs and replicas, ports, fork GGUFs, the fit
+check; the capability probe of the built llama-server. Planning is pure: it takes the server's
+capabilities as a value, so only the probe and the serving test need the native build."""
 
 from __future__ import annotations
 
@@ -14,17 +15,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from orchestrator.config.schema import Config, ModelConfig, ServerConfig, SpeculativeConfig, load_config
+from orchestrator.cli.up import render_plan
+from orchestrator.config.load import load_config
+from orchestrator.config.plan_flags import PLAN_FLAGS
+from orchestrator.config.schema import Config, ModelConfig, ServerConfig, SpeculativeConfig
 from orchestrator.errors import UserError
 from orchestrator.host.gpus import GPU
-from orchestrator.launch.plan import (
-    check_port_free,
-    plan_launch,
-    plan_lines,
-    render_plan,
-    with_argv_overrides,
-)
+from orchestrator.host.ports import check_port_free
+from orchestrator.launch.plan import plan_launch, plan_lines
+from orchestrator.launch.spec import with_draft_length, without_speculation
 from orchestrator.native import build as build_mod
+from orchestrator.native.capabilities import ServerCapabilities, probe_capabilities
 
 GIB = 2**30
 SPEC_FLAGS = ["--spec-type", "draft-mtp", "--spec-draft-n-max", "3", "--spec-draft-n-min", "1"]
@@ -53,15 +54,27 @@ def write_gguf(path: Path, *, arch: str = "qwen35moe", nextn: int = 0, trunk: bo
 
 
 @pytest.fixture(scope="module")
-def native() -> build_mod.BuildInfo:
-    """The native build (`orchestrator build`, or $ORCHESTRATOR_BIN_DIR)."""
+def real_build() -> build_mod.BuildInfo:
+    """The native build (`orchestrator build`, or $ORCHESTRATOR_BIN_DIR): for tests that run it."""
     return build_mod.locate()
 
 
 @pytest.fixture
+def native(tmp_path: Path) -> build_mod.BuildInfo:
+    """A build the plan only names (planning runs no binary): a CPU llama-server path."""
+    bin_dir = tmp_path / "bin"
+    return build_mod.BuildInfo(bin_dir, bin_dir / "llama-server", bin_dir, {"backend": "cpu"})
+
+
+@pytest.fixture
 def cuda_build(native: build_mod.BuildInfo) -> build_mod.BuildInfo:
-    """The same binary, planned as if it were a CUDA build (the plan never starts it)."""
+    """The same build, planned as if it were a CUDA build."""
     return dataclasses.replace(native, manifest={**native.manifest, "backend": "cuda"})
+
+
+def caps(build: build_mod.BuildInfo, *, draft_mtp: bool = True) -> ServerCapabilities:
+    """The capabilities a probe of ``build`` would report (backend from its manifest)."""
+    return ServerCapabilities(backend=build.manifest.get("backend", "cpu"), draft_mtp=draft_mtp, flags=frozenset())
 
 
 def gpu(index: int, free_gib: float = 30, total_gib: float = 32) -> GPU:
@@ -81,7 +94,7 @@ def after(argv: tuple[str, ...], flag: str) -> str:
 def test_mtp_model_gets_all_speculative_flags_together(tmp_path: Path, native: build_mod.BuildInfo) -> None:
     model = write_gguf(tmp_path / "mtp.gguf", nextn=1)
     config = config_for(tmp_path, ModelConfig(name="demo", path="mtp.gguf", threads=2))
-    [spec] = plan_launch(config, gpus=[], build=native)
+    [spec] = plan_launch(config, gpus=[], build=native, capabilities=caps(native))
     argv = spec.argv
     assert argv[0] == str(native.server)
     start = argv.index("--spec-type")
@@ -111,7 +124,7 @@ def test_p_min_and_separate_draft_gguf(tmp_path: Path, native: build_mod.BuildIn
             speculative=SpeculativeConfig(n_max=4, n_min=2, p_min=0.75, draft="trunk.draft.gguf"),
         ),
     )
-    [spec] = plan_launch(config, gpus=[], build=native)
+    [spec] = plan_launch(config, gpus=[], build=native, capabilities=caps(native))
     start = spec.argv.index("--spec-type")
     assert list(spec.argv[start : start + 10]) == [
         "--spec-type",
@@ -131,7 +144,7 @@ def test_p_min_and_separate_draft_gguf(tmp_path: Path, native: build_mod.BuildIn
 def test_model_without_head_gets_no_speculative_flags(tmp_path: Path, native: build_mod.BuildInfo) -> None:
     write_gguf(tmp_path / "plain.gguf")
     config = config_for(tmp_path, ModelConfig(name="plain", path="plain.gguf"))
-    [spec] = plan_launch(config, gpus=[], build=native)
+    [spec] = plan_launch(config, gpus=[], build=native, capabilities=caps(native))
     assert not any(a.startswith("--spec") for a in spec.argv) and "-md" not in spec.argv
     assert spec.spec_type is None and spec.n_max is None
     assert any("no NextN/MTP head" in n for n in spec.notes)
@@ -140,7 +153,7 @@ def test_model_without_head_gets_no_speculative_flags(tmp_path: Path, native: bu
 def test_type_none_turns_speculation_off_on_an_mtp_model(tmp_path: Path, native: build_mod.BuildInfo) -> None:
     write_gguf(tmp_path / "mtp.gguf", nextn=1)
     config = config_for(tmp_path, ModelConfig(name="m", path="mtp.gguf", speculative=SpeculativeConfig(type="none")))
-    [spec] = plan_launch(config, gpus=[], build=native)
+    [spec] = plan_launch(config, gpus=[], build=native, capabilities=caps(native))
     assert not any(a.startswith("--spec") for a in spec.argv)
 
 
@@ -150,7 +163,7 @@ def test_draft_mtp_on_a_headless_gguf_names_file_model_and_key(tmp_path: Path, n
     path.write_text("models:\n  - name: plain\n    path: plain.gguf\n    speculative:\n      type: mtp\n")
     config = load_config(path)
     with pytest.raises(UserError) as info:
-        plan_launch(config, gpus=[], build=native)
+        plan_launch(config, gpus=[], build=native, capabilities=caps(native))
     text = str(info.value)
     assert text.startswith(f"{path}:5: models[0].speculative.type: model 'plain' asks for draft-mtp")
     assert str(tmp_path / "plain.gguf") in text and "no NextN/MTP head" in text
@@ -162,7 +175,7 @@ def test_fork_gguf_is_refused_before_launch(tmp_path: Path, native: build_mod.Bu
     path = tmp_path / "models.yaml"
     path.write_text("models:\n  - name: qwen\n    path: fork.gguf\n")
     with pytest.raises(UserError) as info:
-        plan_launch(load_config(path), gpus=[], build=native)
+        plan_launch(load_config(path), gpus=[], build=native, capabilities=caps(native))
     text = str(info.value)
     assert text.startswith(f"{path}:3: models[0].path: model 'qwen'")
     assert "'qwen35moe_mtp'" in text and "fork" in text and "'qwen35moe'" in text
@@ -173,14 +186,14 @@ def test_a_draft_only_file_as_the_model_is_refused(tmp_path: Path, native: build
     write_gguf(tmp_path / "head.gguf", nextn=1, trunk=False)
     config = config_for(tmp_path, ModelConfig(name="h", path="head.gguf"))
     with pytest.raises(UserError, match="NextN-only draft"):
-        plan_launch(config, gpus=[], build=native)
+        plan_launch(config, gpus=[], build=native, capabilities=caps(native))
 
 
 def test_missing_gguf_names_the_key(tmp_path: Path, native: build_mod.BuildInfo) -> None:
     path = tmp_path / "models.yaml"
     path.write_text("models:\n  - name: gone\n    path: weights/gone.gguf\n")
     with pytest.raises(UserError) as info:
-        plan_launch(load_config(path), gpus=[], build=native)
+        plan_launch(load_config(path), gpus=[], build=native, capabilities=caps(native))
     assert str(info.value).startswith(
         f"{path}:3: models[0].path: model 'gone': no such GGUF file {tmp_path / 'weights/gone.gguf'}"
     )
@@ -195,7 +208,7 @@ def test_cpu_replicas_and_fixed_ports(tmp_path: Path, native: build_mod.BuildInf
         base -= 1000
     config = config_for(tmp_path, ModelConfig(name="m", path="m.gguf", replicas=2, port=base))
     try:
-        specs = plan_launch(config, gpus=[], build=native)
+        specs = plan_launch(config, gpus=[], build=native, capabilities=caps(native))
     except UserError as err:  # something else grabbed the neighbour port meanwhile
         pytest.skip(str(err))
     assert [(s.name, s.replica, s.gpus, s.port) for s in specs] == [("m-0", 0, (), base), ("m-1", 1, (), base + 1)]
@@ -209,7 +222,7 @@ def test_auto_gpus_one_replica_per_gpu_round_robin(tmp_path: Path, cuda_build: b
         ModelConfig(name="a", path="m.gguf", replicas=3),
         ModelConfig(name="b", path="m.gguf"),
     )
-    specs = plan_launch(config, gpus=[gpu(0), gpu(1)], build=cuda_build)
+    specs = plan_launch(config, gpus=[gpu(0), gpu(1)], build=cuda_build, capabilities=caps(cuda_build))
     assert [(s.name, s.gpus) for s in specs] == [("a-0", (0,)), ("a-1", (1,)), ("a-2", (0,)), ("b-0", (1,))]
     for s in specs:
         assert s.env["CUDA_VISIBLE_DEVICES"] == str(s.gpus[0])
@@ -221,7 +234,9 @@ def test_auto_gpus_one_replica_per_gpu_round_robin(tmp_path: Path, cuda_build: b
 def test_gpu_list_is_one_process_with_tensor_split(tmp_path: Path, cuda_build: build_mod.BuildInfo) -> None:
     write_gguf(tmp_path / "m.gguf", nextn=1)
     config = config_for(tmp_path, ModelConfig(name="big", path="m.gguf", gpus=[0, 1], gpu_layers=99))
-    [spec] = plan_launch(config, gpus=[gpu(0, total_gib=32), gpu(1, total_gib=24)], build=cuda_build)
+    [spec] = plan_launch(
+        config, gpus=[gpu(0, total_gib=32), gpu(1, total_gib=24)], build=cuda_build, capabilities=caps(cuda_build)
+    )
     assert spec.gpus == (0, 1)
     assert spec.env["CUDA_VISIBLE_DEVICES"] == "0,1"
     assert after(spec.argv, "--tensor-split") == "32,24"
@@ -231,7 +246,7 @@ def test_gpu_list_is_one_process_with_tensor_split(tmp_path: Path, cuda_build: b
 def test_cpu_instance_of_a_cuda_build_hides_the_gpus(tmp_path: Path, cuda_build: build_mod.BuildInfo) -> None:
     write_gguf(tmp_path / "m.gguf")
     config = config_for(tmp_path, ModelConfig(name="m", path="m.gguf", replicas=2))
-    specs = plan_launch(config, gpus=[], build=cuda_build)
+    specs = plan_launch(config, gpus=[], build=cuda_build, capabilities=caps(cuda_build))
     assert [s.env["CUDA_VISIBLE_DEVICES"] for s in specs] == ["", ""]
     assert all("-ngl" not in s.argv for s in specs)
 
@@ -241,7 +256,7 @@ def test_unknown_gpu_index_is_refused(tmp_path: Path, cuda_build: build_mod.Buil
     path = tmp_path / "models.yaml"
     path.write_text("models:\n  - name: m\n    path: m.gguf\n    gpus: [3]\n")
     with pytest.raises(UserError) as info:
-        plan_launch(load_config(path), gpus=[gpu(0)], build=cuda_build)
+        plan_launch(load_config(path), gpus=[gpu(0)], build=cuda_build, capabilities=caps(cuda_build))
     assert str(info.value).startswith(f"{path}:4: models[0].gpus: model 'm' asks for GPU 3")
     assert "GPUs here: 0" in str(info.value)
 
@@ -251,11 +266,11 @@ def test_fit_check_refuses_with_numbers_unless_forced(tmp_path: Path, cuda_build
     config = config_for(tmp_path, ModelConfig(name="m", path="m.gguf", gpus=[0]))
     tight = [gpu(0, free_gib=0.25)]
     with pytest.raises(UserError) as info:
-        plan_launch(config, gpus=tight, build=cuda_build)
+        plan_launch(config, gpus=tight, build=cuda_build, capabilities=caps(cuda_build))
     text = str(info.value)
     assert "does not fit" in text and "GPU 0" in text and "0.2 GiB is free" in text and "m-0" in text
     assert "--force" in (info.value.hint or "")
-    [spec] = plan_launch(config, gpus=tight, build=cuda_build, force=True)
+    [spec] = plan_launch(config, gpus=tight, build=cuda_build, capabilities=caps(cuda_build), force=True)
     assert any(n.startswith("forced: GPU 0") for n in spec.notes)
 
 
@@ -263,7 +278,7 @@ def test_cpu_only_build_runs_on_cpu_and_says_so(tmp_path: Path, native: build_mo
     write_gguf(tmp_path / "m.gguf")
     cpu_build = dataclasses.replace(native, manifest={**native.manifest, "backend": "cpu"})
     config = config_for(tmp_path, ModelConfig(name="m", path="m.gguf"))
-    [spec] = plan_launch(config, gpus=[gpu(0)], build=cpu_build)
+    [spec] = plan_launch(config, gpus=[gpu(0)], build=cpu_build, capabilities=caps(cpu_build))
     assert spec.gpus == () and "-ngl" not in spec.argv
     assert any("cpu-only" in n for n in spec.notes)
 
@@ -277,7 +292,7 @@ def test_port_conflict_names_the_port_and_the_holder(tmp_path: Path, native: bui
         path = tmp_path / "models.yaml"
         path.write_text(f"server:\n  port: 0\nmodels:\n  - name: m\n    path: m.gguf\n    port: {port}\n")
         with pytest.raises(UserError) as info:
-            plan_launch(load_config(path), gpus=[], build=native)
+            plan_launch(load_config(path), gpus=[], build=native, capabilities=caps(native))
     text = str(info.value)
     assert text.startswith(
         f"{path}:6: models[0].port (m-0): port {port} on 127.0.0.1 is already in use by pid {os.getpid()} ("
@@ -318,32 +333,36 @@ def test_server_port_clash_with_a_model_port(tmp_path: Path, native: build_mod.B
     write_gguf(tmp_path / "m.gguf")
     config = config_for(tmp_path, ModelConfig(name="m", path="m.gguf", port=18080), server_port=18080)
     with pytest.raises(UserError, match=r"port 18080 of m-0 is also server\.port"):
-        plan_launch(config, gpus=[], build=native, check_ports=False)
+        plan_launch(config, gpus=[], build=native, capabilities=caps(native), check_ports=False)
 
 
 def test_build_without_draft_mtp_is_refused(tmp_path: Path, native: build_mod.BuildInfo) -> None:
-    """Fault injection: a llama-server whose --help lacks draft-mtp (an older or foreign build)."""
+    """A llama-server without draft-mtp (an older or foreign build) refuses MTP models only."""
+    write_gguf(tmp_path / "m.gguf", nextn=1)
+    old = caps(native, draft_mtp=False)
+    config = config_for(tmp_path, ModelConfig(name="m", path="m.gguf"))
+    with pytest.raises(UserError, match="does not support --spec-type draft-mtp"):
+        plan_launch(config, gpus=[], build=native, capabilities=old)
+    # without speculation the same build is fine
+    config = config_for(tmp_path, ModelConfig(name="m", path="m.gguf", speculative=SpeculativeConfig(type="none")))
+    assert plan_launch(config, gpus=[], build=native, capabilities=old)[0].argv[0] == str(native.server)
+
+
+def test_probe_of_a_server_without_draft_mtp(tmp_path: Path) -> None:
+    """Fault injection: a llama-server whose --help lacks draft-mtp; the probe says so."""
     old = tmp_path / "old-bin" / "llama-server"
     old.parent.mkdir()
     old.write_text("#!/bin/sh\necho '--spec-type none,ngram-simple'\n")
     old.chmod(old.stat().st_mode | stat.S_IEXEC)
-    old_build = build_mod.BuildInfo(bin_dir=old.parent, server=old, lib_dir=old.parent, manifest={})
-    write_gguf(tmp_path / "m.gguf", nextn=1)
-    config = config_for(tmp_path, ModelConfig(name="m", path="m.gguf"))
-    with pytest.raises(UserError, match="does not support --spec-type draft-mtp"):
-        plan_launch(config, gpus=[], build=old_build)
-    # without speculation the same build is fine
-    config = config_for(tmp_path, ModelConfig(name="m", path="m.gguf", speculative=SpeculativeConfig(type="none")))
-    assert plan_launch(config, gpus=[], build=old_build)[0].argv[0] == str(old)
+    found = probe_capabilities(build_mod.BuildInfo(bin_dir=old.parent, server=old, lib_dir=old.parent, manifest={}))
+    assert found == ServerCapabilities(backend="cpu", draft_mtp=False, flags=frozenset({"--spec-type"}))
 
 
-def test_the_pinned_build_really_has_the_flags_the_plan_uses(native: build_mod.BuildInfo) -> None:
-    from orchestrator.launch.plan import server_help
-
-    text = server_help(native)
+def test_the_pinned_build_really_has_the_flags_the_plan_uses(real_build: build_mod.BuildInfo) -> None:
+    found = probe_capabilities(real_build)
+    assert found.draft_mtp and found.backend == real_build.manifest.get("backend", "cpu")
     for flag in (
         "--spec-type",
-        "draft-mtp",
         "--spec-draft-n-max",
         "--spec-draft-n-min",
         "--spec-draft-p-min",
@@ -355,7 +374,22 @@ def test_the_pinned_build_really_has_the_flags_the_plan_uses(native: build_mod.B
         "-np",
         "--flash-attn",
     ):
-        assert flag in text, flag
+        assert flag in found.flags, flag
+
+
+def test_every_flag_the_plan_renders_is_refused_in_extra_args(tmp_path: Path, cuda_build: build_mod.BuildInfo) -> None:
+    """One table of flags: whatever the plan puts on the command line, extra_args may not repeat."""
+    write_gguf(tmp_path / "trunk.gguf")
+    write_gguf(tmp_path / "d.gguf", nextn=1, trunk=False)
+    model = ModelConfig(
+        name="m", path="trunk.gguf", gpus=[0, 1], threads=2, speculative=SpeculativeConfig(p_min=0.5, draft="d.gguf")
+    )
+    [spec] = plan_launch(
+        config_for(tmp_path, model), gpus=[gpu(0), gpu(1)], build=cuda_build, capabilities=caps(cuda_build)
+    )
+    rendered = {a for a in spec.argv[1:] if a.startswith("-") and not a[1:].replace(".", "").isdigit()}
+    assert "--tensor-split" in rendered and "-md" in rendered
+    assert rendered <= set(PLAN_FLAGS), rendered - set(PLAN_FLAGS)
 
 
 def test_spec_off_and_k_overrides(tmp_path: Path, native: build_mod.BuildInfo) -> None:
@@ -370,14 +404,14 @@ def test_spec_off_and_k_overrides(tmp_path: Path, native: build_mod.BuildInfo) -
             speculative=SpeculativeConfig(p_min=0.5, draft="d.gguf"),
         ),
     )
-    [spec] = plan_launch(config, gpus=[], build=native)
-    off = with_argv_overrides(spec, spec_off=True)
+    [spec] = plan_launch(config, gpus=[], build=native, capabilities=caps(native))
+    off = without_speculation(spec)
     assert not any(a.startswith("--spec") for a in off.argv) and "-md" not in off.argv
     assert (off.spec_type, off.n_max, off.n_min, off.draft) == (None, None, None, None)
     assert off.argv[-2:] == ("-fa", "on")
     start = spec.argv.index("--spec-type")
     assert off.argv == spec.argv[:start] + spec.argv[start + 10 :]
-    k6 = with_argv_overrides(spec, n_max=6, port=0)
+    k6 = with_draft_length(spec, n_max=6, n_min=1, port=0)
     assert after(k6.argv, "--spec-draft-n-max") == "6" and k6.n_max == 6
     assert spec.n_max == 3  # the original is untouched
 
@@ -387,7 +421,7 @@ def test_render_plan_shows_table_and_exact_commands(tmp_path: Path, native: buil
 
     write_gguf(tmp_path / "with space.gguf", nextn=1)
     config = config_for(tmp_path, ModelConfig(name="demo", path="with space.gguf"))
-    specs = plan_launch(config, gpus=[], build=native)
+    specs = plan_launch(config, gpus=[], build=native, capabilities=caps(native))
     console = Console(width=400, record=True)
     console.print(render_plan(specs))
     out = console.export_text()
@@ -403,7 +437,7 @@ def test_repo_models_yaml_plans_the_demo(native: build_mod.BuildInfo, monkeypatc
     """The shipped models.yaml plans out of the box (generates the demo model on first use)."""
     repo = Path(__file__).resolve().parent.parent
     config = load_config(repo / "models.yaml")
-    [spec] = plan_launch(config, gpus=[], build=native, check_ports=False)
+    [spec] = plan_launch(config, gpus=[], build=native, capabilities=caps(native), check_ports=False)
     start = spec.argv.index("--spec-type")
     assert list(spec.argv[start : start + 6]) == SPEC_FLAGS
     assert spec.gguf.is_file() and after(spec.argv, "-t") == "2"
@@ -430,18 +464,23 @@ def test_tiny_trunk_alone_has_no_speculation_and_with_its_draft_it_has(
         ModelConfig(name="trunk", path=tiny_separate.name),
         ModelConfig(name="pair", path=tiny_separate.name, speculative=SpeculativeConfig(draft=draft.name)),
     )
-    trunk, pair = plan_launch(config, gpus=[], build=native)
+    trunk, pair = plan_launch(config, gpus=[], build=native, capabilities=caps(native))
     assert not any(a.startswith("--spec") for a in trunk.argv) and trunk.spec_type is None
     start = pair.argv.index("--spec-type")
     assert list(pair.argv[start : start + 8]) == [*SPEC_FLAGS, "-md", str(draft)]
     # the draft file on its own is not a servable model
     with pytest.raises(UserError, match="NextN-only draft"):
-        plan_launch(config_for(draft.parent, ModelConfig(name="d", path=draft.name)), gpus=[], build=native)
+        plan_launch(
+            config_for(draft.parent, ModelConfig(name="d", path=draft.name)),
+            gpus=[],
+            build=native,
+            capabilities=caps(native),
+        )
 
 
 @pytest.mark.server
 @pytest.mark.slow
-def test_planned_command_really_serves_with_drafting(tmp_path: Path, native: build_mod.BuildInfo) -> None:
+def test_planned_command_really_serves_with_drafting(tmp_path: Path, real_build: build_mod.BuildInfo) -> None:
     """Run the exact argv + env the plan produced for the demo model: llama-server binds the
     OS-picked port it was given (0), identifies itself by the alias, and drafts with MTP."""
     import re
@@ -450,7 +489,7 @@ def test_planned_command_really_serves_with_drafting(tmp_path: Path, native: bui
     import httpx
 
     config = config_for(tmp_path, ModelConfig(name="demo", path="builtin:tiny-mtp", ctx_size=512, threads=2))
-    [spec] = plan_launch(config, gpus=[], build=native)
+    [spec] = plan_launch(config, gpus=[], build=real_build, capabilities=probe_capabilities(real_build))
     log = tmp_path / "server.log"
     with log.open("wb") as sink:
         proc = subprocess.Popen(
@@ -500,11 +539,11 @@ def test_a_bad_gguf_error_names_the_yaml_line_and_key(tmp_path: Path, native: bu
     path = tmp_path / "models.yaml"
     path.write_text("models:\n  - name: junk\n    path: junk.gguf\n")
     with pytest.raises(UserError) as info:
-        plan_launch(load_config(path), gpus=[], build=native)
+        plan_launch(load_config(path), gpus=[], build=native, capabilities=caps(native))
     assert str(info.value).startswith(f"{path}:3: models[0].path: model 'junk': ")
     assert "not a GGUF file" in str(info.value)
     path.write_text("models:\n  - name: dir\n    path: folder.gguf\n")
     with pytest.raises(
         UserError, match=r"models\[0\]\.path: model 'dir': .*folder.gguf is a directory, not a GGUF file"
     ):
-        plan_launch(load_config(path), gpus=[], build=native)
+        plan_launch(load_config(path), gpus=[], build=native, capabilities=caps(native))

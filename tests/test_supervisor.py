@@ -350,10 +350,10 @@ def test_s03_real_drafting_is_detected(tmp_path: Path, bin_info, demo_model) -> 
 
     async def main() -> None:
         spec_on = real_spec(bin_info.server, bin_info.lib_dir, demo_model, name="demo-0", spec=True)
-        missing_flags = real_spec(bin_info.server, bin_info.lib_dir, demo_model, name="demo-1")
-        import dataclasses
-
-        missing_flags = dataclasses.replace(missing_flags, spec_type="draft-mtp", n_max=3, n_min=1)
+        # the spec says draft-mtp, but a later --spec-type none on the command line wins
+        missing_flags = real_spec(
+            bin_info.server, bin_info.lib_dir, demo_model, name="demo-1", spec=True, extra=("--spec-type", "none")
+        )
         sup = Supervisor([spec_on, missing_flags], make_config(), log_dir=tmp_path, policy=fast_policy())
         await sup.start()
         try:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.config.schema import load_config
+from orchestrator.config.load import load_config
 from orchestrator.config.yaml_edit import set_draft_length
 from orchestrator.errors import UserError
 

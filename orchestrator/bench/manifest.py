@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from orchestrator.models.facts import read_model_facts
 
 if TYPE_CHECKING:
-    from orchestrator.launch.plan import InstanceSpec
+    from orchestrator.launch.spec import InstanceSpec
     from orchestrator.native.build import BuildInfo
 
 HEADER_HASH_BYTES = 32 * 1024 * 1024  # the GGUF header + metadata (tokenizer included) fit in this

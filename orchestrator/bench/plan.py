@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator.launch.plan import InstanceSpec, with_argv_overrides
+from orchestrator.launch.spec import InstanceSpec, with_draft_length, with_port
 
 PATCH_NAME = "per-request-draft-length"  # substring of the patch file name in the build manifest
 
@@ -82,12 +82,11 @@ def schedule(
 def bench_spec(spec: InstanceSpec, *, suffix: str, n_max: int | None) -> InstanceSpec:
     """A copy of ``spec`` for the bench: its own name, an OS-picked port, and (for a speculative
     spec) ``--spec-draft-n-max n_max`` with ``--spec-draft-n-min`` lowered to at most ``n_max``."""
-    n_min = None
     if n_max is not None and spec.spec_type is not None:
         n_min = min(spec.n_min if spec.n_min is not None else 0, n_max)
+        moved = with_draft_length(spec, n_max=n_max, n_min=n_min, port=0)
     else:
-        n_max = None
-    moved = with_argv_overrides(spec, n_max=n_max, n_min=n_min, port=0)
+        moved = with_port(spec, 0)
     return dataclasses.replace(moved, name=f"{spec.model}-bench-{suffix}")
 
 

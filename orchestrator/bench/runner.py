@@ -20,12 +20,11 @@ from orchestrator.bench.prompts import Prompt
 from orchestrator.bench.requests import N_MAX_FIELD, Completion, complete, reported_n_max, request_body
 from orchestrator.bench.summary import RequestResult
 from orchestrator.errors import UserError
-from orchestrator.launch.plan import with_argv_overrides
+from orchestrator.launch.spec import InstanceSpec, without_speculation
 from orchestrator.supervise.supervisor import SERVING, TERMINAL, Instance, ProcessState, Supervisor
 
 if TYPE_CHECKING:
     from orchestrator.config.schema import Config, ModelConfig
-    from orchestrator.launch.plan import InstanceSpec
 
 WARMUP_PROMPT = "Say hello."
 WARMUP_TOKENS = 64  # enough decode steps to page in the weights and settle the caches
@@ -245,7 +244,7 @@ class Sweep:
         if spec_ks:
             out.append(Variant(bench_spec(self.base, suffix="spec", n_max=max(spec_ks)), spec_ks))
         if 0 in self.ks:
-            off = with_argv_overrides(self.base, spec_off=True, port=0)
+            off = without_speculation(self.base, port=0)
             out.append(Variant(bench_spec(off, suffix="k0", n_max=None), (0,)))
         return out
 

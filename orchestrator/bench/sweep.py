@@ -7,7 +7,7 @@ How a sweep runs (the same launch path as ``orchestrator up``, without the proxy
    (``supervise.supervisor.Supervisor``) on an OS-picked port:
 
    - ``<model>-bench-spec``: speculation on, launched with ``--spec-draft-n-max max(K)``;
-   - ``<model>-bench-k0``: the same argv without speculation (``launch.plan.with_argv_overrides``);
+   - ``<model>-bench-k0``: the same server without speculation (``launch.spec.without_speculation``);
      every K = 0 request goes here.
 
 2. The spec instance starts first and is probed: a request carrying ``speculative.n_max`` whose
@@ -56,13 +56,16 @@ from orchestrator.bench.plan import has_patch
 from orchestrator.bench.prompts import Prompt, select_prompts
 from orchestrator.bench.runner import Sweep, SweepProgress, SweepRun
 from orchestrator.bench.summary import Summary, noise_warning, overall_domain, recommend, summarize
-from orchestrator.config.schema import Config, ModelConfig, load_config
+from orchestrator.config.load import load_config
+from orchestrator.config.schema import Config, ModelConfig
 from orchestrator.config.yaml_edit import set_draft_length
 from orchestrator.errors import UserError
 from orchestrator.host import gpus as gpus_mod
 from orchestrator.launch import plan as launch
+from orchestrator.launch.spec import InstanceSpec
 from orchestrator.native import build
 from orchestrator.native.build import BuildInfo
+from orchestrator.native.capabilities import probe_capabilities
 
 
 @dataclass(frozen=True)
@@ -147,7 +150,7 @@ class BenchTarget:
     build: BuildInfo
     gpus: list[Any]
     gpu_source: str
-    base: launch.InstanceSpec
+    base: InstanceSpec
 
 
 def plan_target(config_file: Path, model: str | None) -> BenchTarget:
@@ -161,7 +164,8 @@ def plan_target(config_file: Path, model: str | None) -> BenchTarget:
     bcfg = _bench_config(cfg, model_cfg)
     info = build.locate()
     gpu_list, gpu_source = gpus_mod.detect_gpus()
-    planned = launch.plan_launch(bcfg, gpus=gpu_list, build=info, check_ports=False)
+    capabilities = probe_capabilities(info)
+    planned = launch.plan_launch(bcfg, gpus=gpu_list, build=info, capabilities=capabilities, check_ports=False)
     specs = [s for s in planned if s.model == model_cfg.name]
     if not specs:
         raise UserError(f"the launch plan has no instance for {model_cfg.name!r}")

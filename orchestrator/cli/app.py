@@ -49,9 +49,9 @@ def build(
     show: bool = typer.Option(False, help="print the manifest of the current build and exit"),
 ) -> None:
     """Fetch the pinned llama.cpp, apply native/patches and build llama-server + libllama."""
-    from orchestrator.native import build as m
+    from orchestrator.cli import build as m
 
-    _run(lambda: m.cli_build(backend=backend, cuda_arch=cuda_arch, jobs=jobs, force=force, show=show))
+    _run(lambda: m.run(backend=backend, cuda_arch=cuda_arch, jobs=jobs, force=force, show=show))
 
 
 @app.command()
@@ -59,7 +59,7 @@ def doctor(config: Path = typer.Option(DEFAULT_CONFIG, "--config", "-c")) -> Non
     """Check the toolchain, GPUs, native build, port and demo model; one line each."""
     from orchestrator.cli import doctor as m
 
-    _run(lambda: m.run_doctor(config))
+    _run(lambda: m.run(config))
 
 
 @app.command()
@@ -70,9 +70,9 @@ def inspect(
     render: Path | None = typer.Option(None, help="messages JSON: print the prompt the server will see"),
 ) -> None:
     """Read a GGUF's header: architecture, NextN/MTP head, template, memory estimate."""
-    from orchestrator.models import facts as m
+    from orchestrator.cli import inspect as m
 
-    _run(lambda: m.cli_inspect(path, json_out=json_out, ctx=ctx, render=render))
+    _run(lambda: m.run(path, json_out=json_out, ctx=ctx, render=render))
 
 
 @app.command("make-tiny-model")
@@ -86,9 +86,9 @@ def make_tiny_model(
     ),
 ) -> None:
     """Write a tiny qwen35moe GGUF with a NextN/MTP head (the demo and test model)."""
-    from orchestrator.models import tiny as m
+    from orchestrator.cli import make_model as m
 
-    _run(lambda: m.cli_make(out, mode=mode, q=q, seed=seed, variant=variant))
+    _run(lambda: m.run(out, mode=mode, q=q, seed=seed, variant=variant))
 
 
 @app.command()

@@ -38,7 +38,7 @@ class Check:
     fix: str | None = None
 
 
-def run_doctor(config: Path) -> int:
+def run(config: Path) -> int:
     """Run every check for ``config`` (models.yaml; it may be absent) and print one line each.
 
     Returns 1 when any check FAILs, else 0.
@@ -181,7 +181,7 @@ def check_build(build: BuildInfo | None, gpu_count: int) -> Check:
 def check_config(config: Path) -> Check:
     if not config.exists():
         return Check("config", WARN, f"{config} not found (defaults apply)", "create models.yaml or pass --config PATH")
-    from orchestrator.config.schema import load_config
+    from orchestrator.config.load import load_config
 
     try:
         cfg = load_config(config)
@@ -216,7 +216,7 @@ def check_port(config: Path) -> Check:
     host, port = configured_address(config)
     if port == 0:
         return Check("port", OK, "server.port is 0: the OS picks one")
-    from orchestrator.launch.plan import check_port_free  # the same check `up` runs, naming the holder
+    from orchestrator.host.ports import check_port_free  # the same check `up` runs, naming the holder
 
     try:
         check_port_free(host, port)
@@ -251,4 +251,4 @@ def check_demo_model() -> Check:
     return Check("demo model", OK, f"{len(found)} GGUF(s) in {folder}")
 
 
-__all__ = ["Check", "collect", "configured_address", "run_doctor"]
+__all__ = ["Check", "collect", "configured_address", "run"]

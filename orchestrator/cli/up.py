@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rich.console import Console
+from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 from rich.text import Text
@@ -25,6 +25,7 @@ from orchestrator.host import statefile
 
 if TYPE_CHECKING:
     from orchestrator.config.schema import Config
+    from orchestrator.launch.spec import InstanceSpec
     from orchestrator.supervise.supervisor import Supervisor
 
 
@@ -42,10 +43,11 @@ def run_up(config_path: Path, dry_run: bool = False, force: bool = False) -> int
     Raises:
         UserError: bad config, no native build, busy port, or an orchestrator already running.
     """
-    from orchestrator.config.schema import load_config
+    from orchestrator.config.load import load_config
     from orchestrator.host import gpus
     from orchestrator.launch import plan as launch
     from orchestrator.native import build
+    from orchestrator.native.capabilities import probe_capabilities
 
     console = Console(highlight=False)
     config = load_config(Path(config_path))
@@ -59,14 +61,41 @@ def run_up(config_path: Path, dry_run: bool = False, force: bool = False) -> int
     found, source = gpus.detect_gpus()
     if not dry_run:
         statefile.claim()
-    specs = launch.plan_launch(config, gpus=found, build=build_info, force=force, check_ports=not dry_run)
+    capabilities = probe_capabilities(build_info)
+    specs = launch.plan_launch(
+        config, gpus=found, build=build_info, capabilities=capabilities, force=force, check_ports=not dry_run
+    )
     if dry_run:
         console.print(f"GPUs: {source}" if not found else f"GPUs ({source}): " + ", ".join(g.name for g in found))
-        console.print(launch.render_plan(specs), soft_wrap=True)
+        console.print(render_plan(specs), soft_wrap=True)
         return 0
     from orchestrator.serve.run import serve_up
 
     return serve_up(config, specs, lambda supervisor: UpDisplay(console, supervisor, config))
+
+
+def render_plan(specs: list[InstanceSpec]) -> Group:
+    """A rich renderable (``up --dry-run``): a table of instances, then each exact command line
+    and any notes. Command lines are ``shlex.join``-ed for display; children get list argv."""
+    table = Table(title="launch plan", title_justify="left")
+    for col in ("instance", "model", "GPUs", "port", "speculation", "n_max/n_min"):
+        table.add_column(col)
+    for s in specs:
+        table.add_row(
+            s.name,
+            s.model,
+            ",".join(map(str, s.gpus)) if s.gpus else "CPU",
+            str(s.port) if s.port else "auto",
+            s.spec_type or "off",
+            f"{s.n_max}/{s.n_min}" if s.spec_type else "-",
+        )
+    parts: list[Table | Text] = [table]
+    for s in specs:
+        parts.append(Text(f"{s.name}:", style="bold"))
+        parts.append(Text(f"  {s.command_line}", no_wrap=True, overflow="ignore"))
+        for note in s.notes:
+            parts.append(Text(f"  note: {note}", style="yellow"))
+    return Group(*parts)
 
 
 def examples(config: Config, url: str) -> str:

@@ -1,27 +1,17 @@
-"""models.yaml: the pydantic model and the loader (``load_config``).
+"""models.yaml as pydantic models, and its JSON schema.
 
-``load_config(path)`` reads the file with ruamel.yaml's round-trip loader (so every key
-keeps its line number), validates it with pydantic (``extra="forbid"`` everywhere) and
-turns every validation problem into one line that says where and what::
-
-    models.yaml:14: models[0].speculative.n_min: must be <= n_max (3)
-
-followed by what to do. Several problems become several lines of one ``ConfigError``
-(a ``UserError``; located by ``orchestrator.config.problems``). The JSON schema in ``orchestrator/data/models.schema.json`` is
-generated from these classes (``python -m orchestrator.config.schema`` rewrites it; a test
-checks that it is current), so editors with yaml-language-server validate as you type.
+The JSON schema in ``orchestrator/data/models.schema.json`` is generated from these classes
+(``python -m orchestrator.config.schema`` rewrites it; a test checks that it is current), so
+editors with yaml-language-server validate as you type. ``orchestrator.config.load`` reads a
+file into ``Config``.
 
 Rules beyond the types:
 - ``speculative.n_min`` must be <= ``n_max``; setting ``n_max``/``n_min``/``p_min``/``draft``
-  together with ``type: none`` is an error (the flags only work together; case S03).
+  together with ``type: none`` is an error (the flags only work together).
 - ``type: mtp`` (the fork / model-card spelling) is accepted and normalised to ``draft-mtp``.
 - Model names and aliases are unique across the file.
 - ``extra_args`` may not carry a flag the launch plan sets itself (``-m``, ``--port``,
   ``--host``, ``--spec-type``, ...): it would fight the plan, so the error names the key to use.
-
-Next door: ``orchestrator.config.problems`` (YAML reading, line lookup, pydantic errors -> located
-``Problem`` lines with hints), ``orchestrator.config.model_paths`` (``resolve_model_path`` and friends),
-``orchestrator.config.plan_flags`` (``PLAN_FLAGS``/``PLAN_ENV``). Their public names are re-exported here.
 """
 
 from __future__ import annotations
@@ -39,29 +29,15 @@ from pydantic import (
     ConfigDict,
     Field,
     PrivateAttr,
-    ValidationError,
     WithJsonSchema,
     field_validator,
     model_validator,
 )
 from pydantic.json_schema import SkipJsonSchema
 
-from orchestrator.config.model_paths import BUILTIN_MODELS, resolve_draft_path, resolve_file, resolve_model_path
+from orchestrator.config.model_paths import BUILTIN_MODELS
 from orchestrator.config.plan_flags import PLAN_ENV, PLAN_FLAGS
-from orchestrator.config.problems import (
-    _UNIQUE_MSG,
-    ConfigError,
-    Problem,
-    _collect_lines,
-    _dedupe,
-    _located,
-    _nearest_line,
-    _plain,
-    _problem_unknown,
-    _problems,
-    _read_yaml,
-    format_loc,
-)
+from orchestrator.config.problems import UNIQUE_MSG, Lines, format_loc, located, nearest_line
 
 SCHEMA_FILE = Path(__file__).resolve().parents[1] / "data" / "models.schema.json"
 SCHEMA_COMMENT = "# yaml-language-server: $schema=./orchestrator/data/models.schema.json"
@@ -91,7 +67,7 @@ class _Strict(BaseModel):
                     and _mentions(field.annotation, (int, float))
                     and not _mentions(field.annotation, (bool,))
                 ):
-                    raise _located(key, f"should be a number, not a boolean (got {str(value).lower()})")
+                    raise located(key, f"should be a number, not a boolean (got {str(value).lower()})")
         return data
 
 
@@ -173,9 +149,9 @@ class SpeculativeConfig(_Strict):
         if self.type == "none":
             for key in ("n_max", "n_min", "p_min", "draft"):
                 if key in self.model_fields_set:
-                    raise _located(key, f"is set but speculative.type is none; remove {key} or set type: draft-mtp")
+                    raise located(key, f"is set but speculative.type is none; remove {key} or set type: draft-mtp")
         if self.n_min > self.n_max:
-            raise _located("n_min", f"must be <= n_max ({self.n_max})")
+            raise located("n_min", f"must be <= n_max ({self.n_max})")
         return self
 
 
@@ -244,9 +220,9 @@ class ModelConfig(_Strict):
                 raise ValueError("is an empty list; give a count or one GPU list per replica")
             for i, gpus in enumerate(value):
                 if not gpus:
-                    raise _located(str(i), "is an empty GPU list")
+                    raise located(str(i), "is an empty GPU list")
                 if len(set(gpus)) != len(gpus):
-                    raise _located(str(i), f"lists a GPU twice: {gpus}")
+                    raise located(str(i), f"lists a GPU twice: {gpus}")
         return value
 
     @field_validator("extra_args")
@@ -258,7 +234,7 @@ class ModelConfig(_Strict):
                 flag = flag.replace("_", "-")
             key = PLAN_FLAGS.get(flag)
             if key is not None:
-                raise _located(str(i), f"{flag} is set by the launch plan; use the models.yaml key {key} instead")
+                raise located(str(i), f"{flag} is set by the launch plan; use the models.yaml key {key} instead")
         return value
 
     @field_validator("env")
@@ -267,15 +243,15 @@ class ModelConfig(_Strict):
         for name in value:
             key = PLAN_ENV.get(name)
             if key is not None:
-                raise _located(name, f"{name} is set by the launch plan; use the models.yaml key {key} instead")
+                raise located(name, f"{name} is set by the launch plan; use the models.yaml key {key} instead")
         return value
 
     @model_validator(mode="after")
     def _consistent(self) -> ModelConfig:
         if isinstance(self.replicas, list) and self.gpus != "auto":
-            raise _located("replicas", "is a list of GPU lists, so gpus must be auto (remove gpus)")
+            raise located("replicas", "is a list of GPU lists, so gpus must be auto (remove gpus)")
         if self.multimodal and self.speculative.type == "draft-mtp":
-            raise _located(
+            raise located(
                 "speculative/type",
                 "is draft-mtp but multimodal is true; MTP does not work with --mmproj yet: "
                 "set speculative.type: none or multimodal: false",
@@ -291,7 +267,7 @@ class Config(_Strict):
     models: list[ModelConfig] = Field(min_length=1, description="the models to serve")
     path: SkipJsonSchema[Path | None] = Field(None, exclude=True)
 
-    _lines: dict[tuple[str | int, ...], int] = PrivateAttr(default_factory=dict)
+    _lines: Lines = PrivateAttr(default_factory=dict)
 
     @model_validator(mode="after")
     def _unique_names(self) -> Config:
@@ -301,9 +277,13 @@ class Config(_Strict):
                 (f"models/{i}/aliases/{j}", f"models[{i}].aliases[{j}]", alias) for j, alias in enumerate(model.aliases)
             ]:
                 if value in seen:
-                    raise _located(at, f"{value!r} is already used by {seen[value]}; {_UNIQUE_MSG}")
+                    raise located(at, f"{value!r} is already used by {seen[value]}; {UNIQUE_MSG}")
                 seen[value] = label
         return self
+
+    def set_lines(self, lines: Lines) -> None:
+        """Remember the line of every key path (from the loader), for ``where``."""
+        self._lines = lines
 
     @property
     def config_dir(self) -> Path:
@@ -322,47 +302,21 @@ class Config(_Strict):
         key = format_loc(loc)
         if self.path is None:
             return key
-        line = _nearest_line(self._lines, tuple(loc))
+        line = nearest_line(self._lines, tuple(loc))
         return f"{self.path}:{line}: {key}" if line else f"{self.path}: {key}"
 
 
-def load_config(path: Path) -> Config:
-    """Read and validate a models.yaml.
-
-    Args:
-        path: the YAML file.
-    Returns:
-        the validated ``Config`` with ``config.path`` set to ``path``.
-    Raises:
-        ConfigError (a UserError): missing/empty file, YAML syntax error (with line), or one
-        located line per validation problem (file:line: key path: what, plus the fix).
-    """
-    name = str(path)
-    data = _read_yaml(path)
-    try:
-        lines = _collect_lines(data)
-        plain = _plain(data)
-    except RecursionError:
-        raise ConfigError(
-            [Problem(name, None, "", "YAML nested too deeply to read", "a models.yaml needs only a few levels")]
-        ) from None
-    problems: list[Problem] = []
-    if "path" in plain:
-        problems.append(_problem_unknown(name, lines, ("path",), Config))
-        del plain["path"]
-    try:
-        config = Config.model_validate(plain)
-    except ValidationError as err:
-        problems.extend(_problems(name, lines, err, plain))
-        raise ConfigError(_dedupe(problems)) from None
-    if problems:
-        raise ConfigError(problems)
-    config.path = path
-    config._lines = lines
-    return config
-
-
 # --------------------------------------------------------------------------- schema
+
+
+#: Section models by the name a user knows them by ("`x` belongs under server.timeouts").
+SECTION_NAMES: dict[type[BaseModel], str] = {
+    ServerConfig: "server",
+    Timeouts: "server.timeouts",
+    BuildConfig: "build",
+    ModelConfig: "a model entry (models[i])",
+    SpeculativeConfig: "models[i].speculative",
+}
 
 
 def json_schema() -> dict[str, Any]:
@@ -387,23 +341,3 @@ def write_schema(path: Path = SCHEMA_FILE) -> Path:
 
 if __name__ == "__main__":  # pragma: no cover
     print(write_schema(Path(sys.argv[1]) if len(sys.argv) > 1 else SCHEMA_FILE))
-
-
-__all__ = [
-    "BUILTIN_MODELS",
-    "BuildConfig",
-    "Config",
-    "ConfigError",
-    "ModelConfig",
-    "Problem",
-    "ServerConfig",
-    "SpeculativeConfig",
-    "Timeouts",
-    "format_loc",
-    "json_schema",
-    "load_config",
-    "resolve_draft_path",
-    "resolve_file",
-    "resolve_model_path",
-    "write_schema",
-]

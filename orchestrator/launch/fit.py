@@ -1,6 +1,6 @@
 """Will the planned llama-servers fit? GPU memory is a hard check, CPU RAM a warning.
 
-Per instance, the need in bytes comes from ``gguf_info.estimate_memory(facts, ctx, parallel)``
+Per instance, the need in bytes comes from ``models.memory.estimate_memory(facts, ctx, parallel)``
 (weights + KV cache + compute buffers). An instance on several GPUs (``--tensor-split``) is
 counted in equal shares. A GPU's need is compared with its free memory as NVML/nvidia-smi
 reported it; a GPU that does not report free memory is not checked (said in a note, never
@@ -10,13 +10,11 @@ guessed). On CPU the weights are mmapped, so exceeding available RAM is allowed 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from orchestrator.errors import UserError
 from orchestrator.host.gpus import GPU
-
-if TYPE_CHECKING:
-    from orchestrator.models.facts import ModelFacts
+from orchestrator.models.facts import ModelFacts
+from orchestrator.models.memory import estimate_memory
 
 GIB = 2**30
 # llama.cpp's compute buffers come on top of weights + KV (hundreds of MiB on large models).
@@ -37,14 +35,12 @@ class FitRequest:
 def estimate_bytes(
     facts: ModelFacts, ctx: int, parallel: int, *, draft_n_max: int = 0, draft_facts: ModelFacts | None = None
 ) -> int:
-    """Estimated bytes for one llama-server: ``gguf_info.estimate_memory`` (weights, KV cache
+    """Estimated bytes for one llama-server: ``models.memory.estimate_memory`` (weights, KV cache
     for ``ctx`` tokens over ``parallel`` slots, recurrent state; the NextN block and its KV
     only when ``draft_n_max`` > 0), plus a separate draft GGUF's weights. Compute buffers are
     not included (``check_fit`` adds ``COMPUTE_HEADROOM`` per GPU instance).
     """
-    from orchestrator.models import facts as gguf_info
-
-    total = gguf_info.estimate_memory(facts, ctx, parallel, draft_n_max=draft_n_max).total
+    total = estimate_memory(facts, ctx, parallel, draft_n_max=draft_n_max).total
     if draft_facts is not None:
         total += draft_facts.weights_bytes
     return total

@@ -1,7 +1,7 @@
 """The native build: the pinned llama.cpp plus ``native/patches``, compiled once per build key.
 
-``orchestrator build`` runs: fetch, verify, extract and patch the source (``native_fetch``);
-configure with CMake + Ninja (flags: ``native_plan.PRESETS``); build the ``llama-server`` target (it
+``orchestrator build`` (``orchestrator.cli.build``) runs: fetch, verify, extract and patch the
+source (``native.fetch``); configure with CMake + Ninja (flags: ``native.plan``); build the ``llama-server`` target (it
 yields ``libllama.so``, ``libggml*.so`` and ``libmtmd.so`` too); copy the server and its
 libraries into ``bin/`` with ``manifest.json``; point ``builds/current.json`` at it. One
 build serves both llama-server and the in-process Python runtime (``orchestrator.models.runtime``).
@@ -25,7 +25,6 @@ import json
 import os
 import shutil
 import subprocess
-import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -34,7 +33,7 @@ from typing import Any
 from orchestrator import paths
 from orchestrator.errors import UserError
 from orchestrator.native import fetch as native_fetch
-from orchestrator.native.plan import BuildPlan, plan_build
+from orchestrator.native.plan import BuildPlan
 
 ENV_BIN_DIR = "ORCHESTRATOR_BIN_DIR"
 ENV_SOURCE_DIR = "ORCHESTRATOR_SOURCE_DIR"
@@ -59,6 +58,7 @@ class BuildInfo:
 
 
 def builds_root() -> Path:
+    """Where builds live: ``<cache>/builds``, one folder per build key."""
     return paths.cache_root() / "builds"
 
 
@@ -99,51 +99,8 @@ def pinned_source() -> Path:
     return native_fetch.prepare_source(native_fetch.load_pin(), native_fetch.list_patches())
 
 
-# --- the command ---------------------------------------------------------------------------
-
-
-def cli_build(backend: str, cuda_arch: str | None, jobs: int | None, force: bool, show: bool) -> int:
-    """``orchestrator build``: build (or confirm up to date) and print where the build is.
-
-    Returns 0 on success or when up to date, 1 when CMake or the compile failed (the log path
-    and its last lines are printed). Raises ``UserError`` for missing tools, download,
-    checksum, patch or disk-space problems.
-    """
-    from rich.console import Console
-
-    console = Console(stderr=True, soft_wrap=True)
-    if show:
-        info = locate()
-        print(json.dumps(info.manifest or {"bin_dir": str(info.bin_dir), "manifest": None}, indent=2))
-        return 0
-    plan = plan_build(backend, cuda_arch)
-    root = builds_root() / plan.key
-    if not force and _is_built(root, plan.key):
-        _set_current(root / "bin")
-        console.print(f"llama-server is up to date ({plan.backend}, key {plan.key}): {root / 'bin'}")
-        return 0
-    native_fetch.require_space(builds_root(), SPACE_NEEDED[plan.backend], f"a {plan.backend} build")
-    from orchestrator.native import make as native_make
-
-    started = time.monotonic()
-    if force:  # a clean build of this key (ccache still makes it quick); bin/ stays until replaced
-        for stale in (root / "build", root / native_fetch.SOURCE_DIR_NAME):
-            shutil.rmtree(stale, ignore_errors=True)
-    root.mkdir(parents=True, exist_ok=True)
-    _ensure_source_copy(root, plan, console)
-    log = root / "build.log"
-    ok = native_make.configure_and_compile(root, plan.cmake_flags(), TARGET, jobs or os.cpu_count() or 2, log, console)
-    if not ok:
-        return 1
-    bin_dir = install(root, plan, time.monotonic() - started)
-    _set_current(bin_dir)
-    manifest = json.loads((bin_dir / "manifest.json").read_text())
-    console.print(f"built llama-server in {manifest['build_seconds']:.0f} s: {bin_dir}")
-    console.print(f"  {manifest['version'].splitlines()[0] if manifest['version'] else '(no --version output)'}")
-    return 0
-
-
-def _is_built(root: Path, key: str) -> bool:
+def is_built(root: Path, key: str) -> bool:
+    """Whether ``root/bin`` holds a finished build of ``key``."""
     try:
         manifest = json.loads((root / "bin" / "manifest.json").read_text())
     except (OSError, ValueError):
@@ -151,17 +108,16 @@ def _is_built(root: Path, key: str) -> bool:
     return manifest.get("key") == key and (root / "bin" / SERVER).is_file()
 
 
-def _ensure_source_copy(root: Path, plan: BuildPlan, console: Any) -> None:
+def ensure_source_copy(root: Path, plan: BuildPlan) -> None:
     """Copy the patched source into ``<root>/llama.cpp`` once (the build tree sits beside it)."""
     dest = root / native_fetch.SOURCE_DIR_NAME
     if dest.is_dir():
         return
-    with console.status("preparing the patched llama.cpp source"):
-        src = native_fetch.prepare_source(plan.pin, plan.patches)
-        tmp = root / ".source.tmp"
-        shutil.rmtree(tmp, ignore_errors=True)
-        shutil.copytree(src, tmp, symlinks=True)
-        tmp.rename(dest)
+    src = native_fetch.prepare_source(plan.pin, plan.patches)
+    tmp = root / ".source.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(src, tmp, symlinks=True)
+    tmp.rename(dest)
 
 
 def install(root: Path, plan: BuildPlan, seconds: float) -> Path:
@@ -203,7 +159,8 @@ def server_version(server: Path) -> str:
     return "\n".join(keep or lines).strip()
 
 
-def _set_current(bin_dir: Path) -> None:
+def set_current(bin_dir: Path) -> None:
+    """Point ``builds/current.json`` (what ``locate`` reads) at ``bin_dir``, atomically."""
     pointer = builds_root() / "current.json"
     tmp = pointer.with_suffix(".tmp")
     tmp.write_text(json.dumps({"key": bin_dir.parent.name, "bin_dir": str(bin_dir)}) + "\n")

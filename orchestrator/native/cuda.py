@@ -28,7 +28,31 @@ from orchestrator.errors import UserError
 ARCH_BY_GPU = {"RTX 5090": "120", "RTX 4090": "89", "A100": "80", "H100": "90", "H200": "90"}
 ARCH_HINT = "pass --cuda-arch with a compute capability: " + ", ".join(f"{g}={a}" for g, a in ARCH_BY_GPU.items())
 # Used when nvcc cannot list its architectures (nvcc 12 and 13 together).
-KNOWN_ARCHS = frozenset(["50", "52", "53", "60", "61", "62", "70", "72", "75", "80", "86", "87", "88", "89", "90", "100", "101", "103", "110", "120", "121"])
+KNOWN_ARCHS = frozenset(
+    [
+        "50",
+        "52",
+        "53",
+        "60",
+        "61",
+        "62",
+        "70",
+        "72",
+        "75",
+        "80",
+        "86",
+        "87",
+        "88",
+        "89",
+        "90",
+        "100",
+        "101",
+        "103",
+        "110",
+        "120",
+        "121",
+    ]
+)
 # Wheel layouts holding cuBLAS, newest first, relative to a site-packages folder.
 CUBLAS_WHEEL_DIRS = ("nvidia/cu13", "nvidia/cu12", "nvidia/cublas")
 

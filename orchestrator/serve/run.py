@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from orchestrator.errors import UserError
 from orchestrator.host import statefile
-from orchestrator.launch.plan import check_port_free
+from orchestrator.host.ports import check_port_free
 from orchestrator.serve.app import create_app
 from orchestrator.supervise.supervisor import RUNNING, SERVING, TERMINAL, Supervisor
 
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from fastapi import FastAPI
 
     from orchestrator.config.schema import Config
-    from orchestrator.launch.plan import InstanceSpec
+    from orchestrator.launch.spec import InstanceSpec
 
 
 class Display(Protocol):

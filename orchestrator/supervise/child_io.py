@@ -29,7 +29,7 @@ from orchestrator.host import process
 from orchestrator.supervise.readiness import Health, classify_health
 
 if TYPE_CHECKING:
-    from orchestrator.launch.plan import InstanceSpec
+    from orchestrator.launch.spec import InstanceSpec
 
 RUN_TAIL_LINES = 200  # lines of the current launch kept for failure messages
 

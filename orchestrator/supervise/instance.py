@@ -26,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from orchestrator.launch.plan import with_argv_overrides
+from orchestrator.launch.spec import without_speculation
 from orchestrator.supervise.child_io import ChildLog, ChildProbe, ChildProcess
 from orchestrator.supervise.lifecycle import Inbox, Lifecycle, describe_exit
 from orchestrator.supervise.readiness import Health, failure_lines, is_spec_batch_failure, parse_listening_port
@@ -36,7 +36,7 @@ from orchestrator.supervise.status import Part, status_row
 
 if TYPE_CHECKING:
     from orchestrator.config.schema import Config
-    from orchestrator.launch.plan import InstanceSpec
+    from orchestrator.launch.spec import InstanceSpec
 
 
 class Instance:
@@ -295,7 +295,7 @@ class Instance:
 
     def _apply_spec_fallback(self) -> None:
         """Relaunch without speculation: a new spec without the speculative flags (state DEGRADED)."""
-        self.spec = with_argv_overrides(self.spec, spec_off=True)
+        self.spec = without_speculation(self.spec)
         self._degraded = True
         self.spec_watch.fallback_applied()
 

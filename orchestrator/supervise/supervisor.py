@@ -20,7 +20,7 @@ from orchestrator.supervise.states import RUNNING, SERVING, STARTING, TERMINAL, 
 
 if TYPE_CHECKING:
     from orchestrator.config.schema import Config
-    from orchestrator.launch.plan import InstanceSpec
+    from orchestrator.launch.spec import InstanceSpec
 
 
 class Supervisor:

@@ -1,0 +1,90 @@
+"""llama-server's command line, rendered from ``ServerArgs`` by small pure functions.
+
+The argv is never edited after rendering: a different launch (speculation off, another draft
+length, another port) is a new ``ServerArgs`` made with ``dataclasses.replace``, rendered again.
+Flag spellings are checked against the pin's common/arg.cpp (``llama-server --help``); every
+flag rendered here is in ``orchestrator.config.plan_flags.PLAN_FLAGS`` (a test checks), so
+``extra_args`` cannot fight the plan.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Speculation:
+    """MTP speculative decoding flags. Draft lengths in tokens; ``draft`` is a NextN-only GGUF."""
+
+    type: str  # "draft-mtp"
+    n_max: int
+    n_min: int
+    p_min: float | None = None
+    draft: Path | None = None
+
+
+@dataclass(frozen=True)
+class ServerArgs:
+    """Everything the command line of one llama-server says.
+
+    ``program`` is the executable (the build's llama-server; tests put an interpreter and a
+    script here). ``gpu_layers`` None leaves ``-ngl`` out (a CPU instance); ``port`` 0 lets
+    llama-server bind a port the OS picks. ``extra_args`` (models.yaml) come last.
+    """
+
+    program: tuple[str, ...]
+    model: Path
+    alias: str
+    host: str
+    port: int
+    ctx_size: int
+    parallel: int
+    threads: int | None = None
+    gpu_layers: str | None = None
+    speculation: Speculation | None = None
+    tensor_split: str | None = None
+    extra_args: tuple[str, ...] = ()
+
+
+def render_argv(args: ServerArgs) -> tuple[str, ...]:
+    """The argv (a list for ``exec``, never a shell string) for ``args``."""
+    return (
+        *args.program,
+        *_identity(args),
+        *_resources(args),
+        *_speculation(args.speculation),
+        *(("--tensor-split", args.tensor_split) if args.tensor_split else ()),
+        *args.extra_args,
+    )
+
+
+def _identity(args: ServerArgs) -> tuple[str, ...]:
+    return ("-m", str(args.model), "--alias", args.alias, "--host", args.host, "--port", str(args.port), "--metrics")
+
+
+def _resources(args: ServerArgs) -> tuple[str, ...]:
+    out: tuple[str, ...] = ("-c", str(args.ctx_size), "-np", str(args.parallel))
+    if args.threads is not None:
+        out += ("-t", str(args.threads))
+    if args.gpu_layers is not None:
+        out += ("-ngl", args.gpu_layers)
+    return out
+
+
+def _speculation(spec: Speculation | None) -> tuple[str, ...]:
+    if spec is None:
+        return ()
+    out: tuple[str, ...] = (
+        "--spec-type",
+        spec.type,
+        "--spec-draft-n-max",
+        str(spec.n_max),
+        "--spec-draft-n-min",
+        str(spec.n_min),
+    )
+    if spec.p_min is not None:
+        out += ("--spec-draft-p-min", f"{spec.p_min:g}")
+    if spec.draft is not None:
+        out += ("-md", str(spec.draft))
+    return out

@@ -1,0 +1,100 @@
+"""What a built llama-server can do, probed once by running it: flags, draft-mtp, backend.
+
+``probe_capabilities(build)`` runs ``llama-server --help`` (cached per binary: path, mtime,
+size) and returns a ``ServerCapabilities`` value. Callers (``orchestrator up``, the bench)
+probe once and hand the value to the launch plan, which never runs a process itself.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from orchestrator.errors import UserError
+from orchestrator.native.build import BuildInfo
+
+_HELP_CACHE: dict[tuple[str, int, int], str] = {}
+# a flag at the start of a --help entry, or after a comma: "-md,    --model-draft FNAME"
+_FLAG_RE = re.compile(r"(?:^|,)\s*(--?[A-Za-z][\w-]*)", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class ServerCapabilities:
+    """A llama-server binary's abilities.
+
+    Attributes:
+        backend: ``"cuda"`` or ``"cpu"``.
+        draft_mtp: whether ``--spec-type`` accepts ``draft-mtp`` (MTP speculative decoding).
+        flags: every flag spelling ``--help`` lists, e.g. ``"-md"``, ``"--spec-draft-n-max"``.
+    """
+
+    backend: str
+    draft_mtp: bool
+    flags: frozenset[str]
+
+    @classmethod
+    def from_help(cls, text: str, backend: str) -> ServerCapabilities:
+        """Capabilities from ``llama-server --help`` output ``text``."""
+        flags = frozenset(_FLAG_RE.findall(text))
+        return cls(backend=backend, draft_mtp="--spec-type" in text and "draft-mtp" in text, flags=flags)
+
+
+def probe_capabilities(build: BuildInfo) -> ServerCapabilities:
+    """Run ``build.server --help`` once (cached per binary) and read its capabilities.
+
+    Raises:
+        UserError: the binary is missing or cannot run (missing libraries, wrong platform).
+    """
+    return ServerCapabilities.from_help(server_help(build), build_backend(build))
+
+
+def server_help(build: BuildInfo) -> str:
+    """``llama-server --help`` text (stdout and stderr), cached per binary (path, mtime, size).
+
+    Raises:
+        UserError: the binary is missing or cannot run (missing libraries, wrong platform).
+    """
+    server = Path(build.server)
+    try:
+        st = server.stat()
+    except OSError as err:
+        raise UserError(f"llama-server not found at {server}: {err}", hint="run `orchestrator build`") from None
+    key = (str(server), st.st_mtime_ns, st.st_size)
+    if key not in _HELP_CACHE:
+        _HELP_CACHE[key] = _run_help(build, server)
+    return _HELP_CACHE[key]
+
+
+def _run_help(build: BuildInfo, server: Path) -> str:
+    env = {**os.environ, **library_env(build)}
+    try:
+        out = subprocess.run([str(server), "--help"], capture_output=True, text=True, timeout=60, check=False, env=env)
+    except (OSError, subprocess.SubprocessError) as err:
+        raise UserError(
+            f"cannot run {server} --help: {err}", hint="rebuild with `orchestrator build --force`"
+        ) from None
+    if out.returncode != 0:
+        tail = (out.stderr or out.stdout).strip().splitlines()[-3:]
+        raise UserError(
+            f"{server} --help failed (exit {out.returncode}): " + " / ".join(tail),
+            hint="rebuild with `orchestrator build --force`",
+        )
+    return out.stdout + out.stderr
+
+
+def build_backend(build: BuildInfo) -> str:
+    """``"cuda"`` or ``"cpu"``: the manifest's ``backend``, else whether libggml-cuda is present."""
+    backend = (build.manifest or {}).get("backend")
+    if backend in ("cpu", "cuda"):
+        return str(backend)
+    return "cuda" if any(Path(build.lib_dir).glob("libggml-cuda.so*")) else "cpu"
+
+
+def library_env(build: BuildInfo) -> dict[str, str]:
+    """``LD_LIBRARY_PATH`` with the build's library folder first, for running its llama-server."""
+    current = os.environ.get("LD_LIBRARY_PATH")
+    lib = str(build.lib_dir)
+    return {"LD_LIBRARY_PATH": f"{lib}:{current}" if current else lib}
