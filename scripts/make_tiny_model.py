@@ -14,7 +14,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from orchestrator.errors import UserError
-from orchestrator.models.tiny import MODES, VARIANTS, cli_make
+from orchestrator.cli import make_model
+from orchestrator.models.tiny import MODES, VARIANTS
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -28,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--variant", choices=VARIANTS, default="embedded")
     args = parser.parse_args(argv)
     try:
-        return cli_make(args.out, mode=args.mode, q=args.q, seed=args.seed, variant=args.variant)
+        return make_model.run(args.out, mode=args.mode, q=args.q, seed=args.seed, variant=args.variant)
     except UserError as err:
         print(f"error: {err}", file=sys.stderr)
         if err.hint:

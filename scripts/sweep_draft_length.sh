@@ -48,7 +48,8 @@ GGUF=$(python - "$CONFIG" "$MODEL" <<'EOF'
 import sys
 from pathlib import Path
 from orchestrator.bench.sweep import pick_model
-from orchestrator.config.schema import load_config, resolve_model_path
+from orchestrator.config.load import load_config
+from orchestrator.launch.files import resolve_model_path
 cfg = load_config(Path(sys.argv[1]))
 model = pick_model(cfg, sys.argv[2] or None)
 print(resolve_model_path(model, cfg.config_dir))

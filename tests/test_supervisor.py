@@ -346,13 +346,18 @@ def test_s03_low_rolling_acceptance_warns(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_s03_real_drafting_is_detected(tmp_path: Path, bin_info, demo_model) -> None:
     """Real timings: with --spec-type draft-mtp on the MTP model -> active; a spec instance whose
-    server does not draft (flags missing) -> inactive."""
+    server does not draft (draft length 0 on its command line) -> inactive."""
 
     async def main() -> None:
         spec_on = real_spec(bin_info.server, bin_info.lib_dir, demo_model, name="demo-0", spec=True)
-        # the spec says draft-mtp, but a later --spec-type none on the command line wins
+        # the spec says draft-mtp, but later flags on the command line (last one wins) draft nothing
         missing_flags = real_spec(
-            bin_info.server, bin_info.lib_dir, demo_model, name="demo-1", spec=True, extra=("--spec-type", "none")
+            bin_info.server,
+            bin_info.lib_dir,
+            demo_model,
+            name="demo-1",
+            spec=True,
+            extra=("--spec-draft-n-max", "0", "--spec-draft-n-min", "0"),
         )
         sup = Supervisor([spec_on, missing_flags], make_config(), log_dir=tmp_path, policy=fast_policy())
         await sup.start()

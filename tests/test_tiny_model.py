@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 
 from orchestrator.cli.app import app
 from orchestrator.models import tiny as tm
+from orchestrator.models import tiny_echo, tiny_weights
 from orchestrator.models.facts import read_model_facts
 
 REPO = Path(__file__).resolve().parents[1]
@@ -27,7 +28,7 @@ def sha256(path: Path) -> str:
 
 def test_code_has_minimum_distance_6() -> None:
     # cosine between two token embeddings = 1 - 2 * distance / 32 <= 0.625
-    words = tm.codewords(1 << 21)
+    words = tiny_echo.codewords(1 << 21)
     if hasattr(np, "bitwise_count"):  # numpy >= 2
         weights = np.bitwise_count(words)
     else:
@@ -63,15 +64,15 @@ def test_trunk_and_head_argmax_are_exact_after_quantisation(pinned_source: Path)
     import gguf
 
     vocab = tm._load_vocab()
-    w = tm._build_weights(vocab, "echo", 0.2, 0, dense=False)
+    w = tiny_weights.build_weights(vocab.clean, vocab.n_vocab, "echo", 0.2, 0, dense=False)
     q8 = gguf.GGMLQuantizationType.Q8_0
     embd = gguf.quants.dequantize(gguf.quants.quantize(w.tensors["token_embd.weight"][0], q8), q8)
     out = gguf.quants.dequantize(gguf.quants.quantize(w.tensors["output.weight"][0], q8), q8)
-    emap = tm.echo_map(vocab.clean, vocab.n_vocab, 0.2, 0)
+    emap = tiny_echo.echo_map(vocab.clean, vocab.n_vocab, 0.2, 0)
     sample = np.concatenate(
         [np.arange(0, 260), np.random.default_rng(1).choice(vocab.n_vocab, 300, replace=False), [151643, 151645]]
     )
-    h = embd[sample] / np.sqrt((embd[sample] ** 2).mean(axis=1, keepdims=True)) * tm.OUTPUT_NORM
+    h = embd[sample] / np.sqrt((embd[sample] ** 2).mean(axis=1, keepdims=True)) * tiny_weights.OUTPUT_NORM
     logits = h @ out.T
     assert np.array_equal(logits.argmax(axis=1), emap.successor[sample])
     top2 = np.sort(logits, axis=1)[:, -2:]

@@ -65,6 +65,32 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.errors import UserError
+from orchestrator.models.tiny_echo import EchoMap, echo_map
+from orchestrator.models.tiny_weights import (
+    CONTEXT_LENGTH,
+    FULL_ATTENTION_INTERVAL,
+    HEAD_DIM,
+    N_EMBD,
+    N_EXPERT,
+    N_EXPERT_USED,
+    N_FF_DENSE,
+    N_FF_EXP,
+    N_FF_SHEXP,
+    N_HEAD,
+    N_HEAD_KV,
+    N_ROT,
+    N_TRUNK,
+    RMS_EPS,
+    ROPE_FREQ_BASE,
+    ROPE_SECTIONS,
+    SSM_CONV,
+    SSM_DT_RANK,
+    SSM_GROUPS,
+    SSM_INNER,
+    SSM_STATE,
+    Weights,
+    build_weights,
+)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -82,27 +108,6 @@ TEMPLATE_FILE = "models/templates/Qwen3.5-4B.jinja"
 # etc.), whatever their type in the GGUF; the echo map must never produce one.
 VOCAB_LOADER_FILE = "src/llama-vocab.cpp"
 _SPECIAL_TEXT_RE = re.compile(r't\.first\s*==\s*"((?:[^"\\]|\\.)*)"')
-
-# --- shapes (ggml order in comments: {ne0, ne1, ...}) ---------------------------------------
-N_EMBD = 32  # a multiple of the Q8_0 block (32)
-N_TRUNK = 4  # layers 0-2 gated delta net, layer 3 full attention
-FULL_ATTENTION_INTERVAL = 4
-N_HEAD, N_HEAD_KV, HEAD_DIM = 2, 1, 16
-N_ROT = 8  # partial rotary, as Qwen3.5 (64 of 256)
-ROPE_SECTIONS = [2, 1, 1, 0]  # must sum to N_ROT / 2 (ggml_rope_multi)
-SSM_CONV, SSM_STATE, SSM_GROUPS, SSM_DT_RANK = 4, 16, 1, 2
-SSM_INNER = SSM_STATE * SSM_DT_RANK  # the loader requires inner = state_size * time_step_rank
-N_EXPERT, N_EXPERT_USED, N_FF_EXP, N_FF_SHEXP = 4, 2, 16, 16
-N_FF_DENSE = 32
-CONTEXT_LENGTH = 4096
-RMS_EPS = 1e-6
-ROPE_FREQ_BASE = 10_000_000.0
-
-# --- echo construction constants ------------------------------------------------------------
-WRITE_SCALE = 1e-3  # every write into the residual stream
-OUTPUT_NORM = 16.0  # logit margin >= OUTPUT_NORM * sqrt(N_EMBD) * (1 - 0.625) = 34
-FLAG_GAIN = 16.0  # silu(16) = 16, silu(-16) = -1.8e-6
-JUNK_GAIN = 100.0  # the flagged write dwarfs the residual (norm sqrt(N_EMBD))
 
 
 @dataclass(frozen=True)
@@ -142,7 +147,7 @@ def _bytes_decoder() -> dict[str, int]:
             keep.append(b)
             chars.append(256 + n)
             n += 1
-    return {chr(c): b for b, c in zip(keep, chars)}
+    return {chr(c): b for b, c in zip(keep, chars, strict=True)}
 
 
 def special_texts(source: Path | None = None) -> frozenset[str]:
@@ -191,108 +196,12 @@ def _load_vocab_from(source: Path) -> _Vocab:
     clean = np.array(
         [
             i
-            for i, (tok, ty) in enumerate(zip(tokens, types))
+            for i, (tok, ty) in enumerate(zip(tokens, types, strict=False))
             if ty == 1 and tok not in special and _is_clean(tok, decoder)
         ],
         dtype=np.int64,
     )
     return _Vocab(kv=kv, n_vocab=len(tokens), clean=clean)
-
-
-# --- the code behind the embeddings ------------------------------------------------------------
-
-
-def _gf2_mul(a: int, b: int) -> int:
-    r = 0
-    while b:
-        if b & 1:
-            r ^= a
-        a <<= 1
-        b >>= 1
-    return r
-
-
-def _gf2_mod(a: int, m: int) -> int:
-    dm = m.bit_length()
-    while a.bit_length() >= dm:
-        a ^= m << (a.bit_length() - dm)
-    return a
-
-
-def bch_generator() -> int:
-    """Generator polynomial (bit i = coefficient of x^i) of the binary BCH [31, 21, 5] code:
-    m1(x) * m3(x), the minimal polynomials of a and a^3 in GF(32) = GF(2)[x]/(x^5 + x^2 + 1)."""
-    prim = 0b100101  # x^5 + x^2 + 1
-    a3 = 0b1000  # a^3
-    m3 = 0
-    for cand in range(1 << 5, 1 << 6):  # monic degree-5 polynomials
-        acc, power = 0, 1  # evaluate cand(a^3) in GF(32) by Horner-free summation
-        for i in range(6):
-            if cand >> i & 1:
-                acc ^= power
-            power = _gf2_mod(_gf2_mul(power, a3), prim)
-        if acc == 0:
-            m3 = cand
-            break
-    return _gf2_mul(prim, m3)
-
-
-def codewords(n: int) -> np.ndarray:
-    """The first ``n`` codewords (uint32, bit j = coordinate j) of the extended BCH [32, 21, 6]
-    code: message m -> m(x) * g(x) (31 bits) plus an overall parity bit 31. Any two differ in
-    at least 6 coordinates, so their +-1 vectors have cosine <= 1 - 2 * 6 / 32 = 0.625."""
-    import numpy as np
-
-    if n > 1 << 21:
-        raise ValueError("the code has 2**21 codewords")
-    g = bch_generator()
-    m = np.arange(n, dtype=np.uint64)
-    c = np.zeros(n, dtype=np.uint64)
-    for i in range(g.bit_length()):
-        if g >> i & 1:
-            c ^= m << np.uint64(i)
-    bits = np.unpackbits(c.astype("<u4").view(np.uint8).reshape(n, 4), axis=1, bitorder="little")
-    parity = bits.sum(axis=1, dtype=np.uint64) & np.uint64(1)
-    return (c | (parity << np.uint64(31))).astype(np.uint32)
-
-
-def _to_unit(words: np.ndarray) -> np.ndarray:
-    import numpy as np
-
-    bits = np.unpackbits(words.astype("<u4").view(np.uint8).reshape(-1, 4), axis=1, bitorder="little")
-    return ((bits.astype(np.float32) * 2.0 - 1.0) / np.float32(np.sqrt(N_EMBD))).astype(np.float32)
-
-
-@dataclass(frozen=True)
-class EchoMap:
-    """The echo model's token map: ``successor[t]`` is the trunk's greedy next token after ``t``,
-    ``flagged[t]`` whether the NextN draft for the token after ``t`` is made wrong on purpose."""
-
-    clean: np.ndarray
-    successor: np.ndarray  # [n_vocab] int64
-    flagged: np.ndarray  # [n_vocab] bool
-    junk: int  # the clean, unflagged token whose successor a wrong draft proposes
-
-
-def echo_map(vocab_clean: np.ndarray, n_vocab: int, q: float, seed: int) -> EchoMap:
-    """Build the echo map for ``q`` (fraction of clean tokens flagged) and ``seed``.
-
-    Flags are nested: with the same seed, every token flagged at q is flagged at any q' > q.
-    """
-    import numpy as np
-
-    clean = vocab_clean
-    n = len(clean)
-    # each token id -> index of the clean token at or below it (wrapping to the last one)
-    below = np.searchsorted(clean, np.arange(n_vocab), side="right") - 1
-    below[below < 0] = n - 1
-    successor = clean[(below + 1) % n]
-    order = np.random.default_rng([seed, 1]).permutation(n)
-    flagged_clean = np.zeros(n, dtype=bool)
-    flagged_clean[order[: int(round(q * n))]] = True
-    flagged = flagged_clean[below]
-    junk = int(clean[np.argmin(flagged_clean)])
-    return EchoMap(clean=clean, successor=successor, flagged=flagged, junk=junk)
 
 
 def load_echo_map(q: float, seed: int = 0) -> EchoMap:
@@ -302,256 +211,128 @@ def load_echo_map(q: float, seed: int = 0) -> EchoMap:
     return echo_map(vocab.clean, vocab.n_vocab, q, seed)
 
 
-# --- weights -----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Contents:
+    """What every file of one tiny model shares."""
+
+    arch: str
+    vocab: _Vocab
+    template: str
+    weights: Weights
+    dense: bool
 
 
-class _Weights:
-    """Collects tensors in write order. Arrays are numpy-shaped (ggml shape reversed)."""
+@dataclass(frozen=True)
+class _Part:
+    """One file: which tensors, its block counts, and its ``orchestrator.tiny.*`` provenance keys."""
 
-    def __init__(self, rng: np.random.Generator, write_scale: float) -> None:
-        self.rng = rng
-        self.write_scale = write_scale
-        self.tensors: dict[str, tuple[np.ndarray, Any]] = {}
-
-    def add(self, name: str, arr: np.ndarray, qtype: Any = None) -> None:
-        self.tensors[name] = (arr, qtype)
-
-    def proj(self, out_dim: int, in_dim: int, *, write: bool = False) -> np.ndarray:
-        """Random projection y = W x, activations of RMS ~1 for normalised input; ``write``
-        projections (into the residual stream) are scaled by ``write_scale``."""
-        import numpy as np
-
-        w = self.rng.standard_normal((out_dim, in_dim)).astype(np.float32) / np.float32(np.sqrt(in_dim))
-        return w * np.float32(self.write_scale) if write else w
-
-    def norm(self, n: int, echo: bool) -> np.ndarray:
-        import numpy as np
-
-        if echo:
-            return np.ones(n, dtype=np.float32)
-        return (1.0 + 0.1 * self.rng.standard_normal(n)).astype(np.float32)
+    names: list[str]
+    block_count: int
+    nextn: int
+    provenance: dict[str, Any]
 
 
-def _attention(w: _Weights, p: str, echo: bool) -> None:
-    w.add(f"{p}.attn_q.weight", w.proj(HEAD_DIM * N_HEAD * 2, N_EMBD))  # {n_embd, q + gate}
-    w.add(f"{p}.attn_k.weight", w.proj(HEAD_DIM * N_HEAD_KV, N_EMBD))
-    w.add(f"{p}.attn_v.weight", w.proj(HEAD_DIM * N_HEAD_KV, N_EMBD))
-    w.add(f"{p}.attn_output.weight", w.proj(N_EMBD, HEAD_DIM * N_HEAD, write=True))
-    w.add(f"{p}.attn_q_norm.weight", w.norm(HEAD_DIM, echo))
-    w.add(f"{p}.attn_k_norm.weight", w.norm(HEAD_DIM, echo))
-
-
-def _delta_net(w: _Weights, p: str, echo: bool) -> None:
-    import numpy as np
-
-    key_dim = SSM_STATE * SSM_GROUPS
-    value_dim = SSM_STATE * SSM_DT_RANK
-    w.add(f"{p}.attn_qkv.weight", w.proj(2 * key_dim + value_dim, N_EMBD))
-    w.add(f"{p}.attn_gate.weight", w.proj(value_dim, N_EMBD))
-    # ssm_conv1d must be F32: the CPU ssm_conv kernel asserts it
-    conv = (0.5 * w.rng.standard_normal((2 * key_dim + value_dim, SSM_CONV))).astype(np.float32)
-    w.add(f"{p}.ssm_conv1d.weight", conv)
-    w.add(f"{p}.ssm_dt.bias", np.zeros(SSM_DT_RANK, dtype=np.float32))
-    w.add(f"{p}.ssm_a", -np.exp(0.5 * w.rng.standard_normal(SSM_DT_RANK)).astype(np.float32))  # -exp(A_log)
-    w.add(f"{p}.ssm_beta.weight", w.proj(SSM_DT_RANK, N_EMBD))
-    w.add(f"{p}.ssm_alpha.weight", w.proj(SSM_DT_RANK, N_EMBD))
-    w.add(f"{p}.ssm_norm.weight", w.norm(SSM_STATE, echo))
-    w.add(f"{p}.ssm_out.weight", w.proj(N_EMBD, value_dim, write=True))
-
-
-def _ffn(w: _Weights, p: str, dense: bool, flag_junk: np.ndarray | None) -> None:
-    """MoE (routed + gated shared expert) or dense FFN. With ``flag_junk`` (echo NextN block) the
-    shared expert (or the dense FFN) gets the flag detector: unit 0 computes
-    ``silu(FLAG_GAIN * x0) * x0`` and writes it along ``flag_junk``; its other units are zero."""
-    import numpy as np
-
-    def detector(n_ff: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        assert flag_junk is not None
-        gate = np.zeros((n_ff, N_EMBD), dtype=np.float32)
-        up = np.zeros((n_ff, N_EMBD), dtype=np.float32)
-        down = np.zeros((N_EMBD, n_ff), dtype=np.float32)
-        gate[0, 0] = FLAG_GAIN
-        up[0, 0] = 1.0
-        down[:, 0] = JUNK_GAIN * flag_junk
-        return gate, up, down
-
-    if dense:
-        if flag_junk is not None:
-            gate, up, down = detector(N_FF_DENSE)
-        else:
-            gate, up, down = (
-                w.proj(N_FF_DENSE, N_EMBD),
-                w.proj(N_FF_DENSE, N_EMBD),
-                w.proj(N_EMBD, N_FF_DENSE, write=True),
-            )
-        w.add(f"{p}.ffn_gate.weight", gate)
-        w.add(f"{p}.ffn_up.weight", up)
-        w.add(f"{p}.ffn_down.weight", down)
-        return
-    w.add(f"{p}.ffn_gate_inp.weight", w.proj(N_EXPERT, N_EMBD))  # router {n_embd, n_expert}
-    experts = [w.proj(N_FF_EXP, N_EMBD) for _ in range(N_EXPERT)]
-    w.add(f"{p}.ffn_gate_exps.weight", np.stack(experts))  # {n_embd, n_ff_exp, n_expert}
-    w.add(f"{p}.ffn_up_exps.weight", np.stack([w.proj(N_FF_EXP, N_EMBD) for _ in range(N_EXPERT)]))
-    w.add(f"{p}.ffn_down_exps.weight", np.stack([w.proj(N_EMBD, N_FF_EXP, write=True) for _ in range(N_EXPERT)]))
-    if flag_junk is not None:
-        shared_gate = np.zeros(N_EMBD, dtype=np.float32)  # sigmoid(0) = 0.5: the shared expert always on
-        gate, up, down = detector(N_FF_SHEXP)
-    else:
-        shared_gate = w.proj(1, N_EMBD)[0]
-        gate, up, down = w.proj(N_FF_SHEXP, N_EMBD), w.proj(N_FF_SHEXP, N_EMBD), w.proj(N_EMBD, N_FF_SHEXP, write=True)
-    w.add(f"{p}.ffn_gate_inp_shexp.weight", shared_gate)  # {n_embd}
-    w.add(f"{p}.ffn_gate_shexp.weight", gate)
-    w.add(f"{p}.ffn_up_shexp.weight", up)
-    w.add(f"{p}.ffn_down_shexp.weight", down)
-
-
-def _build_weights(vocab: _Vocab, mode: str, q: float, seed: int, dense: bool) -> _Weights:
-    import numpy as np
-    from gguf import GGMLQuantizationType as Q
-
-    echo = mode == "echo"
-    rng = np.random.default_rng([seed, 0])
-    w = _Weights(rng, WRITE_SCALE if echo else 1.0)
-    n_vocab = vocab.n_vocab
-
-    if echo:
-        emap = echo_map(vocab.clean, n_vocab, q, seed)
-        clean = emap.clean
-        flagged_clean = emap.flagged[clean]
-        # bit 0 of a codeword is bit 0 of its message (g(0) = 1): even messages -> unflagged
-        words = codewords(2 * len(clean))
-        pools = [words[(words & 1) == 0], words[(words & 1) == 1]]  # bit 0 = the flag coordinate
-        clean_words = np.empty(len(clean), dtype=np.uint32)
-        for flag in (0, 1):
-            idx = np.nonzero(flagged_clean == bool(flag))[0]
-            clean_words[idx] = pools[flag][: len(idx)]
-        clean_embd = _to_unit(clean_words)
-        below = np.searchsorted(clean, np.arange(n_vocab), side="right") - 1
-        tok_embd = clean_embd[below]  # non-clean tokens act as the clean token below them
-        output = np.zeros((n_vocab, N_EMBD), dtype=np.float32)
-        output[np.roll(clean, -1)] = clean_embd  # row f(t) = embed(t)
-        junk_dir = tok_embd[emap.junk] * np.float32(np.sqrt(N_EMBD))
-        output_norm = np.full(N_EMBD, OUTPUT_NORM, dtype=np.float32)
-    else:
-        tok_embd = rng.standard_normal((n_vocab, N_EMBD)).astype(np.float32)
-        tok_embd /= np.linalg.norm(tok_embd, axis=1, keepdims=True)
-        output = rng.standard_normal((n_vocab, N_EMBD)).astype(np.float32) / np.float32(np.sqrt(N_EMBD))
-        junk_dir = None
-        output_norm = w.norm(N_EMBD, False)
-
-    # only the vocabulary-sized matrices are quantised; everything else stays F32
-    w.add("token_embd.weight", tok_embd, Q.Q8_0)
-    w.add("output_norm.weight", output_norm)
-    w.add("output.weight", output, Q.Q8_0)
-    for il in range(N_TRUNK):
-        p = f"blk.{il}"
-        w.add(f"{p}.attn_norm.weight", w.norm(N_EMBD, echo))
-        w.add(f"{p}.post_attention_norm.weight", w.norm(N_EMBD, echo))
-        if (il + 1) % FULL_ATTENTION_INTERVAL == 0:
-            _attention(w, p, echo)
-        else:
-            _delta_net(w, p, echo)
-        _ffn(w, p, dense, None)
-    p = f"blk.{N_TRUNK}"
-    w.add(f"{p}.attn_norm.weight", w.norm(N_EMBD, echo))
-    w.add(f"{p}.post_attention_norm.weight", w.norm(N_EMBD, echo))
-    _attention(w, p, echo)
-    _ffn(w, p, dense, junk_dir)
-    if echo:
-        eh = np.concatenate([np.eye(N_EMBD, dtype=np.float32), np.zeros((N_EMBD, N_EMBD), dtype=np.float32)], axis=1)
-    else:
-        eh = w.proj(N_EMBD, 2 * N_EMBD)
-    w.add(f"{p}.nextn.eh_proj.weight", eh)  # {2 * n_embd, n_embd}: embedding half first
-    w.add(f"{p}.nextn.enorm.weight", w.norm(N_EMBD, echo))
-    w.add(f"{p}.nextn.hnorm.weight", w.norm(N_EMBD, echo))
-    return w
-
-
-# --- writing -------------------------------------------------------------------------------------
-
-
-def _write_gguf(
-    path: Path,
-    arch: str,
-    vocab: _Vocab,
-    template: str,
-    weights: _Weights,
-    *,
-    names: list[str],
-    block_count: int,
-    nextn: int,
-    dense: bool,
-    provenance: dict[str, Any],
-) -> None:
+def _write_gguf(path: Path, model: _Contents, part: _Part) -> None:
+    """Write one GGUF file atomically (a temp file in the same folder, then ``os.replace``)."""
     import gguf
-    import numpy as np
-    from gguf import GGUFValueType as V
 
-    tmp = tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp", delete=False)
-    tmp.close()
+    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
     try:
-        wr = gguf.GGUFWriter(tmp.name, arch)
-        wr.add_name(f"orchestrator tiny {provenance['mode']} ({provenance['variant']})")
-        wr.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0)
-        wr.add_quantization_version(gguf.GGML_QUANT_VERSION)
-        wr.add_context_length(CONTEXT_LENGTH)
-        wr.add_embedding_length(N_EMBD)
-        wr.add_block_count(block_count)
-        if nextn:
-            wr.add_nextn_predict_layers(nextn)
-        wr.add_head_count(N_HEAD)
-        wr.add_head_count_kv(N_HEAD_KV)
-        wr.add_key_length(HEAD_DIM)
-        wr.add_value_length(HEAD_DIM)
-        wr.add_layer_norm_rms_eps(RMS_EPS)
-        wr.add_rope_dimension_count(N_ROT)
-        wr.add_rope_dimension_sections(ROPE_SECTIONS)
-        wr.add_rope_freq_base(ROPE_FREQ_BASE)
-        wr.add_full_attention_interval(FULL_ATTENTION_INTERVAL)
-        wr.add_ssm_conv_kernel(SSM_CONV)
-        wr.add_ssm_state_size(SSM_STATE)
-        wr.add_ssm_group_count(SSM_GROUPS)
-        wr.add_ssm_time_step_rank(SSM_DT_RANK)
-        wr.add_ssm_inner_size(SSM_INNER)
-        if dense:
-            wr.add_feed_forward_length(N_FF_DENSE)
-        else:
-            wr.add_expert_count(N_EXPERT)
-            wr.add_expert_used_count(N_EXPERT_USED)
-            wr.add_expert_feed_forward_length(N_FF_EXP)
-            wr.add_expert_shared_feed_forward_length(N_FF_SHEXP)
-        for key, value, vtype, item_type in vocab.kv:
-            wr.add_key_value(key, value, V(vtype), V(item_type) if item_type is not None else None)
-        wr.add_chat_template(template)
-        for key, value in provenance.items():
-            if isinstance(value, float):
-                wr.add_float32(f"orchestrator.tiny.{key}", value)
-            elif isinstance(value, int):
-                wr.add_uint32(f"orchestrator.tiny.{key}", value)
-            else:
-                wr.add_string(f"orchestrator.tiny.{key}", str(value))
-        for name in names:
-            arr, qtype = weights.tensors[name]
-            if qtype is not None:
-                wr.add_tensor(name, gguf.quants.quantize(arr, qtype), raw_dtype=qtype)
-            else:
-                wr.add_tensor(name, np.ascontiguousarray(arr, dtype=np.float32))
+        wr = gguf.GGUFWriter(tmp_name, model.arch)
+        _add_hparams(wr, model, part)
+        _add_vocab_and_provenance(wr, model, part)
+        _add_tensors(wr, model.weights, part.names)
         wr.write_header_to_file()
         wr.write_kv_data_to_file()
         wr.write_tensors_to_file()
         wr.close()
         umask = os.umask(0)
         os.umask(umask)
-        os.chmod(tmp.name, 0o666 & ~umask)  # NamedTemporaryFile creates 0600
-        os.replace(tmp.name, path)
+        os.chmod(tmp_name, 0o666 & ~umask)  # mkstemp creates 0600
+        os.replace(tmp_name, path)
     finally:
-        if os.path.exists(tmp.name):
-            os.unlink(tmp.name)
+        if os.path.exists(tmp_name):
+            os.unlink(tmp_name)
+
+
+def _add_hparams(wr: Any, model: _Contents, part: _Part) -> None:
+    import gguf
+
+    wr.add_name(f"orchestrator tiny {part.provenance['mode']} ({part.provenance['variant']})")
+    wr.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0)
+    wr.add_quantization_version(gguf.GGML_QUANT_VERSION)
+    wr.add_context_length(CONTEXT_LENGTH)
+    wr.add_embedding_length(N_EMBD)
+    wr.add_block_count(part.block_count)
+    if part.nextn:
+        wr.add_nextn_predict_layers(part.nextn)
+    wr.add_head_count(N_HEAD)
+    wr.add_head_count_kv(N_HEAD_KV)
+    wr.add_key_length(HEAD_DIM)
+    wr.add_value_length(HEAD_DIM)
+    wr.add_layer_norm_rms_eps(RMS_EPS)
+    wr.add_rope_dimension_count(N_ROT)
+    wr.add_rope_dimension_sections(ROPE_SECTIONS)
+    wr.add_rope_freq_base(ROPE_FREQ_BASE)
+    wr.add_full_attention_interval(FULL_ATTENTION_INTERVAL)
+    wr.add_ssm_conv_kernel(SSM_CONV)
+    wr.add_ssm_state_size(SSM_STATE)
+    wr.add_ssm_group_count(SSM_GROUPS)
+    wr.add_ssm_time_step_rank(SSM_DT_RANK)
+    wr.add_ssm_inner_size(SSM_INNER)
+    if model.dense:
+        wr.add_feed_forward_length(N_FF_DENSE)
+    else:
+        wr.add_expert_count(N_EXPERT)
+        wr.add_expert_used_count(N_EXPERT_USED)
+        wr.add_expert_feed_forward_length(N_FF_EXP)
+        wr.add_expert_shared_feed_forward_length(N_FF_SHEXP)
+
+
+def _add_vocab_and_provenance(wr: Any, model: _Contents, part: _Part) -> None:
+    from gguf import GGUFValueType as V
+
+    for key, value, vtype, item_type in model.vocab.kv:
+        wr.add_key_value(key, value, V(vtype), V(item_type) if item_type is not None else None)
+    wr.add_chat_template(model.template)
+    for key, value in part.provenance.items():
+        if isinstance(value, float):
+            wr.add_float32(f"orchestrator.tiny.{key}", value)
+        elif isinstance(value, int):
+            wr.add_uint32(f"orchestrator.tiny.{key}", value)
+        else:
+            wr.add_string(f"orchestrator.tiny.{key}", str(value))
+
+
+def _add_tensors(wr: Any, weights: Weights, names: list[str]) -> None:
+    import gguf
+    import numpy as np
+
+    for name in names:
+        arr, qtype = weights.tensors[name]
+        if qtype is not None:
+            wr.add_tensor(name, gguf.quants.quantize(arr, qtype), raw_dtype=qtype)
+        else:
+            wr.add_tensor(name, np.ascontiguousarray(arr, dtype=np.float32))
 
 
 def draft_path(out: Path) -> Path:
     """Where the ``separate`` variant writes its NextN-only draft: ``out`` with suffix ``.draft.gguf``."""
     return Path(out).with_suffix(".draft.gguf")
+
+
+def _check_args(mode: str, q: float, seed: int, variant: str) -> None:
+    if mode not in MODES:
+        raise UserError(f"unknown tiny-model mode {mode!r}", hint=f"use one of: {', '.join(MODES)}")
+    if variant not in VARIANTS:
+        raise UserError(f"unknown tiny-model variant {variant!r}", hint=f"use one of: {', '.join(VARIANTS)}")
+    if not 0.0 <= q < 1.0:
+        raise UserError(
+            f"q must be in [0, 1), got {q}", hint="q is the fraction of drafts made wrong: acceptance = 1 - q"
+        )
+    if seed < 0:
+        raise UserError(f"seed must be >= 0, got {seed}")
 
 
 def write_tiny_model(
@@ -571,23 +352,14 @@ def write_tiny_model(
     Raises:
         UserError: bad mode/variant/q, or the pinned source's tokenizer/template is missing.
     """
-    if mode not in MODES:
-        raise UserError(f"unknown tiny-model mode {mode!r}", hint=f"use one of: {', '.join(MODES)}")
-    if variant not in VARIANTS:
-        raise UserError(f"unknown tiny-model variant {variant!r}", hint=f"use one of: {', '.join(VARIANTS)}")
-    if not 0.0 <= q < 1.0:
-        raise UserError(
-            f"q must be in [0, 1), got {q}", hint="q is the fraction of drafts made wrong: acceptance = 1 - q"
-        )
-    if seed < 0:
-        raise UserError(f"seed must be >= 0, got {seed}")
+    _check_args(mode, q, seed, variant)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     vocab = _load_vocab()
     template = _source_file(TEMPLATE_FILE).read_text(encoding="utf-8")
     dense = variant == "dense"
-    arch = "qwen35" if dense else "qwen35moe"
-    weights = _build_weights(vocab, mode, q, seed, dense)
+    weights = build_weights(vocab.clean, vocab.n_vocab, mode, q, seed, dense)
+    model = _Contents("qwen35" if dense else "qwen35moe", vocab, template, weights, dense)
     provenance: dict[str, Any] = {
         "generator_version": GENERATOR_VERSION,
         "mode": mode,
@@ -596,25 +368,14 @@ def write_tiny_model(
         "variant": variant,
     }
     head = f"blk.{N_TRUNK}."
+    if variant != "separate":
+        _write_gguf(out, model, _Part(list(weights.tensors), N_TRUNK + 1, 1, provenance))
+        return out
     trunk_names = [n for n in weights.tensors if not n.startswith(head)]
-    common = dict(arch=arch, vocab=vocab, template=template, weights=weights, dense=dense)
-    if variant == "separate":
-        _write_gguf(
-            out, names=trunk_names, block_count=N_TRUNK, nextn=0, provenance={**provenance, "part": "trunk"}, **common
-        )  # type: ignore[arg-type]
-        draft_names = ["token_embd.weight", "output_norm.weight", "output.weight"] + [
-            n for n in weights.tensors if n.startswith(head)
-        ]
-        _write_gguf(
-            draft_path(out),
-            names=draft_names,
-            block_count=N_TRUNK + 1,
-            nextn=1,
-            provenance={**provenance, "part": "draft"},
-            **common,
-        )  # type: ignore[arg-type]
-    else:
-        _write_gguf(out, names=list(weights.tensors), block_count=N_TRUNK + 1, nextn=1, provenance=provenance, **common)  # type: ignore[arg-type]
+    _write_gguf(out, model, _Part(trunk_names, N_TRUNK, 0, {**provenance, "part": "trunk"}))
+    draft_names = ["token_embd.weight", "output_norm.weight", "output.weight"]
+    draft_names += [n for n in weights.tensors if n.startswith(head)]
+    _write_gguf(draft_path(out), model, _Part(draft_names, N_TRUNK + 1, 1, {**provenance, "part": "draft"}))
     return out
 
 
