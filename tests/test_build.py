@@ -331,6 +331,7 @@ def test_ninja_steps_drive_the_progress_bar() -> None:
 def test_failed_configure_prints_the_log_path_and_tail(tmp_path: Path) -> None:
     from rich.console import Console
 
+    from orchestrator.cli.build import RichBuildProgress
     from orchestrator.native.make import configure_and_compile
 
     if shutil.which("cmake") is None or shutil.which("ninja") is None:
@@ -338,7 +339,8 @@ def test_failed_configure_prints_the_log_path_and_tail(tmp_path: Path) -> None:
     (tmp_path / "llama.cpp").mkdir()  # no CMakeLists.txt: configure fails at once
     out = io.StringIO()
     log = tmp_path / "build.log"
-    assert configure_and_compile(tmp_path, [], "llama-server", 1, log, Console(file=out, width=200)) is False
+    with RichBuildProgress(Console(file=out, width=200)) as progress:
+        assert configure_and_compile(tmp_path, [], "llama-server", 1, log, progress) is False
     printed = out.getvalue()
     assert "CMake configure failed" in printed and str(log) in printed
     assert "CMakeLists.txt" in printed and "CMakeLists.txt" in log.read_text()

@@ -4,11 +4,14 @@ Thin: each command parses its options, calls the domain function of the package 
 work, and prints. Imports of heavy packages happen inside the command functions so that
 ``orchestrator --help`` stays instant; this is the one package allowed function-local imports
 of the package's own modules. A :class:`~orchestrator.errors.UserError` becomes one line on
-stderr and exit status 2.
+stderr and exit status 2. Command modules expose ``run(...) -> int``.
 
 Concern -> file:
 
 - the typer app and every command's options: ``app.py``
+- ``orchestrator build`` (build progress bar): ``build.py``
+- ``orchestrator inspect`` (facts table, JSON, ``--render``): ``inspect.py``
+- ``orchestrator make-tiny-model``: ``make_model.py``
 - ``orchestrator bench`` (progress bar, results table, ``--apply`` diff): ``bench.py``
 - ``orchestrator up`` (refusals before loading, ``--dry-run``, the live instance table, the ready banner): ``up.py``
 - ``orchestrator status``, ``logs``, ``down`` (talk to a running ``up``): ``control.py``

@@ -6,8 +6,18 @@ import json
 import os
 import shutil
 import time
+from pathlib import Path
 
 from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
 
 from orchestrator.native import fetch as native_fetch
 from orchestrator.native import make as native_make
@@ -49,10 +59,14 @@ def run(*, backend: str, cuda_arch: str | None, jobs: int | None, force: bool, s
             shutil.rmtree(stale, ignore_errors=True)
     root.mkdir(parents=True, exist_ok=True)
     if not (root / native_fetch.SOURCE_DIR_NAME).is_dir():
-        with console.status("preparing the patched llama.cpp source"):
-            ensure_source_copy(root, plan)
+        with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), transient=True) as bar:
+            task = bar.add_task("preparing the patched llama.cpp source", total=None)
+            ensure_source_copy(root, plan, lambda done, total: bar.update(task, completed=done, total=total))
     log = root / "build.log"
-    ok = native_make.configure_and_compile(root, plan.cmake_flags(), TARGET, jobs or os.cpu_count() or 2, log, console)
+    with RichBuildProgress(console) as progress:
+        ok = native_make.configure_and_compile(
+            root, plan.cmake_flags(), TARGET, jobs or os.cpu_count() or 2, log, progress
+        )
     if not ok:
         return 1
     bin_dir = install(root, plan, time.monotonic() - started)
@@ -61,3 +75,53 @@ def run(*, backend: str, cuda_arch: str | None, jobs: int | None, force: bool, s
     console.print(f"built llama-server in {manifest['build_seconds']:.0f} s: {bin_dir}")
     console.print(f"  {manifest['version'].splitlines()[0] if manifest['version'] else '(no --version output)'}")
     return 0
+
+
+class RichBuildProgress:
+    """A ``native.make.BuildProgress`` drawn as a rich progress bar; on a non-terminal (CI
+    logs) a plain ``compile [n/N] p%`` line every 10 percent instead."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.bar = Progress(
+            SpinnerColumn(),
+            TextColumn("{task.description}", style="cyan"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            transient=True,
+        )
+        self.task = self.bar.add_task("", total=None)
+        self.plain_every = 0 if console.is_terminal else 10  # percent
+        self.last_pct = -self.plain_every
+
+    def __enter__(self) -> RichBuildProgress:
+        self.bar.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.bar.__exit__(None, None, None)
+
+    def phase(self, name: str) -> None:
+        """Show the phase with an indeterminate bar."""
+        self.bar.update(self.task, description=name, completed=0, total=None)
+
+    def step(self, done: int, total: int, what: str) -> None:
+        """Advance the bar to Ninja's ``done``/``total``."""
+        self.bar.update(self.task, completed=done, total=total, description=_short(what))
+        pct = 100 * done // max(total, 1)
+        if self.plain_every and (pct >= self.last_pct + self.plain_every or done == total):
+            self.last_pct = pct
+            self.console.print(f"compile [{done}/{total}] {pct}%", markup=False, highlight=False)
+
+    def failed(self, what: str, log: Path, tail: list[str]) -> None:
+        """Print what failed, the log's path and its last lines."""
+        self.console.print(f"[red]{what} failed[/red]; full log: {log}")
+        self.console.print("\n".join(tail), markup=False, highlight=False)
+
+
+def _short(step: str, width: int = 48) -> str:
+    """The interesting tail of a Ninja step (``Building CXX object .../server-http.cpp.o``)."""
+    what = step.rsplit("/", 1)[-1] if "/" in step else step
+    return what[-width:]

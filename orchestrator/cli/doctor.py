@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING
 from orchestrator import paths
 from orchestrator.errors import UserError
 from orchestrator.native import cuda as native_cuda
+from orchestrator.native import fetch as native_fetch
 
 if TYPE_CHECKING:
     from orchestrator.native.build import BuildInfo
-from orchestrator.native import fetch as native_fetch
 
 OK, WARN, FAIL = "OK", "WARN", "FAIL"
 STYLE = {OK: "green", WARN: "yellow", FAIL: "red"}

@@ -7,6 +7,7 @@ every validation problem into one line of a ``ConfigError`` (see ``problems``).
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -151,21 +152,17 @@ def collect_lines(data: Any) -> Lines:
         lc = getattr(node, "lc", None)
         if isinstance(node, dict):
             for k, v in node.items():
-                sub = loc + (str(k),)
+                sub = (*loc, str(k))
                 if lc is not None:
-                    try:
+                    with contextlib.suppress(KeyError, TypeError):
                         out[sub] = lc.key(k)[0] + 1
-                    except (KeyError, TypeError):
-                        pass
                 walk(v, sub)
         elif isinstance(node, list):
             for i, v in enumerate(node):
-                sub = loc + (i,)
+                sub = (*loc, i)
                 if lc is not None:
-                    try:
+                    with contextlib.suppress(KeyError, TypeError, IndexError):
                         out[sub] = lc.item(i)[0] + 1
-                    except (KeyError, TypeError, IndexError):
-                        pass
                 walk(v, sub)
 
     walk(data, ())

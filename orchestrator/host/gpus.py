@@ -13,11 +13,14 @@ the orchestrator itself runs with ``CUDA_VISIBLE_DEVICES`` set, only those GPUs 
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import os
 import shutil
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 MIB = 1024 * 1024
 SMI_FIELDS = ("index", "name", "uuid", "memory.total", "memory.free", "compute_cap")
@@ -95,7 +98,7 @@ def parse_nvidia_smi(text: str, fields: tuple[str, ...] = SMI_FIELDS) -> list[GP
     for row in csv.reader(text.splitlines(), skipinitialspace=True):
         if len(row) != len(fields):
             continue
-        values = {f: _na(v) for f, v in zip(fields, row)}
+        values = {f: _na(v) for f, v in zip(fields, row, strict=True)}
         index = _int(values.get("index"))
         if index is None:
             continue
@@ -134,7 +137,7 @@ def _from_nvidia_smi() -> tuple[list[GPU] | None, str]:
     exe = shutil.which("nvidia-smi")
     if exe is None:
         return None, "not installed"
-    fields = SMI_FIELDS
+    fields: tuple[str, ...] = SMI_FIELDS
     for _ in range(2):
         try:
             out = subprocess.run(
@@ -186,13 +189,12 @@ def _from_nvml() -> tuple[list[GPU] | None, str]:
     except pynvml.NVMLError as err:
         return None, str(err)
     finally:
-        try:
+        with contextlib.suppress(pynvml.NVMLError):
             pynvml.nvmlShutdown()
-        except pynvml.NVMLError:
-            pass
 
 
-def _nvml(fn, handle):  # type: ignore[no-untyped-def]
+def _nvml(fn: Callable[[Any], Any], handle: Any) -> Any:
+    """``fn(handle)``, or None when NVML does not support the query on this GPU."""
     import pynvml
 
     try:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import psutil
+
 from orchestrator.errors import UserError
 from orchestrator.host.gpus import GPU
 from orchestrator.models.facts import ModelFacts
@@ -101,16 +103,20 @@ def check_fit(requests: list[FitRequest], gpus: list[GPU], *, force: bool = Fals
             if line.startswith(f"GPU {index} "):
                 for req, _ in users[index]:
                     notes.setdefault(req.instance, []).append(f"forced: {line}")
-    cpu = [r for r in requests if not r.gpus and r.bytes_needed is not None]
-    if cpu:
-        import psutil
-
-        available = psutil.virtual_memory().available
-        total_cpu = sum(r.bytes_needed or 0 for r in cpu)
-        if total_cpu > available:
-            for req in cpu:
-                notes.setdefault(req.instance, []).append(
-                    f"CPU instances need about {gib(total_cpu)} but {gib(available)} RAM is available; "
-                    "expect swapping or an out-of-memory kill"
-                )
+    _note_cpu_ram(requests, notes)
     return notes
+
+
+def _note_cpu_ram(requests: list[FitRequest], notes: dict[str, list[str]]) -> None:
+    """Warn each CPU instance when all of them together need more than the available RAM."""
+    cpu = [r for r in requests if not r.gpus and r.bytes_needed is not None]
+    if not cpu:
+        return
+    available = psutil.virtual_memory().available
+    total_cpu = sum(r.bytes_needed or 0 for r in cpu)
+    if total_cpu > available:
+        for req in cpu:
+            notes.setdefault(req.instance, []).append(
+                f"CPU instances need about {gib(total_cpu)} but {gib(available)} RAM is available; "
+                "expect swapping or an out-of-memory kill"
+            )

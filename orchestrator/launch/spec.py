@@ -77,7 +77,7 @@ class InstanceSpec:
     def command_line(self) -> str:
         """The command for display only (``shlex.join``); never run through a shell."""
         env = [f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items()) if k.startswith("CUDA_")]
-        return " ".join(env + [shlex.join(self.argv)])
+        return " ".join([*env, shlex.join(self.argv)])
 
 
 def without_speculation(spec: InstanceSpec, *, port: int | None = None) -> InstanceSpec:

@@ -210,52 +210,15 @@ def read_header(path: Path, *, keep_string_arrays: tuple[str, ...] = ("tokenizer
         raise UserError(f"{path}: no such file", hint="check the path (for split models give the first part)")
     if path.is_dir():
         raise UserError(f"{path}: is a directory, not a .gguf file")
-    keep = frozenset(keep_string_arrays)
     try:
         file_size = path.stat().st_size
         with open(path, "rb", buffering=1 << 20) as fp:
             r = _Reader(fp, path)
-            magic = fp.read(4)
-            r.pos = len(magic)
-            if magic != GGUF_MAGIC:
-                raise UserError(
-                    f"{path}: not a GGUF file (starts with {magic!r}, expected b'GGUF')",
-                    hint="give the path of a .gguf model file",
-                )
-            version = r.u32()
-            if version not in SUPPORTED_VERSIONS:
-                raise UserError(
-                    f"{path}: unsupported GGUF version {version} (supported: 2, 3)",
-                    hint="re-convert the model with a current convert_hf_to_gguf.py",
-                )
+            version = _read_preamble(r)
             n_tensors = r.count("tensor")
             n_kv = r.count("metadata key")
-            metadata: dict[str, Any] = {}
-            value_types: dict[str, tuple[int, int | None]] = {}
-            for _ in range(n_kv):
-                key = r.string()
-                vtype = r.u32()
-                value, item_type = _read_value(r, vtype, key, keep)
-                metadata[key] = value
-                value_types[key] = (vtype, item_type)
-            tensors: list[TensorInfo] = []
-            for _ in range(n_tensors):
-                name = r.string()
-                n_dims = r.u32()
-                if n_dims > _MAX_DIMS:
-                    raise UserError(f"{path}: corrupt GGUF header (tensor {name!r} has {n_dims} dims)")
-                shape = tuple(r.u64() for _ in range(n_dims))
-                type_id = r.u32()
-                offset = r.u64()
-                type_name, sizes = _type_info(type_id)
-                nbytes = None
-                if sizes is not None:
-                    block, type_size = sizes
-                    n = 1
-                    for d in shape:
-                        n *= d
-                    nbytes = n // block * type_size
-                tensors.append(TensorInfo(name, shape, type_id, type_name, offset, nbytes))
+            metadata, value_types = _read_metadata(r, n_kv, frozenset(keep_string_arrays))
+            tensors = [_read_tensor_info(r) for _ in range(n_tensors)]
             header_bytes = r.pos
     except OSError as err:
         raise UserError(f"{path}: cannot read ({err.strerror or err})") from None
@@ -280,3 +243,54 @@ def read_header(path: Path, *, keep_string_arrays: tuple[str, ...] = ("tokenizer
             hint="the download or copy is incomplete; fetch the file again",
         )
     return header
+
+
+def _read_preamble(r: _Reader) -> int:
+    """Check the magic and return the GGUF version."""
+    magic = r.fp.read(4)
+    r.pos = len(magic)
+    if magic != GGUF_MAGIC:
+        raise UserError(
+            f"{r.path}: not a GGUF file (starts with {magic!r}, expected b'GGUF')",
+            hint="give the path of a .gguf model file",
+        )
+    version = r.u32()
+    if version not in SUPPORTED_VERSIONS:
+        raise UserError(
+            f"{r.path}: unsupported GGUF version {version} (supported: 2, 3)",
+            hint="re-convert the model with a current convert_hf_to_gguf.py",
+        )
+    return version
+
+
+def _read_metadata(
+    r: _Reader, n_kv: int, keep: frozenset[str]
+) -> tuple[dict[str, Any], dict[str, tuple[int, int | None]]]:
+    metadata: dict[str, Any] = {}
+    value_types: dict[str, tuple[int, int | None]] = {}
+    for _ in range(n_kv):
+        key = r.string()
+        vtype = r.u32()
+        value, item_type = _read_value(r, vtype, key, keep)
+        metadata[key] = value
+        value_types[key] = (vtype, item_type)
+    return metadata, value_types
+
+
+def _read_tensor_info(r: _Reader) -> TensorInfo:
+    name = r.string()
+    n_dims = r.u32()
+    if n_dims > _MAX_DIMS:
+        raise UserError(f"{r.path}: corrupt GGUF header (tensor {name!r} has {n_dims} dims)")
+    shape = tuple(r.u64() for _ in range(n_dims))
+    type_id = r.u32()
+    offset = r.u64()
+    type_name, sizes = _type_info(type_id)
+    nbytes = None
+    if sizes is not None:
+        block, type_size = sizes
+        n = 1
+        for d in shape:
+            n *= d
+        nbytes = n // block * type_size
+    return TensorInfo(name, shape, type_id, type_name, offset, nbytes)

@@ -77,7 +77,7 @@ def _llama_cpp() -> Any:
 def _route_llama_logs(llama_cpp: Any) -> None:
     global _log_callback
 
-    @llama_cpp.llama_log_callback  # type: ignore[misc]
+    @llama_cpp.llama_log_callback  # type: ignore[untyped-decorator]  # llama_cpp ships no type hints
     def callback(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
         global _last_level
         py_level = _last_level if level == 5 else _GGML_LEVELS.get(level, logging.DEBUG)

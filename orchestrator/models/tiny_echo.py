@@ -64,7 +64,8 @@ def codewords(n: int) -> np.ndarray:
             c ^= m << np.uint64(i)
     bits = np.unpackbits(c.astype("<u4").view(np.uint8).reshape(n, 4), axis=1, bitorder="little")
     parity = bits.sum(axis=1, dtype=np.uint64) & np.uint64(1)
-    return (c | (parity << np.uint64(31))).astype(np.uint32)
+    words: np.ndarray = (c | (parity << np.uint64(31))).astype(np.uint32)
+    return words
 
 
 def to_unit(words: np.ndarray) -> np.ndarray:

@@ -1,1 +1,14 @@
-"""native: TODO docstring."""
+"""The native llama.cpp build: the pinned source with our patches, compiled once per build key,
+and what the built llama-server can do.
+
+Owns everything between ``native/pin.toml`` + ``native/patches/`` and a runnable llama-server.
+Knows nothing of models.yaml, models or processes it supervises.
+
+Concern -> file:
+    pin, download, checksum, extract, patch   fetch.py
+    CUDA toolchain (nvcc, arch, cuBLAS)       cuda.py
+    CMake flags, build key, backend choice    plan.py
+    running CMake + Ninja, the build log      make.py
+    the build on disk: locate, install        build.py
+    server capabilities (``--help`` probe)    capabilities.py
+"""

@@ -108,12 +108,12 @@ def is_built(root: Path, key: str) -> bool:
     return manifest.get("key") == key and (root / "bin" / SERVER).is_file()
 
 
-def ensure_source_copy(root: Path, plan: BuildPlan) -> None:
+def ensure_source_copy(root: Path, plan: BuildPlan, on_bytes: native_fetch.OnBytes | None = None) -> None:
     """Copy the patched source into ``<root>/llama.cpp`` once (the build tree sits beside it)."""
     dest = root / native_fetch.SOURCE_DIR_NAME
     if dest.is_dir():
         return
-    src = native_fetch.prepare_source(plan.pin, plan.patches)
+    src = native_fetch.prepare_source(plan.pin, plan.patches, on_bytes)
     tmp = root / ".source.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     shutil.copytree(src, tmp, symlinks=True)

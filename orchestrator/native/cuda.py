@@ -136,7 +136,7 @@ def cuda_defines(arch: str, cublas: Cublas, have_libcuda: bool) -> dict[str, str
 
     A wheel-only cuBLAS gets explicit library paths and include flags; without a driver
     library (``libcuda``) to link, VMM is compiled out (``GGML_CUDA_NO_VMM``), as checked on
-    a toolkit without cuBLAS or stubs (DESIGN.md). A real GPU machine keeps VMM.
+    a toolkit without cuBLAS or stubs. A real GPU machine keeps VMM.
     """
     defs = {"CMAKE_CUDA_ARCHITECTURES": arch}
     if cublas.source == "wheel":

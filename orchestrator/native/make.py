@@ -1,7 +1,8 @@
-"""Run CMake + Ninja for the native build with a progress bar; everything goes to a log file.
+"""Run CMake + Ninja for the native build; everything goes to a log file.
 
-Ninja prints ``[n/N] <step>`` per build step; those lines drive the bar. On failure the
-log's path and its last lines are printed so the cause is visible without opening it.
+Ninja prints ``[n/N] <step>`` per build step; those lines go to a ``BuildProgress`` (the
+command line draws a bar from them). On failure the progress gets the log's path and its last
+lines, so the cause is visible without opening it.
 """
 
 from __future__ import annotations
@@ -11,12 +12,23 @@ import re
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO
-
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from typing import IO, Protocol
 
 from orchestrator.native import fetch as native_fetch
+
+
+class BuildProgress(Protocol):
+    """What a build reports while it runs."""
+
+    def phase(self, name: str) -> None:
+        """A new phase starts: ``"configure (cmake)"`` or ``"compile"``."""
+
+    def step(self, done: int, total: int, what: str) -> None:
+        """Ninja finished step ``done`` of ``total``; ``what`` is its description."""
+
+    def failed(self, what: str, log: Path, tail: list[str]) -> None:
+        """``what`` failed; ``tail`` holds the last lines of ``log``."""
+
 
 STEP = re.compile(r"^\[(\d+)/(\d+)\]\s*(.*)$")
 TAIL_LINES = 30
@@ -43,41 +55,36 @@ def parse_step(line: str) -> tuple[int, int, str] | None:
     return (int(match.group(1)), int(match.group(2)), match.group(3)) if match else None
 
 
-def configure_and_compile(root: Path, flags: list[str], target: str, jobs: int, log: Path, console: Console) -> bool:
+def configure_and_compile(
+    root: Path, flags: list[str], target: str, jobs: int, log: Path, progress: BuildProgress
+) -> bool:
     """Configure ``root/llama.cpp`` into ``root/build`` (Ninja) and build ``target``.
 
     Args:
         flags: ``-DNAME=VALUE`` CMake arguments.
         jobs: parallel compile jobs.
         log: file receiving the full output of both steps (overwritten).
-    Returns True on success; on failure prints the log path and its last lines and returns False.
+        progress: told of phases, Ninja steps and a failure.
+    Returns True on success; on failure reports the log's last lines to ``progress`` and returns False.
     """
     env = build_env(root)
     configure = ["cmake", "-S", native_fetch.SOURCE_DIR_NAME, "-B", "build", "-G", "Ninja", *flags]
     compile_ = ["cmake", "--build", "build", "--target", target, "-j", str(jobs)]
-    with log.open("w") as fh, _progress(console) as bar:
-        task = bar.add_task("configure (cmake)", total=None)
+    with log.open("w") as fh:
+        progress.phase("configure (cmake)")
         fh.write("$ " + " ".join(configure) + "\n")
         if _run(configure, root, env, fh, lambda line: None) != 0:
-            return _failed("CMake configure", log, console)
-
-        plain_every = 0 if console.is_terminal else 10  # percent; CI logs get plain lines, not bars
-        last_pct = [-plain_every]
+            return _failed("CMake configure", log, progress)
 
         def on_line(line: str) -> None:
             step = parse_step(line)
             if step:
-                done, total, what = step
-                bar.update(task, completed=done, total=total, description=_short(what))
-                pct = 100 * done // max(total, 1)
-                if plain_every and (pct >= last_pct[0] + plain_every or done == total):
-                    last_pct[0] = pct
-                    console.print(f"compile [{done}/{total}] {pct}%", markup=False, highlight=False)
+                progress.step(*step)
 
-        bar.update(task, description="compile", completed=0, total=None)
+        progress.phase("compile")
         fh.write("$ " + " ".join(compile_) + "\n")
         if _run(compile_, root, env, fh, on_line) != 0:
-            return _failed(f"compiling {target}", log, console)
+            return _failed(f"compiling {target}", log, progress)
     return True
 
 
@@ -93,26 +100,6 @@ def _run(argv: list[str], cwd: Path, env: dict[str, str], log: IO[str], on_line:
         return proc.wait()
 
 
-def _progress(console: Console) -> Progress:
-    return Progress(
-        SpinnerColumn(),
-        TextColumn("{task.description}", style="cyan"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-    )
-
-
-def _short(step: str, width: int = 48) -> str:
-    """The interesting tail of a Ninja step (``Building CXX object .../server-http.cpp.o``)."""
-    what = step.rsplit("/", 1)[-1] if "/" in step else step
-    return what[-width:]
-
-
-def _failed(what: str, log: Path, console: Console) -> bool:
-    lines = log.read_text(errors="replace").splitlines()[-TAIL_LINES:]
-    console.print(f"[red]{what} failed[/red]; full log: {log}")
-    console.print("\n".join(lines), markup=False, highlight=False)
+def _failed(what: str, log: Path, progress: BuildProgress) -> bool:
+    progress.failed(what, log, log.read_text(errors="replace").splitlines()[-TAIL_LINES:])
     return False
