@@ -13,8 +13,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from orchestrator.errors import UserError
 from orchestrator.cli import make_model
+from orchestrator.errors import UserError
 from orchestrator.models.tiny import MODES, VARIANTS
 
 

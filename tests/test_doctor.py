@@ -46,3 +46,20 @@ def test_free_port_and_python_are_ok(tmp_path: Path) -> None:
 def test_missing_build_tool_is_fail_without_a_build_and_warn_with_one() -> None:
     assert doctor.check_tool("no-such-tool-xyz", "--version", False, "install it").status == doctor.FAIL
     assert doctor.check_tool("no-such-tool-xyz", "--version", True, "install it").status == doctor.WARN
+
+
+def test_build_check_probes_the_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fault injection: a build whose llama-server lacks draft-mtp, then one that cannot run."""
+    from orchestrator.native import fetch as native_fetch
+    from orchestrator.native.build import BuildInfo
+
+    server = tmp_path / "llama-server"
+    server.write_text("#!/bin/sh\necho '--spec-type none,ngram-simple'\n")
+    server.chmod(0o755)
+    patches = [{"name": p.name, "sha256": p.sha256} for p in native_fetch.list_patches()]
+    build = BuildInfo(tmp_path, server, tmp_path, {"backend": "cpu", "patches": patches, "version": "v"})
+    check = doctor.check_build(build, gpu_count=0)
+    assert check.status == doctor.FAIL and "draft-mtp" in check.detail
+    server.write_text("#!/bin/sh\necho broken >&2\nexit 3\n")
+    check = doctor.check_build(build, gpu_count=0)
+    assert check.status == doctor.FAIL and "exit 3" in check.detail and "broken" in check.detail

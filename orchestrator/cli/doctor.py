@@ -158,7 +158,8 @@ def _locate() -> BuildInfo | None:
 
 
 def check_build(build: BuildInfo | None, gpu_count: int) -> Check:
-    """The native build: present, patched with the current queue, right backend."""
+    """The native build: present, patched with the current queue, runs and knows draft-mtp
+    (its ``--help``, probed once), right backend for this machine."""
     if build is None:
         return Check("native build", FAIL, "none found", "orchestrator build")
     manifest = build.manifest
@@ -171,7 +172,17 @@ def check_build(build: BuildInfo | None, gpu_count: int) -> Check:
         return Check(
             "native build", WARN, detail + "; built with other patches than native/patches", "orchestrator build"
         )
-    if gpu_count and manifest.get("backend") != "cuda":
+    from orchestrator.native.capabilities import probe_capabilities
+
+    try:
+        capabilities = probe_capabilities(build)
+    except UserError as err:
+        return Check("native build", FAIL, f"{detail}; {err}", err.hint)
+    if not capabilities.draft_mtp:
+        return Check(
+            "native build", FAIL, detail + "; llama-server does not know --spec-type draft-mtp", "orchestrator build"
+        )
+    if gpu_count and capabilities.backend != "cuda":
         return Check(
             "native build", WARN, detail + "; a CPU build on a GPU machine", "orchestrator build --backend cuda"
         )
