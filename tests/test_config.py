@@ -302,15 +302,10 @@ def test_split_models_resolve_to_part_one(tmp_path: Path) -> None:
 
 
 def test_builtin_demo_model_resolves_through_tiny_model(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    import types
+    from orchestrator.models import tiny
 
     fake = tmp_path / "demo.gguf"
-    module = types.ModuleType("orchestrator.models.tiny")
-    module.demo_model = lambda: fake  # type: ignore[attr-defined]
-    monkeypatch.setitem(__import__("sys").modules, "orchestrator.models.tiny", module)
-    import orchestrator.models
-
-    monkeypatch.setattr(orchestrator.models, "tiny", module, raising=False)
+    monkeypatch.setattr(tiny, "demo_model", lambda: fake)
     assert resolve_model_path(ModelConfig(name="demo", path="builtin:tiny-mtp"), tmp_path) == fake
 
 

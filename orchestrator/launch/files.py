@@ -11,6 +11,7 @@ from pathlib import Path
 from orchestrator.config.model_paths import BUILTIN_MODELS, resolve_file
 from orchestrator.config.schema import Config, ModelConfig
 from orchestrator.errors import UserError
+from orchestrator.models import tiny
 from orchestrator.models.facts import ModelFacts, fork_upstream, read_model_facts
 
 
@@ -22,8 +23,6 @@ def builtin_model(name: str) -> Path:
     """
     if name not in BUILTIN_MODELS:
         raise UserError(f"unknown builtin model {name!r}", hint=f"known: {', '.join(BUILTIN_MODELS)}")
-    from orchestrator.models import tiny  # numpy and gguf: only when the demo model is used
-
     return tiny.demo_model()
 
 

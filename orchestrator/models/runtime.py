@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import UserError
+from orchestrator.native.build import locate
 
 log = logging.getLogger("orchestrator.llama")
 log.addHandler(logging.NullHandler())  # llama.cpp's chatter stays quiet unless logging is configured
@@ -58,8 +59,6 @@ def _llama_cpp() -> Any:
     """
     with _import_lock:
         if "llama_cpp" not in sys.modules:
-            from orchestrator.native.build import locate
-
             lib_dir = locate().lib_dir
             os.environ["LLAMA_CPP_LIB_PATH"] = str(lib_dir)
             try:

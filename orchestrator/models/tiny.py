@@ -65,6 +65,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.errors import UserError
+from orchestrator.models.gguf_header import read_header
 from orchestrator.models.tiny_echo import EchoMap, echo_map
 from orchestrator.models.tiny_weights import (
     CONTEXT_LENGTH,
@@ -91,6 +92,8 @@ from orchestrator.models.tiny_weights import (
     Weights,
     build_weights,
 )
+from orchestrator.native.build import pinned_source
+from orchestrator.paths import demo_model_dir
 
 if TYPE_CHECKING:
     import numpy as np
@@ -124,8 +127,6 @@ class _Vocab:
 
 def _source_file(rel: str, source: Path | None = None) -> Path:
     if source is None:
-        from orchestrator.native.build import pinned_source
-
         source = pinned_source()
     path = source / rel
     if not path.is_file():
@@ -170,8 +171,6 @@ def _is_clean(text: str, decoder: dict[str, int]) -> bool:
 
 
 def _load_vocab() -> _Vocab:
-    from orchestrator.native.build import pinned_source
-
     return _load_vocab_from(pinned_source())
 
 
@@ -179,8 +178,6 @@ def _load_vocab() -> _Vocab:
 def _load_vocab_from(source: Path) -> _Vocab:
     # cached per process: parsing 300,000 tokenizer strings is most of a model's write time
     import numpy as np
-
-    from orchestrator.models.gguf_header import read_header
 
     path = _source_file(VOCAB_FILE, source)
     header = read_header(path, keep_string_arrays=("tokenizer.ggml.tokens", "tokenizer.ggml.merges"))
@@ -224,7 +221,8 @@ class _Contents:
 
 @dataclass(frozen=True)
 class _Part:
-    """One file: which tensors, its block counts, and its ``orchestrator.tiny.*`` provenance keys."""
+    """One file: which tensors, its block counts, and its provenance (metadata keys written under
+    the orchestrator namespace)."""
 
     names: list[str]
     block_count: int
@@ -383,8 +381,6 @@ def demo_model() -> Path:
     """The cached demo model (echo, q = 0.1, embedded head), generated on first use under
     ``paths.demo_model_dir()``; the file name carries the generator version, so a new
     generator writes a new file. Raises ``UserError`` as ``write_tiny_model``."""
-    from orchestrator.paths import demo_model_dir
-
     path = demo_model_dir() / f"tiny-echo-q{DEMO_Q}-v{GENERATOR_VERSION}.gguf"
     if not path.is_file():
         write_tiny_model(path, mode="echo", q=DEMO_Q, seed=0, variant="embedded")
