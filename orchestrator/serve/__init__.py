@@ -1,4 +1,4 @@
-"""serve: the one OpenAI-compatible endpoint in front of the supervised llama-servers.
+"""serve: the one endpoint in front of the supervised llama-servers (OpenAI, Anthropic, Ollama APIs).
 
 Owns everything between a client's HTTP request and an instance's answer: the routes, API keys,
 routing by model to a serving replica, request repair before the chat template sees a body,
@@ -11,14 +11,18 @@ Concern -> file:
 
 - the app, its routes and the one error handler: ``app.py``; read-only routes
   (``/v1/models``, ``/health``, ``/status``, ``/metrics``): ``info.py``
-- the POST hot path (chat, completions, embeddings as raw ASGI endpoints): ``forward.py``;
-  reading and parsing a body under the size limit: ``body.py``
+- the forwarded POST routes as data (path, repair, error and stream shape): ``api_routes.py``
+- the POST hot path (every forwarded route as a raw ASGI endpoint): ``forward.py``;
+  reading and parsing a body under the size limit: ``body.py``; ``Content-Encoding``
+  (gzip, deflate, zstd) under the same limit (pure): ``body_codec.py``
 - API keys: ``auth.py``; model name or alias -> model -> replica, hold or 503: ``routing.py``
-- request repair for the Qwen3.5 template (pure): ``request_repair.py``; the per-request draft
-  length fields (pure): ``speculative_fields.py``
+- request repair for the Qwen3.5 template (pure): ``request_repair.py`` (OpenAI chat),
+  ``anthropic.py`` (Messages), ``responses.py`` (Responses); the per-request draft length fields
+  (pure): ``speculative_fields.py``; structured output honoured or refused (pure): ``structured.py``
+- the Ollama API: translations (pure) ``ollama.py``, routes ``ollama_routes.py``
 - HTTP to the instances (pooling, the one retry, timeouts, error mapping): ``upstream.py``,
   over the asyncio network backend in ``transport.py``
-- relaying server-sent events: ``streaming.py``
+- relaying server-sent events (and their per-API shapes): ``streaming.py``
 - response repair, reasoning vs content (pure): ``response_repair.py`` for whole responses,
   ``stream_repair.py`` for streams
 - Prometheus metrics: ``metrics.py``
