@@ -76,4 +76,4 @@ class ApiError(Exception):
         """Extra response headers (``Retry-After`` in whole seconds when set)."""
         if self.retry_after is None:
             return {}
-        return {"Retry-After": str(max(1, int(round(self.retry_after))))}
+        return {"Retry-After": str(max(1, round(self.retry_after)))}

@@ -2,9 +2,10 @@
 
 Owns everything between a client's HTTP request and an instance's answer: the routes, API keys,
 routing by model to a serving replica, request repair before the chat template sees a body,
-the upstream HTTP clients, streaming, response repair, and the Prometheus metrics. It reads the
-instance table from :mod:`orchestrator.supervise` and never starts or stops a process itself,
-except that ``run.py`` wires the supervisor and uvicorn together for ``orchestrator up``.
+the upstream HTTP clients, streaming, response repair, the Prometheus metrics and the web
+console. It reads the instance table from :mod:`orchestrator.supervise` and asks the
+``Supervisor`` for restarts, but never touches a process itself; ``run.py`` wires the
+supervisor and uvicorn together for ``orchestrator up``.
 fastapi, starlette and uvicorn are imported here and nowhere else (but ``cli/``).
 
 Concern -> file:
@@ -26,5 +27,7 @@ Concern -> file:
 - response repair, reasoning vs content (pure): ``response_repair.py`` for whole responses,
   ``stream_repair.py`` for streams
 - Prometheus metrics: ``metrics.py``
+- ``POST /models/restart`` (drain, stop, start one replica at a time): ``model_control.py``
+- the web console at ``/ui/`` (page, JSON routes, chart history, log and bench readers): ``console/``
 - ``orchestrator up``'s runtime (supervise, serve, publish ``run.json``, drain, shut down): ``run.py``
 """
