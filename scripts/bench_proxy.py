@@ -326,7 +326,8 @@ class ConsolePoller:
 
 class Target:
     """One endpoint and its keep-alive client. Resends once when a pooled connection dies
-    unanswered (unpatched llama-server; counted in ``resends``), like any careful client."""
+    unanswered (closed or reset before any response byte; counted in ``resends``), like any
+    careful client."""
 
     def __init__(self, name: str, url: str, console: float = 0.0) -> None:
         self.name = name
@@ -344,9 +345,9 @@ class Target:
             try:
                 req = self.client.build_request("POST", ROUTES[route][0], json=body)
                 return await self.client.send(req, stream=True)
-            except httpx.RemoteProtocolError:
+            except (httpx.RemoteProtocolError, httpx.ReadError) as exc:  # a pooled connection died unanswered
                 if attempt:
-                    raise
+                    raise RuntimeError(f"{self.name} {route}: {exc!r} twice") from exc
                 self.resends += 1
         raise AssertionError("unreachable")
 

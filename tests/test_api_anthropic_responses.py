@@ -53,6 +53,13 @@ def oai(stack: Stack) -> openai.OpenAI:
     return openai.OpenAI(base_url=stack.url + "/v1", api_key=KEY, max_retries=0, timeout=60)
 
 
+def completion_tokens(stack: Stack) -> float:
+    for line in httpx.get(stack.url + "/metrics").text.splitlines():
+        if line.startswith('orchestrator_completion_tokens_total{model="demo"} '):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
 def agent_messages() -> list[dict[str, Any]]:
     """An agent's conversation: a system reminder inside a user turn, a tool use and its result."""
     return [
@@ -114,6 +121,11 @@ def test_anthropic_sdk_stream_events(stack: Stack) -> None:
     assert events[0].type == "message_start" and events[-1].type == "message_stop"
     assert final.content[0].text == whole.content[0].text  # type: ignore[union-attr]
     assert final.usage.output_tokens == whole.usage.output_tokens
+    # no timings in Anthropic streams: the tokens are counted from the last event's usage
+    before = completion_tokens(stack)
+    with client.messages.stream(**body) as stream:
+        stream.until_done()
+    assert completion_tokens(stack) == before + whole.usage.output_tokens
 
 
 def test_anthropic_count_tokens_and_agent_turn(stack: Stack, rec: Any) -> None:

@@ -356,6 +356,8 @@ class Endpoint:
             if outcome.timings is not None:
                 mm.timings(outcome.timings)
                 instance.record_timings(outcome.timings)
+            elif outcome.usage is not None:
+                mm.usage(outcome.usage)
             for kind in outcome.repairs:
                 mm.repair(kind)
 

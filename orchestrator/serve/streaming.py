@@ -44,6 +44,7 @@ SSE_HEADERS: list[tuple[bytes, bytes]] = [
 DONE = b"data: [DONE]\n\n"
 _DATA = b"data: "
 _TIMINGS = b'"timings":'
+_USAGE = b'"usage":'
 
 
 def error_event(error: ApiError) -> bytes:
@@ -65,7 +66,19 @@ def final_timings(tail: bytes) -> dict[str, Any] | None:
     ``"timings":`` is searched as JSON syntax, so the word inside generated text (where its
     quotes are escaped) never matches.
     """
-    at = tail.rfind(_TIMINGS)
+    return _last_object(tail, _TIMINGS, "timings")
+
+
+def final_usage(tail: bytes) -> dict[str, Any] | None:
+    """The top-level ``usage`` object of the last event in ``tail`` that has one, or None.
+
+    For streams without ``timings`` (Anthropic's ``message_delta`` carries ``output_tokens``).
+    """
+    return _last_object(tail, _USAGE, "usage")
+
+
+def _last_object(tail: bytes, needle: bytes, key: str) -> dict[str, Any] | None:
+    at = tail.rfind(needle)
     if at < 0:
         return None
     start = tail.rfind(_DATA, 0, at)
@@ -74,10 +87,10 @@ def final_timings(tail: bytes) -> dict[str, Any] | None:
     end = tail.find(b"\n", at)
     line = tail[start + len(_DATA) : end if end >= 0 else len(tail)]
     try:
-        timings = json.loads(line).get("timings")
+        value = json.loads(line).get(key)
     except (ValueError, AttributeError):
         return None
-    return timings if isinstance(timings, dict) else None
+    return value if isinstance(value, dict) else None
 
 
 @dataclass
@@ -87,12 +100,14 @@ class RelayOutcome:
     Attributes:
         first_chunk_at: ``time.monotonic()`` of the first upstream body chunk (TTFT), or None.
         timings: the final event's llama-server ``timings``, or None.
+        usage: the last event's ``usage`` when there are no ``timings``, or None.
         error: the error sent to the client as an event, or None when the stream completed.
         repairs: repair kinds applied to this stream (each once).
     """
 
     first_chunk_at: float | None = None
     timings: dict[str, Any] | None = None
+    usage: dict[str, Any] | None = None
     error: ApiError | None = None
     repairs: list[str] = field(default_factory=list)
 
@@ -249,6 +264,7 @@ async def relay_sse(
     tail = prev + last  # small: only the stream's last two chunks are joined, once
     closing = _closing(flavor, rewriter, outcome, tail)
     outcome.timings = final_timings(tail)
+    outcome.usage = final_usage(tail) if outcome.timings is None else None
     if before_last_send is not None:
         before_last_send(outcome)
     await send({"type": "http.response.body", "body": held + closing, "more_body": False})
