@@ -10,6 +10,8 @@ then 200 ``{"status": "ok"}``, reports ``--alias`` in ``/props``, and logs
   --ready-file PATH   stay loading until PATH exists (the test decides when the load ends)
   --props-alias NAME  report another model in /props (identity mismatch, S02)
   --exit-code N       print an error and exit with N before binding (crash loop)
+  --exit-after S      bind, load (and log) for S seconds, then print a CUDA out-of-memory
+                      error and exit with --exit-code (default 1): a slow load failure
   --quiet             log nothing while loading (so the load timeout is not extended)
   --spec-batch-failures N   once ready, log llama-server's "failed to process speculative
                       batch" N times, only while launched with --spec-type
@@ -37,13 +39,14 @@ def main() -> int:
     ap.add_argument("--load-seconds", type=float, default=0.5)
     ap.add_argument("--ready-file", default=None)
     ap.add_argument("--exit-code", type=int, default=None)
+    ap.add_argument("--exit-after", type=float, default=None)
     ap.add_argument("--quiet", action="store_true")
     ap.add_argument("--spec-type", default=None)
     ap.add_argument("--spec-batch-failures", type=int, default=0)
     args, _unknown = ap.parse_known_args()
 
     print("fake llama-server: starting", flush=True)
-    if args.exit_code is not None:
+    if args.exit_code is not None and args.exit_after is None:
         print("llama_model_load: error loading model: fake failure", flush=True)
         return args.exit_code
 
@@ -85,6 +88,14 @@ def main() -> int:
         if not args.quiet:
             print("llama_model_loader: loading ...", flush=True)
         time.sleep(0.2)
+        if args.exit_after is not None and time.monotonic() - started >= args.exit_after:
+            print(
+                "ggml_backend_cuda_buffer_type_alloc_buffer: allocating 2048.00 MiB on device 0: "
+                "cudaMalloc failed: out of memory",
+                flush=True,
+            )
+            print("llama_model_load: error loading model: unable to allocate CUDA0 buffer", flush=True)
+            return args.exit_code if args.exit_code is not None else 1
     ready.set()
     print(f"main: server is listening on http://{args.host}:{server.server_address[1]}", flush=True)
     if args.spec_type:

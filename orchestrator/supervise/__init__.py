@@ -9,6 +9,7 @@ Concern -> file:
 
 - lifecycle table, states and their groups, typed loop outcomes, timing rules: ``states.py``
 - state record, its one writer, crash accounting, requests to the loop: ``lifecycle.py``
+- consecutive load failures (never ready) -> FAILED, whatever their timing: ``load_failures.py``
 - one supervised llama-server and its lifecycle loop: ``instance.py``
 - the child's process, log file and tails, ``/health``/``/props`` probes: ``child_io.py``
 - speculation statistics (drafting check, acceptance floor, spec-batch failures): ``spec_watch.py``

@@ -74,7 +74,7 @@ class Instance:
         self._on_change = on_change
         self._warnings: dict[str, str] = {}
         self._load_timeout = float(config.server.timeouts.load)
-        self.lifecycle = Lifecycle(self._notify)
+        self.lifecycle = Lifecycle(self._notify, policy.load_failure_limit)
         self.log = ChildLog(log_dir / f"{spec.name}.log", policy.tail_lines, self._on_line)
         self.spec_watch = SpecWatch(
             speculative=spec.spec_type is not None,
@@ -284,6 +284,11 @@ class Instance:
             window = self.policy.crash_loop_window
             self.lifecycle.transition(
                 ProcessState.FAILED, f"crash loop: {verdict.recent} crashes within {window:g} s; last {why}{log}"
+            )
+            return False
+        if verdict.load_limit:
+            self.lifecycle.transition(
+                ProcessState.FAILED, f"{self.lifecycle.load_failures.describe()}; last {why}{log}"
             )
             return False
         self.lifecycle.restarts += 1

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from orchestrator.supervise.load_failures import LoadFailures
 from orchestrator.supervise.states import SERVING, Outcome, PhaseEnd, ProcessState, SupervisorPolicy
 
 
@@ -28,11 +29,16 @@ class CrashVerdict:
         recent: crashes within ``SupervisorPolicy.crash_loop_window`` seconds, this one included.
         crash_loop: True when ``recent`` reached ``SupervisorPolicy.crash_loop_count``.
         delay: backoff before the restart (seconds): ``backoff_base * 2 ** (recent - 1)``, capped.
+        load_failures: launches in a row that ended before ready, this one included (0 when the
+            child had been ready in this launch).
+        load_limit: True when ``load_failures`` reached ``SupervisorPolicy.load_failure_limit``.
     """
 
     recent: int
     crash_loop: bool
     delay: float
+    load_failures: int = 0
+    load_limit: bool = False
 
 
 class Lifecycle:
@@ -43,9 +49,13 @@ class Lifecycle:
 
     Args:
         notify: called after every change that readers may wait on.
+        load_failure_limit: launches in a row that end before ready before giving up
+            (``SupervisorPolicy.load_failure_limit``).
     """
 
-    def __init__(self, notify: Callable[[], None]) -> None:
+    def __init__(
+        self, notify: Callable[[], None], load_failure_limit: int = SupervisorPolicy.load_failure_limit
+    ) -> None:
         self._state = ProcessState.STOPPED
         self.message: str | None = None
         self.pid: int | None = None
@@ -54,6 +64,7 @@ class Lifecycle:
         self.started_at: float | None = None
         self.ready_at: float | None = None
         self._crash_times: list[float] = []
+        self.load_failures = LoadFailures(load_failure_limit)
         self._notify = notify
 
     @property
@@ -67,6 +78,7 @@ class Lifecycle:
         self.message = message
         if new in SERVING:
             self.ready_at = time.time()
+            self.load_failures.ready()
         self._notify()
 
     def launching(self) -> None:
@@ -82,18 +94,26 @@ class Lifecycle:
         self._notify()
 
     def crashed(self, exit_code: int | None, policy: SupervisorPolicy) -> CrashVerdict:
-        """Account a crash (an exit or a stall) at the child's ``exit_code``; decide restart or give up."""
+        """Account a crash (an exit or a stall) at the child's ``exit_code``; decide restart or give up.
+
+        A crash while LOADING also counts toward the load-failure limit (``LoadFailures``),
+        which gives up on a model that never becomes ready however slowly it fails.
+        """
         self.exit_code = exit_code
+        loading = self._state is ProcessState.LOADING
+        load_limit = self.load_failures.failed() if loading else False
+        load_failures = self.load_failures.count if loading else 0
         now = time.monotonic()
         self._crash_times = [t for t in self._crash_times if now - t <= policy.crash_loop_window]
         self._crash_times.append(now)
         recent = len(self._crash_times)
         delay = min(policy.backoff_max, policy.backoff_base * 2 ** (recent - 1))
-        return CrashVerdict(recent=recent, crash_loop=recent >= policy.crash_loop_count, delay=delay)
+        return CrashVerdict(recent, recent >= policy.crash_loop_count, delay, load_failures, load_limit)
 
     def forget_crashes(self) -> None:
         """A manual ``start()`` after FAILED begins a new crash history (counters are kept)."""
         self._crash_times.clear()
+        self.load_failures.ready()
 
 
 def describe_exit(code: int | None) -> str:

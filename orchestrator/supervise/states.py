@@ -16,7 +16,8 @@ call / event          STOPPED   LOADING                 READY / DEGRADED    REST
 ``wait_for_replica``  None (1)  waits                   returns it          waits            None (1)
 child exits           --        crash: RESTARTING       same                --               --
                                 (backoff) or FAILED
-                                (crash loop)
+                                (crash loop, or the
+                                load-failure limit)
 /health 200 + ok      --        verify /props -> READY  --                  --               --
                                 (DEGRADED without
                                 spec), FAILED on
@@ -102,6 +103,7 @@ class SupervisorPolicy:
     backoff_max: float = 60.0
     crash_loop_count: int = 5  # this many crashes ...
     crash_loop_window: float = 60.0  # ... within this many seconds -> FAILED
+    load_failure_limit: int = 3  # launches in a row that end before ready -> FAILED, whatever their timing
     load_cap_factor: float = 3.0  # log output extends the load deadline up to this multiple
     stop_grace: float = 10.0  # SIGTERM -> SIGKILL for internal kills (stall, fallback, failure)
     exit_drain: float = 1.0  # after an exit, wait this long for the last log lines
