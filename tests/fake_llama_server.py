@@ -13,6 +13,8 @@ then 200 ``{"status": "ok"}``, reports ``--alias`` in ``/props``, and logs
   --exit-after S      bind, load (and log) for S seconds, then print a CUDA out-of-memory
                       error and exit with --exit-code (default 1): a slow load failure
   --quiet             log nothing while loading (so the load timeout is not extended)
+  --dots              while loading, print only dots with no newline (llama.cpp's tensor
+                      loading progress), so no complete log line arrives until the load ends
   --spec-batch-failures N   once ready, log llama-server's "failed to process speculative
                       batch" N times, only while launched with --spec-type
 
@@ -41,6 +43,7 @@ def main() -> int:
     ap.add_argument("--exit-code", type=int, default=None)
     ap.add_argument("--exit-after", type=float, default=None)
     ap.add_argument("--quiet", action="store_true")
+    ap.add_argument("--dots", action="store_true")
     ap.add_argument("--spec-type", default=None)
     ap.add_argument("--spec-batch-failures", type=int, default=0)
     args, _unknown = ap.parse_known_args()
@@ -85,7 +88,9 @@ def main() -> int:
         or (args.ready_file is None and args.load_seconds < 0)
         or (args.ready_file is None and time.monotonic() - started < args.load_seconds)
     ):
-        if not args.quiet:
+        if args.dots:
+            print(".", end="", flush=True)
+        elif not args.quiet:
             print("llama_model_loader: loading ...", flush=True)
         time.sleep(0.2)
         if args.exit_after is not None and time.monotonic() - started >= args.exit_after:
@@ -97,6 +102,8 @@ def main() -> int:
             print("llama_model_load: error loading model: unable to allocate CUDA0 buffer", flush=True)
             return args.exit_code if args.exit_code is not None else 1
     ready.set()
+    if args.dots:
+        print(" done", flush=True)
     print(f"main: server is listening on http://{args.host}:{server.server_address[1]}", flush=True)
     if args.spec_type:
         for _ in range(args.spec_batch_failures):

@@ -57,3 +57,26 @@ def test_being_ready_once_clears_the_load_failure_count() -> None:
     assert life.crashed(1, policy).load_limit
     life.forget_crashes()  # a manual start() after FAILED
     assert life.crashed(1, policy).load_failures == 1
+
+
+def test_a_load_printing_only_dots_is_alive(tmp_path: Path) -> None:
+    """llama.cpp prints its tensor-loading progress as dots without a newline: a slow disk's
+    long load is output all the same, so the quiet load timeout must not kill it (it did:
+    only complete lines counted)."""
+
+    async def main() -> None:
+        # loads for 3x the quiet timeout, well inside the cap (1.5 s x 5), printing a dot every 0.2 s
+        sup = Supervisor(
+            [fake_spec("--load-seconds", "4.5", "--dots")],
+            make_config(load=1.5),
+            log_dir=tmp_path,
+            policy=fast_policy(load_cap_factor=5.0, poll_interval=0.1),
+        )
+        await sup.start()
+        try:
+            assert await sup.wait_all_ready(timeout=30), sup.instances[0].message
+        finally:
+            await sup.stop(3)
+        assert "..... done" in (tmp_path / "demo-0.log").read_text()
+
+    asyncio.run(main())

@@ -3,9 +3,9 @@
 
 - ``ChildLog`` copies the child's merged stdout/stderr, line by line, into ``<instance>.log``
   (appended across launches, each launch headed by a marker line) and two in-memory tails (all
-  launches, this launch only), remembers when the child last wrote (the load and stall deadlines
-  count from it), and hands each line to its owner (which learns the port and counts
-  speculative-batch failures from it).
+  launches, this launch only), remembers when the child last wrote anything, a partial line
+  included (the load and stall deadlines count from it), and hands each line to its owner
+  (which learns the port, counts speculative-batch failures and reads the GPU offload from it).
 - ``ChildProcess`` spawns the child, turns its exit into an awaitable task and stops it.
 - ``ChildProbe`` asks ``/health``, finds a ``--port 0`` child's port from its listening socket,
   and confirms through ``/props`` that the server on the port is our child serving our model.
@@ -95,6 +95,9 @@ class ChildLog:
         assert proc.stdout is not None
         pending = b""
         while chunk := await proc.stdout.read(65536):
+            # any output counts as a sign of life, not only complete lines: llama.cpp prints
+            # its tensor-loading progress as dots with no newline for as long as the load lasts
+            self.last_output = time.monotonic()
             pending += chunk
             *lines, pending = pending.split(b"\n")
             for raw in lines:

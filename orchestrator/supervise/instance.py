@@ -29,7 +29,13 @@ from typing import TYPE_CHECKING, Any
 from orchestrator.launch.spec import without_speculation
 from orchestrator.supervise.child_io import ChildLog, ChildProbe, ChildProcess
 from orchestrator.supervise.lifecycle import Inbox, Lifecycle, describe_exit
-from orchestrator.supervise.readiness import Health, failure_lines, is_spec_batch_failure, parse_listening_port
+from orchestrator.supervise.readiness import (
+    Health,
+    OffloadWatch,
+    failure_lines,
+    is_spec_batch_failure,
+    parse_listening_port,
+)
 from orchestrator.supervise.spec_watch import Speculation, SpecWatch
 from orchestrator.supervise.states import Outcome, PhaseEnd, ProcessState, SupervisorPolicy
 from orchestrator.supervise.status import Part, status_row
@@ -91,6 +97,7 @@ class Instance:
         self._inbox = Inbox()
         self._task: asyncio.Task[None] | None = None
         self._probe: ChildProbe | None = None
+        self.offload = OffloadWatch()  # a GPU instance must really be on the GPU
 
     # ----------------------------------------------------------------- readers
 
@@ -217,6 +224,7 @@ class Instance:
             self.base_url = f"http://{self.spec.host}:{port}"
         if is_spec_batch_failure(line):
             self.record_error("spec_batch", line)
+        self.offload.line(line)
 
     # ----------------------------------------------------------------- the lifecycle task
 
@@ -263,7 +271,7 @@ class Instance:
         if end.outcome is Outcome.RELAUNCH_WITHOUT_SPEC:
             await self._kill(grace)
             return True  # the loop relaunches: LOADING without the speculative flags
-        if end.outcome in (Outcome.TIMEOUT, Outcome.MISMATCH):
+        if end.outcome in (Outcome.TIMEOUT, Outcome.MISMATCH, Outcome.NOT_ON_GPU):
             await self._kill(grace)
             self.lifecycle.transition(ProcessState.FAILED, end.detail)
             return False
@@ -313,6 +321,7 @@ class Instance:
         self.log.begin_launch(f"===== orchestrator: launch #{self._launches} of {self.name} at {stamp}: {argv}")
         self.base_url = f"http://{self.spec.host}:{self.spec.port}" if self.spec.port else None
         self.lifecycle.launching()
+        self.offload.reset()
         proc = await self.child.spawn(self.spec.argv, dict(self.spec.env))
         self.log.start_pump(proc)
         self.lifecycle.launched(proc.pid)
@@ -334,7 +343,10 @@ class Instance:
                 self._notify()
             if self.base_url is not None and await self._probe.health(self.base_url) is Health.READY:
                 problem = await self._probe.verify_identity(self.base_url, proc, self.spec)
-                return PhaseEnd(Outcome.MISMATCH, problem) if problem else PhaseEnd(Outcome.READY)
+                if problem:
+                    return PhaseEnd(Outcome.MISMATCH, problem)
+                off_gpu = self.offload.problem(self.spec.server.gpu_layers) if self.spec.gpus else None
+                return PhaseEnd(Outcome.NOT_ON_GPU, off_gpu) if off_gpu else PhaseEnd(Outcome.READY)
             now = time.monotonic()
             quiet = now - max(started, self.log.last_output)
             if quiet > self._load_timeout or now - started > self._load_timeout * self.policy.load_cap_factor:

@@ -90,3 +90,60 @@ SPEC_BATCH_FAILURE = "failed to process speculative batch"  # server-context.cpp
 def is_spec_batch_failure(line: str) -> bool:
     """True for llama-server's speculative-batch failure log line."""
     return SPEC_BATCH_FAILURE in line
+
+
+# What llama.cpp says about GPU offload while it loads (pinned source): common/arg.cpp warns
+# when ``--gpu-layers`` meets a build or a machine without a usable GPU backend (a CPU build, or
+# a CUDA build whose runtime found no device: old driver, libcuda missing), and then loads on
+# the CPU; src/llama-model.cpp (``load_tensors``) logs ``offloaded N/M layers to GPU`` only when
+# a GPU backend exists.
+NO_USABLE_GPU = "no usable GPU found"
+_OFFLOADED = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
+
+
+def parse_offloaded(line: str) -> tuple[int, int] | None:
+    """``(N, M)`` from llama.cpp's ``load_tensors: offloaded N/M layers to GPU``, else None."""
+    m = _OFFLOADED.search(line)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+class OffloadWatch:
+    """What one launch's log says about GPU offload; ``problem`` judges it once the server is ready.
+
+    A GPU instance whose llama-server found no usable GPU still loads (on the CPU) and answers
+    ``/health`` 200, so readiness must look at the log as well.
+    """
+
+    def __init__(self) -> None:
+        self.offloaded: tuple[int, int] | None = None
+        self.no_gpu: str | None = None
+
+    def reset(self) -> None:
+        """A new launch: forget what the last one said."""
+        self.offloaded, self.no_gpu = None, None
+
+    def line(self, line: str) -> None:
+        """Read one log line."""
+        if NO_USABLE_GPU in line and self.no_gpu is None:
+            self.no_gpu = line.strip()
+        if (found := parse_offloaded(line)) is not None:
+            self.offloaded = found
+
+    def problem(self, gpu_layers: str | None) -> str | None:
+        """Why a GPU instance launched with ``-ngl gpu_layers`` is not on the GPU, or None.
+
+        Args:
+            gpu_layers: the ``-ngl`` value (``"all"`` or a layer count); None = a CPU instance.
+        """
+        if gpu_layers is None:
+            return None
+        fix = "check the driver (`nvidia-smi`) and the build (`orchestrator doctor`)"
+        if self.no_gpu is not None:
+            return f"llama-server runs on the CPU, not the GPU: it logged {self.no_gpu!r}; {fix}"
+        if self.offloaded is None:
+            return f"llama-server never logged 'offloaded N/M layers to GPU', so it runs on the CPU; {fix}"
+        done, total = self.offloaded
+        wanted = total if gpu_layers == "all" else min(int(gpu_layers), total)
+        if done < wanted or done == 0:
+            return f"llama-server offloaded only {done}/{total} layers to the GPU (-ngl {gpu_layers}); {fix}"
+        return None

@@ -21,7 +21,8 @@ child exits           --        crash: RESTARTING       same                --  
 /health 200 + ok      --        verify /props -> READY  --                  --               --
                                 (DEGRADED without
                                 spec), FAILED on
-                                mismatch
+                                mismatch or a GPU
+                                instance on the CPU
 load timeout          --        kill -> FAILED + log    --                  --               --
                                 tail
 stall (in flight,     --        --                      kill -> RESTARTING  --               --
@@ -54,7 +55,7 @@ class ProcessState(enum.Enum):
     READY = "ready"
     DEGRADED = "degraded"  # serving, but without speculation after a fallback
     RESTARTING = "restarting"  # waiting out the backoff after a crash
-    FAILED = "failed"  # gave up: load timeout, identity mismatch, crash loop, cannot exec
+    FAILED = "failed"  # gave up: load timeout, identity mismatch, not on the GPU, crash loop, cannot exec
 
 
 SERVING = frozenset({ProcessState.READY, ProcessState.DEGRADED})  # may receive requests
@@ -72,6 +73,7 @@ class Outcome(enum.Enum):
     EXITED = "exited"  # the child exited by itself
     TIMEOUT = "timeout"  # not ready within the load deadline
     MISMATCH = "mismatch"  # the server on the port is not our child serving our model
+    NOT_ON_GPU = "not_on_gpu"  # a GPU instance whose server loaded on the CPU (no usable GPU)
     STALLED = "stalled"  # requests in flight, no /health answer and no log output
 
 
