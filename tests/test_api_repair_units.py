@@ -9,8 +9,8 @@ import pytest
 
 from orchestrator.errors import ApiError
 from orchestrator.serve import anthropic, ollama, responses, structured
-from orchestrator.serve.api_routes import drafting_off, wants_token_probs
 from orchestrator.serve.request_repair import SYSTEM_AS_USER_PREFIX, RepairPolicy
+from orchestrator.serve.token_probs import drafting_off, trim, wants_token_probs, widen
 
 USER = {"role": "user", "content": "Hi"}
 
@@ -124,9 +124,20 @@ def test_structured_schema_error_only_for_upstream_5xx_with_a_schema() -> None:
     assert structured.schema_error(ApiError(503, "x"), body).status == 503
 
 
+def test_zero_candidates_are_widened_then_trimmed() -> None:
+    chat = {"messages": [USER], "logprobs": True, "top_logprobs": 0}
+    assert widen(chat) == {**chat, "top_logprobs": 1} and widen({**chat, "top_logprobs": 2}) is None
+    assert widen({"prompt": "x", "logprobs": 0}) == {"prompt": "x", "logprobs": 1}
+    assert widen({"prompt": "x", "logprobs": False}) is None
+    answer = {"choices": [{"logprobs": {"content": [{"token": "a", "logprob": -1.0, "top_logprobs": [{"x": 1}]}]}}]}
+    assert trim(answer) and answer["choices"][0]["logprobs"]["content"][0]["top_logprobs"] == []
+    assert not trim(answer)
+
+
 def test_token_prob_fields_turn_drafting_off() -> None:
     assert wants_token_probs({"logprobs": True}) and wants_token_probs({"n_probs": 1})
     assert wants_token_probs({"logprobs": 3}) and not wants_token_probs({"logprobs": False, "n_probs": 0})
+    assert wants_token_probs({"prompt": "x", "logprobs": 0}) and not wants_token_probs({"messages": [], "logprobs": 0})
     assert drafting_off({"speculative.n_max": 3, "speculative.n_min": 2, "x": 1}) == {"x": 1, "speculative.n_max": 0}
 
 

@@ -92,6 +92,29 @@ def test_per_token_fields_equal_drafting_off(
     assert sent["speculative.n_max"] == 0
 
 
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+@pytest.mark.parametrize(
+    ("path", "zero", "one"),
+    [
+        ("/v1/chat/completions", {"messages": PROMPT, "logprobs": True, "top_logprobs": 0}, {"top_logprobs": 1}),
+        ("/v1/completions", {"prompt": "Once upon a time", "logprobs": 0}, {"logprobs": 1}),
+    ],
+    ids=["chat", "completions"],
+)
+def test_zero_candidates_still_give_each_tokens_logprob(
+    stack: Stack, path: str, zero: dict[str, Any], one: dict[str, Any], stream: bool
+) -> None:
+    """llama-server answers no log probabilities at all for zero candidates; the proxy gives each
+    token's own, with empty candidate lists, equal to drafting off."""
+    body = {**zero, "max_tokens": 24, "temperature": 0, "stream": stream}
+    got = call(stack.url, path, {**body, "model": "demo"})
+    ref = call(stack.url, path, {**body, **one, "model": "nodraft"})
+    assert len(got) == len(ref) == 24
+    assert [t["token"] for t in got] == [t["token"] for t in ref]
+    for g, r in zip(got, ref, strict=True):
+        assert g["top_logprobs"] == [] and abs(value(g) - value(r)) <= TOL
+
+
 def test_the_fault_exists_without_the_proxy(stack: Stack) -> None:
     """Straight to the drafting replica, accepted draft tokens lose their candidates: what the proxy prevents."""
     [inst] = stack.supervisor.for_model("demo")

@@ -132,3 +132,19 @@ def test_errors_use_ollama_shape(stack: Stack, client: ollama.Client) -> None:
     assert r.status_code == 400 and "options.bogus" in r.json()["error"]
     r = httpx.post(stack.url + "/api/generate", json={"model": "demo", "prompt": "x", "suffix": "y"}, headers=AUTH)
     assert r.status_code == 400 and "suffix" in r.json()["error"]
+
+
+def test_logprobs_complete_with_drafting(stack: Stack, client: ollama.Client) -> None:
+    """Ollama's logprobs map to chat logprobs: one entry per token, the asked-for candidates each."""
+    messages = [{"role": "user", "content": "U1"}]
+    for top in (0, 2):
+        out = client.chat(
+            model="demo",
+            messages=messages,
+            logprobs=True,
+            top_logprobs=top,
+            options={"num_predict": 6, "temperature": 0},
+        )
+        assert out.logprobs is not None and len(out.logprobs) == 6
+        assert all(len(t.top_logprobs or []) == top for t in out.logprobs)
+    assert stack.recorder.bodies()[-1]["speculative.n_max"] == 0

@@ -19,7 +19,8 @@ Concern -> file:
 - API keys: ``auth.py``; model name or alias -> model -> replica, hold or 503: ``routing.py``
 - request repair for the Qwen3.5 template (pure): ``request_repair.py`` (OpenAI chat),
   ``anthropic.py`` (Messages), ``responses.py`` (Responses); the per-request draft length fields
-  (pure): ``speculative_fields.py``; structured output honoured or refused (pure): ``structured.py``
+  (pure): ``speculative_fields.py``; structured output honoured or refused (pure): ``structured.py``;
+  per-token probabilities complete with drafting on (pure): ``token_probs.py``
 - the Ollama API: translations (pure) ``ollama.py``, routes ``ollama_routes.py``
 - HTTP to the instances (pooling, the one retry, timeouts, error mapping): ``upstream.py``,
   over the asyncio network backend in ``transport.py``

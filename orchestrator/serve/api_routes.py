@@ -21,11 +21,9 @@ route                                 kind          before forwarding
 ``/tokenize``, ``/detokenize``        tokenize...   nothing
 ====================================  ============  ==========================================================
 
-Exact answers with drafting on: llama-server fills per-token probabilities only for tokens the
-target model sampled itself; tokens accepted from an MTP draft come back with probability 1 and
-no top candidates (``server-context.cpp``: "TODO: set result.probs"). So a request that asks for
-them (:func:`wants_token_probs`) is sent with ``"speculative.n_max": 0`` (native patch 0002), which
-turns drafting off for that request only, and counted in ``orchestrator_drafting_off_total``.
+Exact answers with drafting on (``orchestrator.serve.token_probs``): a request that asks for
+per-token probabilities is sent with ``"speculative.n_max": 0`` (native patch 0002), which turns
+drafting off for that request only, and counted in ``orchestrator_drafting_off_total``.
 
 Errors use the route's shape (:func:`error_body`): Anthropic's on ``/v1/messages*``, Ollama's on
 ``/api/*``, OpenAI's elsewhere.
@@ -43,6 +41,7 @@ from orchestrator.serve import anthropic, responses, structured
 from orchestrator.serve import request_repair as chat
 from orchestrator.serve.speculative_fields import flatten_speculative
 from orchestrator.serve.streaming import OPENAI_SSE, StreamFlavor
+from orchestrator.serve.token_probs import drafting_off, wants_token_probs, widen
 
 if TYPE_CHECKING:
     from orchestrator.config.schema import ModelConfig
@@ -118,12 +117,14 @@ class BodyPlan:
         thinking: whether the generation prompt opens a ``<think>`` block.
         repairs: repair kinds applied (for metrics).
         drafting_off: the reason drafting was turned off for this request, or None.
+        trim_top: the answer's candidate lists must be emptied (``token_probs.widen`` asked for one).
     """
 
     body: dict[str, Any] | None
     thinking: bool = False
     repairs: list[str] = field(default_factory=list)
     drafting_off: str | None = None
+    trim_top: bool = False
 
 
 def check_n(body: dict[str, Any], model: ModelConfig) -> None:
@@ -162,31 +163,12 @@ def prepare_body(route: ApiRoute, body: dict[str, Any], model: ModelConfig, poli
             plan.body = mapped
             plan.repairs.append("response_format_mapped")
     if route.token_probs and wants_token_probs(body):
-        plan.body = drafting_off(plan.body if plan.body is not None else body)
+        current = plan.body if plan.body is not None else body
+        widened = widen(current)
+        plan.trim_top = widened is not None
+        plan.body = drafting_off(widened if widened is not None else current)
         plan.drafting_off = "token_probs"
     return plan
-
-
-def wants_token_probs(body: dict[str, Any]) -> bool:
-    """Whether a chat, completions or infill body asks for per-token probabilities.
-
-    The fields at the pin: chat's ``logprobs: true`` (with ``top_logprobs``, default 20),
-    ``/v1/completions``' ``logprobs: N``, and the native ``n_probs: N`` (``logprobs`` is its alias;
-    ``post_sampling_probs`` only changes how they are reported). ``server-common.cpp`` and
-    ``server-schema.cpp``.
-    """
-    for key in ("logprobs", "n_probs", "top_logprobs"):
-        value = body.get(key)
-        if value is True or (isinstance(value, int) and not isinstance(value, bool) and value > 0):
-            return True
-    return False
-
-
-def drafting_off(body: dict[str, Any]) -> dict[str, Any]:
-    """``body`` with drafting turned off for this request (patch 0002's per-request n_max)."""
-    new = {k: v for k, v in body.items() if k not in ("speculative.n_max", "speculative.n_min")}
-    new["speculative.n_max"] = 0
-    return new
 
 
 Shape = Literal["openai", "anthropic", "ollama"]

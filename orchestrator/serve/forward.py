@@ -39,6 +39,7 @@ import httpx
 from orchestrator.errors import ApiError
 from orchestrator.serve import request_repair as chat
 from orchestrator.serve import response_repair as reasoning
+from orchestrator.serve import token_probs
 from orchestrator.serve.api_routes import ApiRoute, prepare_body
 from orchestrator.serve.body import ClientGone, dump_body, parse_body, read_body
 from orchestrator.serve.body_codec import decode_body
@@ -109,7 +110,7 @@ class Forwarder:
 class _Prepared:
     """A request ready to forward."""
 
-    __slots__ = ("body", "content", "model", "stream", "thinking")
+    __slots__ = ("body", "content", "model", "stream", "thinking", "trim_top")
 
     def __init__(self, content: bytes, body: dict[str, Any], stream: bool, thinking: bool, model: ModelConfig) -> None:
         self.content = content  # bytes to send upstream
@@ -117,6 +118,7 @@ class _Prepared:
         self.stream = stream
         self.thinking = thinking
         self.model = model
+        self.trim_top = False  # empty the answer's top_logprobs lists (token_probs.widen)
 
 
 class _Watch:
@@ -217,7 +219,9 @@ class Endpoint:
         new = plan.body
         if new is None:
             return _Prepared(raw, body, body.get("stream") is True, plan.thinking, model)
-        return _Prepared(dump_body(new), new, new.get("stream") is True, plan.thinking, model)
+        prep = _Prepared(dump_body(new), new, new.get("stream") is True, plan.thinking, model)
+        prep.trim_top = plan.trim_top
+        return prep
 
     async def _run_watched(
         self, prep: _Prepared, mm: ModelMetrics, receive: Receive, send: Send, started: float
@@ -312,6 +316,8 @@ class Endpoint:
             return data, None  # not ours to fix; pass it on as llama-server sent it
         if not isinstance(obj, dict):
             return data, None
+        if prep.trim_top and token_probs.trim(obj):
+            data = dump_body(obj)
         timings = obj.get("timings")
         if isinstance(timings, dict):
             mm.timings(timings)
@@ -361,7 +367,9 @@ class Endpoint:
             for kind in outcome.repairs:
                 mm.repair(kind)
 
-        repair = stream_repair(prep) if self.route.answer == "chat" else None
+        repair: Any = stream_repair(prep) if self.route.answer == "chat" else None
+        if prep.trim_top:
+            repair = token_probs.TrimStream(repair)
         outcome = await relay_sse(
             upstream.iter_body(response), send, repair=repair, before_last_send=finished, flavor=self.route.flavor
         )

@@ -24,7 +24,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from orchestrator.errors import ApiError
-from orchestrator.serve import ollama
+from orchestrator.serve import ollama, token_probs
 from orchestrator.serve import response_repair as reasoning
 from orchestrator.serve.api_routes import ROUTES, prepare_body
 from orchestrator.serve.body import Receive, parse_body, read_body
@@ -182,12 +182,14 @@ class OllamaApi:
             status = 200
             if body.get("stream"):
                 handed = True
-                lines = self._stream(upstream, response, model.name, started, generate, instance, mm)
+                lines = self._stream(upstream, response, model.name, (started, generate, plan.trim_top), instance, mm)
                 return StreamingResponse(lines, media_type=NDJSON)
             try:
                 data = json.loads(await upstream.read_body(response))
             finally:
                 await response.aclose()
+            if plan.trim_top:
+                token_probs.trim(data)
             return JSONResponse(self._whole(data, path, model.name, started, generate, plan.thinking, mm))
         except (UpstreamTimeout, httpx.TransportError) as exc:
             raise to_api_error(exc) from None
@@ -216,8 +218,9 @@ class OllamaApi:
         return ollama.answer(data, model, started, generate=generate)
 
     async def _stream(
-        self, upstream: Any, response: httpx.Response, model: str, started: float, generate: bool, inst: Any, mm: Any
+        self, upstream: Any, response: httpx.Response, model: str, how: tuple[float, bool, bool], inst: Any, mm: Any
     ) -> AsyncIterator[bytes]:
+        started, generate, trim_top = how
         translator = ollama.StreamTranslator(model, started, generate=generate)
         pending = b""
         try:
@@ -233,6 +236,8 @@ class OllamaApi:
                         return
                     if isinstance(obj.get("timings"), dict):
                         mm.timings(obj["timings"])
+                    if trim_top:
+                        token_probs.trim(obj)
                     for line in translator.feed(obj):
                         yield json.dumps(line, ensure_ascii=False).encode() + b"\n"
         except (UpstreamTimeout, httpx.TransportError) as exc:
