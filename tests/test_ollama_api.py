@@ -148,3 +148,21 @@ def test_logprobs_complete_with_drafting(stack: Stack, client: ollama.Client) ->
         assert out.logprobs is not None and len(out.logprobs) == 6
         assert all(len(t.top_logprobs or []) == top for t in out.logprobs)
     assert stack.recorder.bodies()[-1]["speculative.n_max"] == 0
+
+
+def test_agent_shaped_chat_with_thinking(stack: Stack, client: ollama.Client) -> None:
+    """System prompt, a system reminder inside a user turn, a tool call and its result, thinking on."""
+    messages = [
+        {"role": "system", "content": "You are a coding agent."},
+        {"role": "user", "content": "<system-reminder>Be brief.</system-reminder>\nRead README.md"},
+        {"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "read", "arguments": {"p": "R"}}}]},
+        {"role": "tool", "content": "# Demo", "tool_name": "read"},
+        {"role": "system", "content": "Late operator note."},
+    ]
+    tools = [{"type": "function", "function": {"name": "read", "parameters": {"type": "object", "properties": {}}}}]
+    out = client.chat(model="demo", messages=messages, tools=tools, think=True, options={"num_predict": 8})
+    assert out.done and out.eval_count == 8
+    sent = stack.recorder.bodies()[-1]
+    assert sent["chat_template_kwargs"] == {"enable_thinking": True}
+    assert [m["role"] for m in sent["messages"]] == ["system", "user", "assistant", "tool"]
+    assert sent["messages"][0]["content"] == "You are a coding agent.\n\nLate operator note."
