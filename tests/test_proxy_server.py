@@ -179,15 +179,27 @@ def test_metrics_show_drafted_and_accepted_tokens(stack: Stack) -> None:
 
 
 def slots_busy(stack: Stack) -> bool:
+    return decoding(stack) is not None
+
+
+def decoding(stack: Stack) -> int | None:
+    """Tokens generated so far by the slot that is processing (llama-server's ``/slots``), None when idle."""
     base = stack.supervisor.instances[0].base_url
-    return any(s.get("is_processing") for s in httpx.get(f"{base}/slots", timeout=5).json())
+    busy = [s for s in httpx.get(f"{base}/slots", timeout=5).json() if s.get("is_processing")]
+    if not busy:
+        return None
+    return max(int(s.get("next_token", [{}])[0].get("n_decoded", 0)) for s in busy)
 
 
-def test_client_disconnect_frees_the_slot_within_a_second(stack: Stack) -> None:
+def test_client_disconnect_stops_generation_and_frees_the_slot(stack: Stack) -> None:
+    """A client that leaves mid-stream cancels the upstream request: llama-server stops long before
+    ``max_tokens`` and frees the slot. Judged by tokens generated, not by a wall-clock bound (a busy
+    machine slows the check down, not the cancellation)."""
+    max_tokens = 3900
     body = {
         "model": "demo",
         "messages": [{"role": "user", "content": "Go on"}],
-        "max_tokens": 3900,
+        "max_tokens": max_tokens,
         "stream": True,
         "temperature": 0,
         **NO_THINK,
@@ -197,10 +209,16 @@ def test_client_disconnect_frees_the_slot_within_a_second(stack: Stack) -> None:
         for _ in range(3):
             next(chunks)
         assert slots_busy(stack)
-    closed = time.monotonic()  # leaving the block closed the client connection mid-stream
-    while slots_busy(stack):
-        assert time.monotonic() - closed < 1.0, "llama-server still generating 1 s after the client left"
+    # leaving the block closed the client connection mid-stream
+    give_up = time.monotonic() + 120  # only so a regression fails instead of hanging
+    last_seen = 0
+    while (n := decoding(stack)) is not None:
+        last_seen = n
+        assert time.monotonic() < give_up, f"llama-server still generating ({n} tokens) 120 s after the client left"
         time.sleep(0.02)
+    assert last_seen < max_tokens // 2, (
+        f"llama-server generated {last_seen} of {max_tokens} tokens after the disconnect"
+    )
     deadline = time.monotonic() + 2
     while stack.supervisor.instances[0].in_flight and time.monotonic() < deadline:
         time.sleep(0.02)
