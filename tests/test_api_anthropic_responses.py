@@ -260,3 +260,9 @@ def test_responses_text_format_constrains_output(stack: Stack, rec: Any) -> None
     )
     assert json.loads(resp.output_text)["answer"] in ("yes", "no")
     assert rec.bodies("/v1/responses")[0]["response_format"]["json_schema"]["schema"] == schema
+
+
+def test_both_sdks_list_models(stack: Stack) -> None:
+    assert [m.id for m in claude(stack).models.list()] == ["demo", "tiny"]
+    assert claude(stack).models.retrieve("tiny").display_name == "tiny"
+    assert [m.id for m in oai(stack).models.list()] == ["demo", "tiny"]

@@ -1,6 +1,10 @@
 """The read-only routes of the endpoint: ``GET /v1/models`` (and ``/v1/models/{id}``),
 ``/health`` (and ``HEAD``), ``/status`` and ``/metrics``. Each asks the API key unless
 ``server.auth_health`` / ``server.auth_metrics`` exempt the last two.
+
+The model list serves the OpenAI and the Anthropic SDKs alike: each entry has both APIs' fields
+(``object``/``created``/``owned_by`` and ``type``/``display_name``/``created_at``), and the list
+Anthropic's paging fields (``has_more``, ``first_id``, ``last_id``).
 """
 
 from __future__ import annotations
@@ -33,7 +37,15 @@ def add_info_routes(app: FastAPI, config: Config, supervisor: Supervisor, keys: 
     @app.get("/v1/models")
     async def list_models(request: Request) -> dict[str, Any]:
         guard(request)
-        return {"object": "list", "data": model_entries(config, supervisor, created)}
+        data = model_entries(config, supervisor, created)
+        last = data[-1]["id"] if data else None
+        return {
+            "object": "list",
+            "data": data,
+            "has_more": False,
+            "first_id": data[0]["id"] if data else None,
+            "last_id": last,
+        }
 
     @app.get("/v1/models/{model_id:path}")
     async def retrieve_model(request: Request, model_id: str) -> dict[str, Any]:
@@ -69,6 +81,7 @@ def model_entries(config: Config, supervisor: Supervisor, created: int) -> list[
     ``created`` is the Unix time (seconds) the app was built, OpenAI's ``created`` field.
     """
     data = []
+    created_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(created))
     for model in config.models:
         replicas = supervisor.for_model(model.name)
         state = model_state(replicas)
@@ -78,6 +91,9 @@ def model_entries(config: Config, supervisor: Supervisor, created: int) -> list[
                 "object": "model",
                 "created": created,
                 "owned_by": "orchestrator",
+                "type": "model",
+                "display_name": name,
+                "created_at": created_at,
                 "state": state,
                 "replicas": [{"name": i.name, "state": i.state.value} for i in replicas],
             }
