@@ -75,7 +75,8 @@ def test_presets_are_base_plus_backend_leaf() -> None:
 def test_resolve_backend() -> None:
     nvcc = Path("/usr/local/cuda/bin/nvcc")
     assert native_plan.resolve_backend("auto", [], nvcc, None) == "cpu"
-    assert native_plan.resolve_backend("auto", ["120"], None, None) == "cpu"
+    with pytest.raises(UserError, match="nvcc is not found"):  # a GPU without nvcc: never a silent CPU build
+        native_plan.resolve_backend("auto", ["120"], None, None)
     assert native_plan.resolve_backend("auto", ["120"], nvcc, None) == "cuda"
     assert native_plan.resolve_backend("cpu", ["120"], nvcc, None) == "cpu"
     with pytest.raises(UserError, match="nvcc not found"):

@@ -42,16 +42,19 @@ def _run(fn: Callable[[], int | None]) -> None:
 
 @app.command()
 def build(
-    backend: str = typer.Option("auto", help="auto, cpu or cuda"),
-    cuda_arch: str | None = typer.Option(None, help="CUDA compute capabilities, e.g. 120 or 89;90"),
+    backend: str | None = typer.Option(None, help="auto, cpu or cuda (default: models.yaml build.backend, else auto)"),
+    cuda_arch: str | None = typer.Option(
+        None, help="CUDA compute capabilities, e.g. 120, 89;90, 12.0 (default: models.yaml build.cuda_arch)"
+    ),
     jobs: int | None = typer.Option(None, help="parallel compile jobs (default: CPU count)"),
     force: bool = typer.Option(False, help="rebuild even when the cached build is up to date"),
     show: bool = typer.Option(False, help="print the manifest of the current build and exit"),
+    config: Path | None = typer.Option(None, "--config", "-c", help="models.yaml whose build: block gives defaults"),
 ) -> None:
     """Fetch the pinned llama.cpp, apply native/patches and build llama-server + libllama."""
     from orchestrator.cli import build as m
 
-    _run(lambda: m.run(backend=backend, cuda_arch=cuda_arch, jobs=jobs, force=force, show=show))
+    _run(lambda: m.run(backend=backend, cuda_arch=cuda_arch, jobs=jobs, force=force, show=show, config=config))
 
 
 @app.command()

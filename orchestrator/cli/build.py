@@ -19,6 +19,7 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
+from orchestrator.config.load import load_config
 from orchestrator.native import fetch as native_fetch
 from orchestrator.native import make as native_make
 from orchestrator.native.build import (
@@ -34,19 +35,44 @@ from orchestrator.native.build import (
 from orchestrator.native.plan import plan_build
 
 
-def run(*, backend: str, cuda_arch: str | None, jobs: int | None, force: bool, show: bool) -> int:
+def build_options(config: Path | None, backend: str | None, cuda_arch: str | None) -> tuple[str, str | None]:
+    """(backend, cuda_arch): the command line's, else the ``build:`` block of ``config``
+    (models.yaml; ``None`` = ``./models.yaml`` when it exists), else ``auto`` and none.
+
+    Raises:
+        UserError: ``config`` was named but is missing, or does not validate (file:line: key).
+    """
+    path = config if config is not None else Path("models.yaml")
+    if config is None and not path.is_file():
+        return backend or "auto", cuda_arch
+    block = load_config(path).build
+    if backend is None and cuda_arch is None:
+        return block.backend, block.cuda_arch
+    return backend or block.backend, cuda_arch if cuda_arch is not None else block.cuda_arch
+
+
+def run(
+    *,
+    backend: str | None,
+    cuda_arch: str | None,
+    jobs: int | None,
+    force: bool,
+    show: bool,
+    config: Path | None = None,
+) -> int:
     """``orchestrator build``: build (or confirm up to date) and print where the build is.
 
+    ``backend``/``cuda_arch`` None take the ``build:`` block of ``config`` (see ``build_options``).
     Returns 0 on success or when up to date, 1 when CMake or the compile failed (the log path
     and its last lines are printed). Raises ``UserError`` for missing tools, download,
-    checksum, patch or disk-space problems.
+    checksum, patch or disk-space problems, and a built binary that does not start.
     """
     console = Console(stderr=True, soft_wrap=True)
     if show:
         info = locate()
         print(json.dumps(info.manifest or {"bin_dir": str(info.bin_dir), "manifest": None}, indent=2))
         return 0
-    plan = plan_build(backend, cuda_arch)
+    plan = plan_build(*build_options(config, backend, cuda_arch))
     root = builds_root() / plan.key
     if not force and is_built(root, plan.key):
         set_current(root / "bin")

@@ -17,7 +17,10 @@ from typing import TYPE_CHECKING
 
 from orchestrator import paths
 from orchestrator.errors import UserError
+from orchestrator.host import gpus
+from orchestrator.host.gpus import GPU
 from orchestrator.native import cuda as native_cuda
+from orchestrator.native import cuda_compat
 from orchestrator.native import fetch as native_fetch
 
 if TYPE_CHECKING:
@@ -57,7 +60,8 @@ def collect(config: Path) -> list[Check]:
     """All checks, in display order."""
     build = _locate()
     has_build = build is not None
-    gpu_count, gpu_check = check_gpus()
+    found, gpu_check = check_gpus()
+    gpu_count = len(found)
     steps: list[Callable[[], Check]] = [
         check_python,
         lambda: check_tool("cmake", "--version", has_build, "apt install cmake (or pip install cmake)"),
@@ -67,6 +71,7 @@ def collect(config: Path) -> list[Check]:
         lambda: check_nvcc(gpu_count),
         lambda: gpu_check,
         lambda: check_build(build, gpu_count),
+        lambda: check_gpu_build(build, found),
         lambda: check_config(config),
         lambda: check_port(config),
         check_demo_model,
@@ -108,44 +113,66 @@ def check_ccache() -> Check:
 
 
 def check_nvcc(gpu_count: int) -> Check:
+    """nvcc and a cuBLAS of the same CUDA major: WARN when a CUDA build is impossible."""
     nvcc = native_cuda.find_nvcc()
     if nvcc is None:
         if gpu_count:
             return Check(
-                "nvcc", WARN, "not found: only a CPU build is possible", "install the CUDA toolkit (or set CUDA_HOME)"
+                "nvcc",
+                WARN,
+                "not found, but a GPU is here: `orchestrator build` cannot make a CUDA build (--backend auto refuses)",
+                "install the CUDA toolkit (or set CUDA_HOME to it); --backend cpu builds for the CPU on purpose",
             )
         return Check("nvcc", OK, "not found (not needed without a GPU)")
     version = native_cuda.nvcc_version(nvcc)
+    release = cuda_compat.parse_release(version)
+    major = release[0] if release else None
     toolkit = native_cuda.toolkit_root(nvcc)
-    cublas = native_cuda.find_cublas(toolkit, native_cuda.site_dirs())
+    cublas = native_cuda.find_cublas(toolkit, native_cuda.site_dirs(), major)
     if cublas is None:
-        return Check("nvcc", WARN, f"{nvcc}: {version}; no cuBLAS (a CUDA build needs it)", "pip install nvidia-cublas")
+        others = native_cuda.all_cublas(toolkit, native_cuda.site_dirs())
+        why = "no cuBLAS (a CUDA build needs it)"
+        if others:
+            found = ", ".join(f"cuBLAS {cuda_compat.library_major(c.lib)} at {c.lib}" for c in others)
+            why = f"{found} does not match nvcc's CUDA {major} (a CUDA build needs cuBLAS {major})"
+        return Check("nvcc", WARN, f"{nvcc}: {version}; {why}", cuda_compat.cublas_install_hint(major))
     return Check("nvcc", OK, f"{nvcc}: {version}; cuBLAS from the {cublas.source} ({cublas.lib})")
 
 
-def check_gpus() -> tuple[int, Check]:
-    """(number of GPUs, the check line). No GPU is OK: everything runs on CPU."""
-    from orchestrator.host import gpus
-
+def check_gpus() -> tuple[list[GPU], Check]:
+    """(the GPUs, the check line). No GPU is OK: everything runs on CPU; a driver that is
+    installed but fails (nvidia-smi present, no GPU listed) is a WARN with its reason."""
     found, source = gpus.detect_gpus()
     if not found:
-        return 0, Check("gpus", OK, f"{source}; models run on CPU")
-    driver = _driver_version()
-    detail = f"{len(found)} via {source}{driver}: " + "; ".join(gpus.describe(found))
-    return len(found), Check("gpus", OK, detail)
+        if shutil.which("nvidia-smi") and "not installed" not in source.split("nvidia-smi:")[-1]:
+            return [], Check(
+                "gpus", WARN, f"{source}; models run on CPU", "fix the NVIDIA driver (reboot after a driver update)"
+            )
+        return [], Check("gpus", OK, f"{source}; models run on CPU")
+    driver, cuda = gpus.driver_versions()
+    said = f", driver {driver} (CUDA {cuda})" if driver else ""
+    detail = f"{len(found)} via {source}{said}: " + "; ".join(gpus.describe(found))
+    return found, Check("gpus", OK, detail)
 
 
-def _driver_version() -> str:
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        try:
-            return f", driver {pynvml.nvmlSystemGetDriverVersion()}"
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception:
-        return ""
+def check_gpu_build(build: BuildInfo | None, found: list[GPU]) -> Check:
+    """Whether the driver and every GPU can run the CUDA build: the driver's CUDA version
+    against the build's nvcc, each GPU's compute capability against the build's architectures."""
+    manifest = build.manifest if build is not None else {}
+    if not found or manifest.get("backend") != "cuda":
+        return Check("gpu + build", OK, "nothing to compare (no GPU, or not a CUDA build)")
+    _, driver_cuda = gpus.driver_versions()
+    build_cuda = cuda_compat.parse_release(manifest.get("nvcc"))
+    problems = []
+    if problem := cuda_compat.driver_problem(cuda_compat.parse_release(driver_cuda), build_cuda):
+        problems.append((problem, "update the NVIDIA driver, or build with a toolkit the driver supports"))
+    for gpu in found:
+        if problem := cuda_compat.arch_problem(gpu.compute_capability, manifest.get("cuda_arch")):
+            arch = (gpu.compute_capability or "").replace(".", "")
+            problems.append((f"GPU {gpu.index}: {problem}", f"orchestrator build --backend cuda --cuda-arch {arch}"))
+    if problems:
+        return Check("gpu + build", FAIL, "; ".join(p for p, _ in problems), "; ".join(f for _, f in problems))
+    return Check("gpu + build", OK, f"driver CUDA {driver_cuda or '?'}, build {manifest.get('cuda_arch')}")
 
 
 def _locate() -> BuildInfo | None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import os
+import re
 import shutil
 import subprocess
 from collections.abc import Callable
@@ -155,8 +156,10 @@ def _from_nvidia_smi() -> tuple[list[GPU] | None, str]:
             # drivers before 510 do not know the compute_cap field
             fields = tuple(f for f in fields if f != "compute_cap")
             continue
-        said = (out.stderr or out.stdout).strip().splitlines()
-        return None, said[-1] if said else f"exit status {out.returncode}"
+        # every line: a driver/library mismatch says why on the first line and only the
+        # library's version on the last
+        said = [line.strip() for line in (out.stderr + "\n" + out.stdout).splitlines() if line.strip()]
+        return None, " / ".join(said[:4]) if said else f"exit status {out.returncode}"
     return None, "unsupported query"
 
 
@@ -228,3 +231,37 @@ def describe(gpus: list[GPU]) -> list[str]:
         cc = f" (cc {g.compute_capability})" if g.compute_capability else ""
         lines.append(f"{g.index}: {g.name}{cc}, {free} / {total} GiB free")
     return lines
+
+
+_BANNER = re.compile(r"Driver Version:\s*([\d.]+).*?CUDA Version:\s*([\d.]+)", re.DOTALL)
+
+
+def parse_smi_banner(text: str) -> tuple[str | None, str | None]:
+    """(driver version, the newest CUDA version it supports) from plain ``nvidia-smi`` output's
+    header ``| NVIDIA-SMI 570.86.10   Driver Version: 570.86.10   CUDA Version: 12.8 |``."""
+    m = _BANNER.search(text)
+    return (m.group(1), m.group(2)) if m else (None, None)
+
+
+def driver_versions() -> tuple[str | None, str | None]:
+    """(driver version, the newest CUDA version the driver supports, e.g. ``"12.8"``) from NVML,
+    else from plain ``nvidia-smi``; (None, None) when neither answers. Never raises."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            cuda = int(pynvml.nvmlSystemGetCudaDriverVersion_v2())
+            return _text(pynvml.nvmlSystemGetDriverVersion()), f"{cuda // 1000}.{(cuda % 1000) // 10}"
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # no NVML, no driver, an old pynvml: try nvidia-smi
+        pass
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return None, None
+    try:
+        out = subprocess.run([exe], capture_output=True, text=True, timeout=20, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None, None
+    return parse_smi_banner(out.stdout)

@@ -7,8 +7,9 @@ Knows nothing of models.yaml, models or processes it supervises.
 Concern -> file:
     pin, download, checksum, extract, patch   fetch.py
     CUDA toolchain (nvcc, arch, cuBLAS)       cuda.py
+    CUDA versions that go together            cuda_compat.py
     CMake flags, build key, backend choice    plan.py
     running CMake + Ninja, the build log      make.py
-    the build on disk: locate, install        build.py
+    the build on disk: locate, install, runs  build.py
     server capabilities (``--help`` probe)    capabilities.py
 """

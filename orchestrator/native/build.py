@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -142,7 +143,8 @@ def install(root: Path, plan: BuildPlan, seconds: float) -> Path:
         "build_seconds": round(seconds, 1),
         "built_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "llama_server_sha256": native_fetch.sha256_file(staging / SERVER),
-        "version": server_version(staging / SERVER),
+        "runtime_lib_dirs": plan.runtime_lib_dirs,
+        "version": server_version(staging / SERVER, plan.runtime_lib_dirs),
     }
     (staging / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
     shutil.rmtree(root / "bin", ignore_errors=True)
@@ -150,13 +152,56 @@ def install(root: Path, plan: BuildPlan, seconds: float) -> Path:
     return root / "bin"
 
 
-def server_version(server: Path) -> str:
+def server_version(server: Path, runtime_lib_dirs: list[str] | None = None) -> str:
     """``llama-server --version`` output (it prints on stderr), e.g.
-    ``version: 0.5.0-dev (build 0, commit 0c1e570)``; lines about loading backends are dropped."""
-    result = subprocess.run([str(server), "--version"], capture_output=True, text=True, timeout=60, check=False)
+    ``version: 0.5.0-dev (build 0, commit 0c1e570)``; lines about loading backends are dropped.
+
+    Runs the binary as its children will run it: its own folder and ``runtime_lib_dirs`` on
+    the loader's path.
+
+    Raises:
+        UserError: the binary does not start (e.g. exit 127: a CUDA library the loader cannot
+            find), so a build that cannot run is never recorded as a success.
+    """
+    env = {**os.environ, **loader_path([str(server.parent), *(runtime_lib_dirs or [])])}
+    result = subprocess.run(
+        [str(server), "--version"], capture_output=True, text=True, timeout=60, check=False, env=env
+    )
+    if result.returncode != 0:
+        message, hint = start_failure(server, result.returncode, result.stdout + result.stderr)
+        raise UserError(f"the built {message}", hint=hint)
     lines = (result.stdout + result.stderr).splitlines()
     keep = [line for line in lines if line.startswith(("version:", "built with"))]
     return "\n".join(keep or lines).strip()
+
+
+def loader_path(folders: list[str]) -> dict[str, str]:
+    """``LD_LIBRARY_PATH`` with ``folders`` first, then the current value."""
+    current = os.environ.get("LD_LIBRARY_PATH")
+    return {"LD_LIBRARY_PATH": ":".join([*folders, *([current] if current else [])])}
+
+
+_MISSING_LIB = re.compile(r"error while loading shared libraries: ([^:\s]+)")
+
+
+def start_failure(server: Path, returncode: int, output: str) -> tuple[str, str]:
+    """(message, hint) for a llama-server that exited ``returncode`` at start with ``output``.
+
+    Exit 127 with the dynamic loader's ``error while loading shared libraries: LIB`` is a
+    runtime library missing from the loader's path: a rebuild cannot help, making LIB findable
+    does. Anything else is a broken build: rebuild.
+    """
+    said = " / ".join(output.strip().splitlines()[-3:]) or "no output"
+    missing = _MISSING_LIB.search(output)
+    if returncode == 127 and missing:
+        lib = missing.group(1)
+        what = "cuBLAS" if "cublas" in lib else "the CUDA runtime" if "cuda" in lib else lib
+        return (
+            f"{server} does not start (exit 127): the loader cannot find {lib} ({said})",
+            f"install {what} or add the folder holding {lib} to LD_LIBRARY_PATH (a rebuild does not help); "
+            "CUDA from pip: pip install nvidia-cublas nvidia-cuda-runtime, then `orchestrator build`",
+        )
+    return f"{server} does not start (exit {returncode}): {said}", "rebuild with `orchestrator build --force`"
 
 
 def set_current(bin_dir: Path) -> None:

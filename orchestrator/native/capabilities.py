@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.errors import UserError
-from orchestrator.native.build import BuildInfo
+from orchestrator.native.build import BuildInfo, loader_path, start_failure
 
 _HELP_CACHE: dict[tuple[str, int, int], str] = {}
 # a flag at the start of a --help entry, or after a comma: "-md,    --model-draft FNAME"
@@ -77,11 +77,8 @@ def _run_help(build: BuildInfo, server: Path) -> str:
             f"cannot run {server} --help: {err}", hint="rebuild with `orchestrator build --force`"
         ) from None
     if out.returncode != 0:
-        tail = (out.stderr or out.stdout).strip().splitlines()[-3:]
-        raise UserError(
-            f"{server} --help failed (exit {out.returncode}): " + " / ".join(tail),
-            hint="rebuild with `orchestrator build --force`",
-        )
+        message, hint = start_failure(server, out.returncode, out.stdout + out.stderr)
+        raise UserError(message, hint=hint)
     return out.stdout + out.stderr
 
 
@@ -94,7 +91,7 @@ def build_backend(build: BuildInfo) -> str:
 
 
 def library_env(build: BuildInfo) -> dict[str, str]:
-    """``LD_LIBRARY_PATH`` with the build's library folder first, for running its llama-server."""
-    current = os.environ.get("LD_LIBRARY_PATH")
-    lib = str(build.lib_dir)
-    return {"LD_LIBRARY_PATH": f"{lib}:{current}" if current else lib}
+    """``LD_LIBRARY_PATH`` for running the build's llama-server: its library folder first, then
+    the runtime folders the build recorded (CUDA runtime, a wheel's cuBLAS), then the current value."""
+    extra = [str(d) for d in (build.manifest or {}).get("runtime_lib_dirs") or []]
+    return loader_path([str(build.lib_dir), *extra])

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.errors import UserError
+from orchestrator.native.cuda_compat import cublas_install_hint, library_major
 
 # Compute capability per common GPU (for hints; the build uses what NVML reports).
 ARCH_BY_GPU = {"RTX 5090": "120", "RTX 4090": "89", "A100": "80", "H100": "90", "H200": "90"}
@@ -68,16 +69,17 @@ class Cublas:
 
 
 def parse_cuda_arch(text: str, supported: frozenset[str] | set[str] = KNOWN_ARCHS) -> str:
-    """Normalise ``--cuda-arch`` (``"120"``, ``"89;90"``, ``"89,90"``, ``"90a"``) to CMake's
+    """Normalise ``--cuda-arch`` (``"120"``, ``"89;90"``, ``"89,90"``, ``"90a"``, CMake's
+    ``"120-real"``/``"120-virtual"``, or a compute capability ``"12.0"``) to CMake's
     ``CMAKE_CUDA_ARCHITECTURES`` form (``;``-joined, sorted, unique).
 
     Raises ``UserError`` for an entry that is not a compute capability ``supported`` knows.
     """
-    items = [t for t in re.split(r"[;,\s]+", text.strip()) if t]
+    items = [_dotted(t) for t in re.split(r"[;,\s]+", text.strip()) if t]
     if not items:
         raise UserError("empty --cuda-arch", hint=ARCH_HINT)
     for item in items:
-        match = re.fullmatch(r"(\d+)([af]?)", item)
+        match = re.fullmatch(r"(\d+)([af]?)(-real|-virtual)?", item)
         if match is None or match.group(1) not in supported:
             known = " ".join(sorted(supported, key=int))
             raise UserError(
@@ -87,40 +89,55 @@ def parse_cuda_arch(text: str, supported: frozenset[str] | set[str] = KNOWN_ARCH
     return ";".join(sorted(set(items), key=lambda a: (int(re.sub(r"\D", "", a)), a)))
 
 
+def _dotted(item: str) -> str:
+    """A compute capability as NVML and nvidia-smi print it (``"12.0"``) -> ``"120"``."""
+    match = re.fullmatch(r"(\d+)\.(\d)([af]?)", item)
+    return f"{match.group(1)}{match.group(2)}{match.group(3)}" if match else item
+
+
 def arch_from_capability(major: int, minor: int) -> str:
     """NVML's compute capability (12, 0) -> CMake's ``"120"``."""
     return f"{major}{minor}"
 
 
-def find_cublas(toolkit: Path | None, site_dirs: list[Path]) -> Cublas | None:
+def find_cublas(toolkit: Path | None, site_dirs: list[Path], major: int | None = None) -> Cublas | None:
     """Find cuBLAS headers + ``libcublas`` + ``libcublasLt``: the toolkit first, then pip wheels.
 
     Args:
         toolkit: the CUDA toolkit root (holding ``bin/nvcc``), or None.
         site_dirs: site-packages folders to search for the ``nvidia-cublas`` wheel.
-    Returns None when neither has all three pieces.
+        major: nvcc's CUDA major version; a cuBLAS of another major (``libcublas.so.12`` with
+            nvcc 13) is skipped: it would not match the CUDA runtime the build links. None
+            takes any.
+    Returns None when no candidate has all three pieces (of that major).
     """
-    if toolkit is not None:
-        incs = [toolkit / "include", *sorted(toolkit.glob("targets/*/include"))]
-        libs = [toolkit / "lib64", toolkit / "lib", *sorted(toolkit.glob("targets/*/lib"))]
-        found = _cublas_in(incs, libs, "toolkit")
-        if found:
+    for found in all_cublas(toolkit, site_dirs):
+        lib_major = library_major(found.lib)
+        if major is None or lib_major is None or lib_major == major:
             return found
-    for base in site_dirs:
-        for sub in CUBLAS_WHEEL_DIRS:
-            found = _cublas_in([base / sub / "include"], [base / sub / "lib"], "wheel")
-            if found:
-                return found
     return None
 
 
-def _cublas_in(incs: list[Path], libs: list[Path], source: str) -> Cublas | None:
+def all_cublas(toolkit: Path | None, site_dirs: list[Path]) -> list[Cublas]:
+    """Every cuBLAS found (any CUDA major), the toolkit's first, then the wheels'."""
+    found: list[Cublas] = []
+    if toolkit is not None:
+        incs = [toolkit / "include", *sorted(toolkit.glob("targets/*/include"))]
+        libs = [toolkit / "lib64", toolkit / "lib", *sorted(toolkit.glob("targets/*/lib"))]
+        found += _cublas_in(incs, libs, "toolkit")
+    for base in site_dirs:
+        for sub in CUBLAS_WHEEL_DIRS:
+            found += _cublas_in([base / sub / "include"], [base / sub / "lib"], "wheel")
+    return found
+
+
+def _cublas_in(incs: list[Path], libs: list[Path], source: str) -> list[Cublas]:
     include = next((d for d in incs if (d / "cublas_v2.h").is_file()), None)
     for lib_dir in libs:
         lib, lt = _newest(lib_dir, "libcublas.so"), _newest(lib_dir, "libcublasLt.so")
         if include and lib and lt:
-            return Cublas(source, include, lib, lt)
-    return None
+            return [Cublas(source, include, lib, lt)]
+    return []
 
 
 def _newest(folder: Path, stem: str) -> Path | None:
@@ -131,14 +148,18 @@ def _newest(folder: Path, stem: str) -> Path | None:
     return versions[-1] if versions else None
 
 
-def cuda_defines(arch: str, cublas: Cublas, have_libcuda: bool) -> dict[str, str]:
+def cuda_defines(arch: str, cublas: Cublas, have_libcuda: bool, toolkit: Path | None = None) -> dict[str, str]:
     """CMake ``-D`` entries for a CUDA build (the ``cuda`` preset leaf adds ``GGML_CUDA=ON``).
 
-    A wheel-only cuBLAS gets explicit library paths and include flags; without a driver
-    library (``libcuda``) to link, VMM is compiled out (``GGML_CUDA_NO_VMM``), as checked on
-    a toolkit without cuBLAS or stubs. A real GPU machine keeps VMM.
+    ``CUDAToolkit_ROOT`` names the toolkit our planner chose (``$CUDA_HOME`` included): CMake's
+    ``FindCUDAToolkit`` does not read ``CUDA_HOME`` and would otherwise take whatever nvcc it
+    finds first. A wheel-only cuBLAS gets explicit library paths and include flags; without a
+    driver library (``libcuda``) to link, VMM is compiled out (``GGML_CUDA_NO_VMM``), as checked
+    on a toolkit without cuBLAS or stubs. A real GPU machine keeps VMM.
     """
     defs = {"CMAKE_CUDA_ARCHITECTURES": arch}
+    if toolkit is not None:
+        defs["CUDAToolkit_ROOT"] = str(toolkit)
     if cublas.source == "wheel":
         defs["CUDA_cublas_LIBRARY"] = str(cublas.lib)
         defs["CUDA_cublasLt_LIBRARY"] = str(cublas.lt_lib)
@@ -231,13 +252,37 @@ def site_dirs() -> list[Path]:
     return seen
 
 
-def require_cublas(toolkit: Path | None) -> Cublas:
-    """``find_cublas`` on this machine, or ``UserError`` naming the wheel to install."""
-    found = find_cublas(toolkit, site_dirs())
+def require_cublas(toolkit: Path | None, major: int | None = None) -> Cublas:
+    """``find_cublas`` on this machine for nvcc's CUDA ``major``, or ``UserError`` naming the
+    wheel to install (and the cuBLAS of another major it found, if any)."""
+    dirs = site_dirs()
+    found = find_cublas(toolkit, dirs, major)
     if found is None:
         where = toolkit or "no CUDA toolkit"
+        others = [f"cuBLAS {library_major(c.lib)} at {c.lib}" for c in all_cublas(toolkit, dirs)]
+        wrong = f"; found only {', '.join(others)}, which does not match nvcc's CUDA {major}" if others else ""
         raise UserError(
-            f"cuBLAS not found (looked in {where} and in site-packages nvidia/*); --backend cuda needs it",
-            hint="pip install nvidia-cublas  (or install the CUDA toolkit's cuBLAS)",
+            f"cuBLAS{f' for CUDA {major}' if major else ''} not found (looked in {where} and in site-packages "
+            f"nvidia/*){wrong}; --backend cuda needs it",
+            hint=cublas_install_hint(major),
         )
     return found
+
+
+def runtime_lib_dirs(toolkit: Path | None, cublas: Cublas | None) -> list[str]:
+    """Folders the built llama-server's loader needs beyond its own: the CUDA runtime
+    (``libcudart``) of the toolkit and a wheel's cuBLAS. A toolkit from pip, conda or a runfile
+    is not on the system loader's path, and without them llama-server exits 127 at start."""
+    dirs: list[Path] = []
+    if cublas is not None:
+        dirs.append(cublas.lib.parent)
+    if toolkit is not None:
+        for folder in [toolkit / "lib64", toolkit / "lib", *sorted(toolkit.glob("targets/*/lib"))]:
+            if _newest(folder, "libcudart.so") is not None:
+                dirs.append(folder)
+                break
+    unique: list[str] = []
+    for d in dirs:
+        if str(d) not in unique:
+            unique.append(str(d))
+    return unique

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from orchestrator.errors import UserError
 from orchestrator.native import cuda as native_cuda
+from orchestrator.native import cuda_compat
 from orchestrator.native import fetch as native_fetch
 
 # CMake cache entries: "base" for every build, plus one leaf per backend (after Ollama's
@@ -32,7 +33,9 @@ PRESETS: dict[str, dict[str, str]] = {
         "CMAKE_BUILD_RPATH_USE_ORIGIN": "ON",
     },
     "cpu": {},
-    "cuda": {"GGML_CUDA": "ON"},
+    # GGML_NATIVE=OFF: no -march=native, so the binaries run on another machine's CPU (a CUDA
+    # build is the one copied to GPU boxes). The CPU build stays tuned to the machine it serves.
+    "cuda": {"GGML_CUDA": "ON", "GGML_NATIVE": "OFF"},
 }
 
 
@@ -48,6 +51,9 @@ class BuildPlan:
     nvcc: str | None
     defines: dict[str, str]
     launchers: dict[str, str] = field(default_factory=dict)
+    # folders the built llama-server's loader needs (CUDA runtime, a wheel's cuBLAS); they do
+    # not change the binaries, so they stay out of the key
+    runtime_lib_dirs: list[str] = field(default_factory=list)
 
     @property
     def key(self) -> str:
@@ -101,8 +107,20 @@ def build_key(
 
 def resolve_backend(requested: str, gpu_archs: list[str], nvcc: Path | None, cuda_arch: str | None) -> str:
     """``auto`` -> ``cuda`` when a GPU and nvcc are present (or ``--cuda-arch`` was given),
-    else ``cpu``. Raises ``UserError`` for an unknown backend or ``cuda`` without nvcc."""
+    ``cpu`` when there is no GPU.
+
+    Raises ``UserError`` for an unknown backend, ``cuda`` without nvcc, and ``auto`` on a
+    machine with a GPU but no nvcc: a silent CPU build would become the current build and run
+    a large model on the CPU; ``--backend cpu`` says that is wanted.
+    """
     if requested == "auto":
+        if nvcc is None and gpu_archs:
+            raise UserError(
+                f"an NVIDIA GPU is here (sm_{', sm_'.join(gpu_archs)}) but nvcc is not found, so --backend auto "
+                "cannot build for it",
+                hint="install the CUDA toolkit (or set CUDA_HOME to it) and run again, "
+                "or pass --backend cpu to build for the CPU on purpose",
+            )
         requested = "cuda" if nvcc is not None and (gpu_archs or cuda_arch) else "cpu"
     if requested not in ("cpu", "cuda"):
         raise UserError(f"unknown backend {requested!r}", hint="use --backend auto, cpu or cuda")
@@ -147,15 +165,19 @@ def plan_build(backend: str, cuda_arch: str | None) -> BuildPlan:
     backend = resolve_backend(backend, gpu_archs, nvcc, cuda_arch)
     extra: dict[str, str] = {}
     nvcc_ver = arch = None
+    runtime_dirs: list[str] = []
     if backend == "cuda":
         assert nvcc is not None
-        arch = _cuda_arch(nvcc, cuda_arch, gpu_archs)
-        toolkit = native_cuda.toolkit_root(nvcc)
-        cublas = native_cuda.require_cublas(toolkit)
-        extra = native_cuda.cuda_defines(arch, cublas, native_cuda.have_libcuda(toolkit))
-        extra["CMAKE_CUDA_COMPILER"] = str(toolkit / "bin" / "nvcc" if toolkit else nvcc)
         nvcc_ver = native_cuda.nvcc_version(nvcc)
-    plan = BuildPlan(pin, patches, backend, arch, compiler, nvcc_ver, cmake_defines(backend, pin.short_commit, extra))
+        release = cuda_compat.parse_release(nvcc_ver)
+        arch = _cuda_arch(nvcc, cuda_arch, gpu_archs, release)
+        toolkit = native_cuda.toolkit_root(nvcc)
+        cublas = native_cuda.require_cublas(toolkit, release[0] if release else None)
+        extra = native_cuda.cuda_defines(arch, cublas, native_cuda.have_libcuda(toolkit), toolkit)
+        extra["CMAKE_CUDA_COMPILER"] = str(toolkit / "bin" / "nvcc" if toolkit else nvcc)
+        runtime_dirs = native_cuda.runtime_lib_dirs(toolkit, cublas)
+    defines = cmake_defines(backend, pin.short_commit, extra)
+    plan = BuildPlan(pin, patches, backend, arch, compiler, nvcc_ver, defines, runtime_lib_dirs=runtime_dirs)
     ccache = shutil.which("ccache")
     if ccache:
         langs = ["C", "CXX"] + (["CUDA"] if backend == "cuda" else [])
@@ -163,9 +185,11 @@ def plan_build(backend: str, cuda_arch: str | None) -> BuildPlan:
     return plan
 
 
-def _cuda_arch(nvcc: Path, requested: str | None, detected: list[str]) -> str:
-    if requested:
-        return native_cuda.parse_cuda_arch(requested, native_cuda.nvcc_archs(nvcc))
-    if detected:
-        return ";".join(detected)
-    raise UserError("no NVIDIA GPU detected to choose the CUDA architectures", hint=native_cuda.ARCH_HINT)
+def _cuda_arch(nvcc: Path, requested: str | None, detected: list[str], release: tuple[int, int] | None) -> str:
+    """The architectures to build: ``--cuda-arch`` or the GPUs'; one newer than this nvcc is
+    refused by name (sm_120 needs CUDA 12.8) before nvcc's own list or CMake can confuse."""
+    if not requested and not detected:
+        raise UserError("no NVIDIA GPU detected to choose the CUDA architectures", hint=native_cuda.ARCH_HINT)
+    arch = native_cuda.parse_cuda_arch(requested) if requested else ";".join(detected)
+    cuda_compat.check_arch_toolkit(arch, release)
+    return native_cuda.parse_cuda_arch(arch, native_cuda.nvcc_archs(nvcc)) if requested else arch
