@@ -49,7 +49,7 @@ def test_reject_mode_answers_503_at_once_and_never_forwards(tmp_path: Path) -> N
         r = httpx.post(stack.url + "/v1/chat/completions", json=CHAT, timeout=30)
         assert r.status_code == 503 and int(r.headers["retry-after"]) >= 1
         assert r.json()["error"]["code"] == "model_loading"
-        assert time.monotonic() - started < 2
+        assert time.monotonic() - started < 30  # at once: holding would wait timeouts.queue (300 s)
         assert stack.recorder.requests == []
         assert httpx.get(stack.url + "/health").status_code == 503
     finally:
