@@ -282,46 +282,64 @@ def targets(work: Path, nodelay_fix: bool = True) -> Iterator[dict[str, str]]:
 
 
 class ConsolePoller:
-    """What an open console asks every ``interval`` seconds, from a thread of its own (the page runs
-    in a browser, not in the load generator's event loop).
+    """What an open console asks every ``interval`` seconds, from a process of its own (a browser is
+    one; a thread here would compete with the load generator for its interpreter lock).
 
-    The thread keeps one schedule for the whole run and polls only on the ticks that fall while
+    The child keeps one schedule for the whole run and polls only on the ticks that fall while
     :meth:`polling` is active, so the target measured with it sees the page's rate, and the page's
     state (chart sequence, log offset) carries over like a page that stays open.
     """
 
     def __init__(self, url: str, interval: float) -> None:
-        self.url, self.interval = url, interval
+        self.interval = interval
         self.polls = 0
-        self._active = threading.Event()
-        self._done = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
+        self._child = subprocess.Popen(
+            [sys.executable, __file__, "--poll-console", url, "--console", str(interval)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
 
-    def _run(self) -> None:
-        since, offset = 0, None
-        with httpx.Client(base_url=self.url, timeout=30) as client:
-            while not self._done.wait(self.interval):
-                if not self._active.is_set():
-                    continue
-                live = client.get("/ui/api/live", params={"since": since}).json()
-                since = live["seq"]
-                client.get("/v1/models").raise_for_status()
-                q = {} if offset is None else {"offset": offset}
-                offset = client.get("/ui/api/logs/demo-0", params=q).json()["offset"]
-                self.polls += 1
+    def _say(self, word: str) -> None:
+        assert self._child.stdin is not None
+        self._child.stdin.write(word + "\n")
+        self._child.stdin.flush()
 
     @contextlib.contextmanager
     def polling(self) -> Iterator[None]:
-        self._active.set()
+        self._say("on")
         try:
             yield
         finally:
-            self._active.clear()
+            self._say("off")
 
     def close(self) -> None:
-        self._done.set()
-        self._thread.join()
+        self._say("quit")
+        out, _ = self._child.communicate(timeout=60)
+        self.polls = int(out.split()[-1])
+
+
+def poll_console(url: str, interval: float) -> None:
+    """Child-process entry of :class:`ConsolePoller`: reads on/off/quit lines, prints the poll count."""
+    active, done = threading.Event(), threading.Event()
+
+    def commands() -> None:
+        for line in sys.stdin:
+            {"on": active.set, "off": active.clear, "quit": done.set}[line.strip()]()
+        done.set()
+
+    threading.Thread(target=commands, daemon=True).start()
+    since, offset, polls = 0, None, 0
+    with httpx.Client(base_url=url, timeout=30) as client:
+        while not done.wait(interval):
+            if not active.is_set():
+                continue
+            since = client.get("/ui/api/live", params={"since": since}).json()["seq"]
+            client.get("/v1/models").raise_for_status()
+            q = {} if offset is None else {"offset": offset}
+            offset = client.get("/ui/api/logs/demo-0", params=q).json()["offset"]
+            polls += 1
+    print(f"POLLS {polls}", flush=True)
 
 
 class Target:
@@ -525,9 +543,13 @@ def main() -> int:
         help="run `orchestrator up` untouched, without UP_BOOTSTRAP's TCP_NODELAY and uvloop",
     )
     ap.add_argument("--serve-bare", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--poll-console", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.serve_bare:
         serve_bare(args.serve_bare)
+        return 0
+    if args.poll_console:
+        poll_console(args.poll_console, args.console)
         return 0
     # SIGTERM (e.g. from `timeout`) must unwind like Ctrl-C so the children are stopped.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
