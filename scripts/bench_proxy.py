@@ -197,6 +197,9 @@ app()
 """
 
 
+UP_PID: dict[str, int] = {}  # our endpoint's URL -> the `orchestrator up` process serving it
+
+
 @contextlib.contextmanager
 def targets(work: Path, nodelay_fix: bool = True) -> Iterator[dict[str, str]]:
     """Start everything; yield {target name: base URL}."""
@@ -230,6 +233,7 @@ def targets(work: Path, nodelay_fix: bool = True) -> Iterator[dict[str, str]]:
                 raise RuntimeError("orchestrator up did not get ready:\n" + "\n".join(list(up.lines)[-30:]))
             time.sleep(0.2)
         ours, direct = run["endpoint"], inst["base_url"]
+        UP_PID[ours] = int(run["pid"])
         wait_http(ours + "/health", 60)
         bare = Child([sys.executable, __file__, "--serve-bare", direct])
         children.append(bare)
@@ -506,6 +510,33 @@ def report(ts: list[Target], streams: int, route: str) -> dict[str, Any]:
     return rows
 
 
+def poll_cpu(url: str, interval: float, polls: int = 200) -> dict[str, float]:
+    """CPU time (ms) the orchestrator process spends on one console poll, with nothing else running.
+
+    The same three calls as :func:`poll_console`, back to back; the process's own user + system
+    time (children excluded) before and after, per poll.
+    """
+    import psutil
+
+    proc = psutil.Process(UP_PID[url])
+    since, offset = 0, None
+    with httpx.Client(base_url=url, timeout=30) as client:
+        client.get("/ui/api/live").raise_for_status()  # the first poll of a page fetches the whole history
+        t0 = sum(proc.cpu_times()[:2])
+        for _ in range(polls):
+            since = client.get("/ui/api/live", params={"since": since}).json()["seq"]
+            client.get("/v1/models").raise_for_status()
+            q = {} if offset is None else {"offset": offset}
+            offset = client.get("/ui/api/logs/demo-0", params=q).json()["offset"]
+        cpu_ms = (sum(proc.cpu_times()[:2]) - t0) / polls * 1e3
+    share = cpu_ms / 1e3 / interval
+    print(
+        f"orchestrator CPU per console poll ({polls} polls, idle): {cpu_ms:.2f} ms = {share:.2%} of one core "
+        f"at one poll every {interval:g} s"
+    )
+    return {"cpu_ms_per_poll": cpu_ms, "core_share": share}
+
+
 def console_cost(ts: list[Target], route: str) -> dict[str, Any] | None:
     """``orch+console`` against ``orchestrator`` round by round: added p50 (ms), tok/s ratios."""
     with_console = next((t for t in ts if t.console), None)
@@ -561,6 +592,8 @@ def main() -> int:
         print("targets: " + ", ".join(f"{k} {v}" for k, v in urls.items()), flush=True)
         ts = asyncio.run(run_rounds(urls, args.rounds, args.requests, args.tokens, args.streams, routes, args.console))
         rows = {route: report(ts, args.streams, route) for route in routes}
+        if args.console:
+            rows["console_poll_cpu"] = poll_cpu(urls["orchestrator"], args.console)
     if args.json:
         args.json.write_text(
             json.dumps(
