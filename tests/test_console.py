@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,7 @@ WAIT_MS = 30_000  # page conditions: several poll periods, and room for a loaded
 LAPTOP = {"width": 1366, "height": 900}
 PHONE = {"width": 390, "height": 844}
 KEY = "console-test-key-7f3a"
+BENCH_REPORT = Path(__file__).with_name("data") / "bench_tiny"  # a real tiny-model bench report
 
 
 @pytest.fixture(scope="module")
@@ -59,6 +61,7 @@ def up(tmp_path_factory: pytest.TempPathFactory, bin_info: Any, demo_model: Path
     """One ``orchestrator up`` serving the demo model as ``demo``, shared by this module's tests."""
     work = tmp_path_factory.mktemp("console-up")
     config = write_models_yaml(work / "models.yaml", demo_model)
+    shutil.copytree(BENCH_REPORT, work / "results")  # `orchestrator bench` writes results/ beside the config
     with RunningUp(config, work / "state") as running:
         yield running
 
@@ -192,6 +195,19 @@ def test_charts_receive_points_after_requests(up: RunningUp, open_page: Any) -> 
     )
     # the drawn chart holds a non-zero request rate for the requests above
     assert p.page.locator('figure[data-chart="rps"] canvas').count() == 1
+
+
+def test_the_last_bench_report_shows_its_table_and_plot(up: RunningUp, open_page: Any) -> None:
+    p = open_page(str(up.run["endpoint"]))
+    expect = _expect()
+    bench = p.page.locator("#bench")
+    expect(bench).to_contain_text("recommended K = 0")
+    expect(bench.locator("tbody tr")).to_have_count(2)  # K = 0 and K = 2 over the "general" prompts
+    expect(bench.locator("tbody tr").nth(1)).to_contain_text("general")
+    img = bench.locator("img.bench-plot")
+    expect(img).to_have_attribute("src", re.compile(r"^blob:"))  # fetched with the key header, shown from memory
+    p.page.wait_for_function("(img) => img.complete && img.naturalWidth > 0", arg=img.element_handle(), timeout=WAIT_MS)
+    assert p.errors == [], p.errors
 
 
 def test_log_tail_follows_new_lines(up: RunningUp, open_page: Any) -> None:

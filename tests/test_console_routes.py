@@ -221,3 +221,15 @@ def test_history_turns_counter_deltas_into_rates(tmp_path: Path) -> None:
     assert [p["seq"] for p in history.since(0)] == [1, 2, 3]  # the ring keeps `size` points
     history.sample()
     assert [p["seq"] for p in history.since(2)] == [3, 4] and history.last_seq == 4
+
+
+def test_the_bench_fields_the_console_reads_are_the_ones_the_bench_writes() -> None:
+    import dataclasses
+
+    from orchestrator.bench.summary import Summary
+    from orchestrator.serve.console.files import _SUMMARY_FIELDS, bench_summary
+
+    assert set(_SUMMARY_FIELDS) <= {f.name for f in dataclasses.fields(Summary)}
+    report = bench_summary(Path(__file__).with_name("data") / "bench_tiny" / "results.json")
+    assert report["found"] and report["model"] == "demo" and report["recommended_k"] == 0 and report["has_plot"]
+    assert [r["k"] for r in report["rows"]] == [0, 2] and report["analysis"]
