@@ -363,3 +363,101 @@ def test_download_failure_is_a_user_error(monkeypatch: pytest.MonkeyPatch) -> No
     with pytest.raises(UserError, match=r"could not download pkg==1\.0") as err:
         native_fetch.sdist_url(_pin(package="pkg", version="1.0"))
     assert "pip download" in (err.value.hint or "")
+
+
+# --- concurrent builds of one key --------------------------------------------------------------
+
+_HOLDER = """
+import sys, time
+from pathlib import Path
+from orchestrator.native import build
+key, ready, release, manifest = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3]), sys.argv[4]
+with build.build_lock(key):
+    ready.write_text("held")
+    deadline = time.monotonic() + 120
+    while not release.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    if manifest:  # finish "the build" before letting go, as a real build run would
+        bin_dir = build.builds_root() / key / "bin"
+        bin_dir.mkdir(parents=True)
+        (bin_dir / "llama-server").write_text("")
+        (bin_dir / "manifest.json").write_text('{"key": "%s"}' % key)
+"""
+
+
+def _wait_for(predicate: object, what: str, timeout: float = 60.0) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not predicate():  # type: ignore[operator]
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+def _hold_lock(tmp_path: Path, key: str, finish_build: bool) -> tuple[subprocess.Popen[bytes], Path]:
+    import os
+    import sys
+
+    ready, release = tmp_path / "ready", tmp_path / "release"
+    env = {**os.environ, "ORCHESTRATOR_CACHE": str(tmp_path / "cache")}
+    argv = [sys.executable, "-c", _HOLDER, key, str(ready), str(release), "1" if finish_build else ""]
+    holder = subprocess.Popen(argv, env=env)
+    _wait_for(ready.exists, "the holder to take the lock")
+    return holder, release
+
+
+def test_a_second_build_of_one_key_waits_for_the_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    monkeypatch.setenv("ORCHESTRATOR_CACHE", str(tmp_path / "cache"))
+    holder, release = _hold_lock(tmp_path, "cpu-abc", finish_build=False)
+    entered, waited = threading.Event(), threading.Event()
+
+    def second() -> None:
+        with build.build_lock("cpu-abc", waited.set):
+            entered.set()
+
+    thread = threading.Thread(target=second)
+    thread.start()
+    _wait_for(waited.is_set, "the second build to notice the first")
+    assert not entered.is_set()  # still held by the other process
+    with build.build_lock("cpu-other"):  # another key is not blocked
+        pass
+    release.write_text("")
+    _wait_for(entered.is_set, "the second build to get the lock")
+    thread.join(timeout=60)
+    assert holder.wait(timeout=60) == 0
+
+
+def test_a_killed_holder_releases_the_lock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ORCHESTRATOR_CACHE", str(tmp_path / "cache"))
+    holder, _ = _hold_lock(tmp_path, "cpu-abc", finish_build=False)
+    holder.kill()
+    holder.wait(timeout=60)
+    with build.build_lock("cpu-abc", lambda: pytest.fail("the lock of a dead process still blocks")):
+        pass
+
+
+def test_build_that_waited_finds_the_key_built(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import threading
+
+    monkeypatch.setenv("ORCHESTRATOR_CACHE", str(tmp_path / "cache"))
+    plan = native_plan.BuildPlan(_pin(), [], "cpu", None, "gcc", None, native_plan.cmake_defines("cpu", "0c1e570"))
+    monkeypatch.setattr(build_cli, "plan_build", lambda backend, cuda_arch: plan)
+    monkeypatch.setattr(build_cli, "_build", lambda *a: pytest.fail("built twice"))
+    holder, release = _hold_lock(tmp_path, plan.key, finish_build=True)
+    result: list[int] = []
+    thread = threading.Thread(target=lambda: result.append(build_cli.run(**_RUN_ARGS)))
+    thread.start()
+    _wait_for(lambda: "waiting" in capsys.readouterr().err, "the waiting notice")
+    release.write_text("")
+    thread.join(timeout=60)
+    assert result == [0]
+    assert "built meanwhile" in capsys.readouterr().err
+    assert holder.wait(timeout=60) == 0
+    assert json.loads((build.builds_root() / "current.json").read_text())["key"] == plan.key
+
+
+_RUN_ARGS: dict[str, object] = {"backend": "cpu", "cuda_arch": None, "jobs": None, "force": False, "show": False}

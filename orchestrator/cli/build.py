@@ -25,6 +25,7 @@ from orchestrator.native import make as native_make
 from orchestrator.native.build import (
     SPACE_NEEDED,
     TARGET,
+    build_lock,
     builds_root,
     ensure_source_copy,
     install,
@@ -32,7 +33,7 @@ from orchestrator.native.build import (
     locate,
     set_current,
 )
-from orchestrator.native.plan import plan_build
+from orchestrator.native.plan import BuildPlan, plan_build
 
 
 def build_options(config: Path | None, backend: str | None, cuda_arch: str | None) -> tuple[str, str | None]:
@@ -78,6 +79,16 @@ def run(
         set_current(root / "bin")
         console.print(f"llama-server is up to date ({plan.backend}, key {plan.key}): {root / 'bin'}")
         return 0
+    with build_lock(plan.key, lambda: console.print(f"another `orchestrator build` is building {plan.key}; waiting")):
+        if not force and is_built(root, plan.key):  # built by the run we waited for
+            set_current(root / "bin")
+            console.print(f"llama-server was built meanwhile ({plan.backend}, key {plan.key}): {root / 'bin'}")
+            return 0
+        return _build(plan, root, force, jobs, console)
+
+
+def _build(plan: BuildPlan, root: Path, force: bool, jobs: int | None, console: Console) -> int:
+    """Extract, configure, compile and install ``plan`` into ``root`` (the caller holds the lock)."""
     native_fetch.require_space(builds_root(), SPACE_NEEDED[plan.backend], f"a {plan.backend} build")
     started = time.monotonic()
     if force:  # a clean build of this key (ccache still makes it quick); bin/ stays until replaced

@@ -12,6 +12,7 @@ Layout under ``paths.cache_root()/builds``::
     <key>/build       CMake build tree
     <key>/bin         llama-server, lib*.so*, manifest.json (RUNPATH $ORIGIN: movable)
     <key>/build.log   full configure + compile log
+    <key>.lock        flock held while one ``orchestrator build`` works on ``<key>``
     current.json      {"key", "bin_dir"} of the last successful build; what locate() reads
 
 ``llama.cpp`` and ``build`` sit side by side under one root and ccache runs with
@@ -21,11 +22,14 @@ key (a patch edit) is mostly cache hits.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import re
 import shutil
 import subprocess
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -98,6 +102,31 @@ def pinned_source() -> Path:
             raise UserError(f"{ENV_SOURCE_DIR}={env} is not a llama.cpp source tree")
         return src
     return native_fetch.prepare_source(native_fetch.load_pin(), native_fetch.list_patches())
+
+
+@contextlib.contextmanager
+def build_lock(key: str, on_wait: Callable[[], None] | None = None) -> Iterator[None]:
+    """Hold an exclusive ``fcntl.flock`` on ``builds/<key>.lock`` for the body.
+
+    Several ``orchestrator build`` runs (from several checkouts, sharing one cache) of the same
+    key would otherwise extract, configure and compile into the same folder at once. The second
+    run waits here until the first is done; it then finds the build finished (callers re-check
+    ``is_built`` inside the lock). ``on_wait`` is called once, before blocking, when another
+    process holds the lock. The kernel drops the lock when the holder dies, so a killed build
+    never leaves the cache locked.
+    """
+    builds_root().mkdir(parents=True, exist_ok=True)
+    with (builds_root() / f"{key}.lock").open("a+") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if on_wait is not None:
+                on_wait()
+            fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def is_built(root: Path, key: str) -> bool:
