@@ -93,7 +93,8 @@ export class Charts {
       });
       const opts = {
         width: Math.max(240, plot.clientWidth || 300), height: 160, series,
-        axes: [axis, { ...axis, size: 48 }],
+        // local clock time only: uPlot's default adds a date line that crowds a small chart
+        axes: [{ ...axis, space: 80, values: (_u, ticks) => ticks.map(clock) }, { ...axis, size: 48 }],
         scales: { x: { time: true }, y: spec.range ? { range: spec.range } : { auto: true } },
         legend: { show: models.length > 1 }, cursor: { drag: { x: false, y: false } },
       };
@@ -107,6 +108,8 @@ export class Charts {
     this.view = view;
   }
 }
+
+const clock = (t) => new Date(t * 1000).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit", hourCycle: "h23" });
 
 function latestText(chart, models) {
   const parts = [];
