@@ -66,6 +66,7 @@ def test_presets_are_base_plus_backend_leaf() -> None:
         assert flags["CMAKE_BUILD_TYPE"] == "Release"
         assert flags["LLAMA_BUILD_TESTS"] == flags["LLAMA_BUILD_EXAMPLES"] == flags["LLAMA_CURL"] == "OFF"
         assert flags["LLAMA_BUILD_COMMIT"] == "0c1e570"
+        assert flags["GGML_RPC"] == "ON"  # llama-server --rpc and the ggml-rpc-server worker
     assert "GGML_CUDA" not in cpu
     assert cuda["GGML_CUDA"] == "ON" and cuda["CMAKE_CUDA_ARCHITECTURES"] == "120"
     with pytest.raises(UserError, match="unknown backend"):
@@ -299,6 +300,22 @@ def test_the_build_runs_and_reports_the_pinned_commit(real_build: build.BuildInf
     assert manifest["patches"] == [{"name": p.name, "sha256": p.sha256} for p in native_fetch.list_patches(NATIVE)]
     assert manifest["llama_server_sha256"] == native_fetch.sha256_file(real_build.server)
     assert pin.short_commit in manifest["version"]
+    assert manifest["rpc_server"] == build.RPC_SERVER and (real_build.bin_dir / build.RPC_SERVER).is_file()
+    assert re.fullmatch(r"\d+\.\d+\.\d+", manifest["rpc_protocol"])
+
+
+def test_rpc_protocol_version_is_read_from_the_header(tmp_path: Path) -> None:
+    header = tmp_path / build.RPC_HEADER
+    header.parent.mkdir(parents=True)
+    header.write_text(
+        "#define RPC_PROTO_MAJOR_VERSION    7\n"
+        "#define RPC_PROTO_MINOR_VERSION    0\n"
+        "#define RPC_PROTO_PATCH_VERSION    2\n"
+    )
+    assert build.rpc_protocol_version(tmp_path) == "7.0.2"
+    header.write_text("#define RPC_PROTO_MAJOR_VERSION 7\n")
+    assert build.rpc_protocol_version(tmp_path) is None
+    assert build.rpc_protocol_version(tmp_path / "missing") is None
 
 
 @pytest.mark.server
@@ -341,7 +358,7 @@ def test_failed_configure_prints_the_log_path_and_tail(tmp_path: Path) -> None:
     out = io.StringIO()
     log = tmp_path / "build.log"
     with RichBuildProgress(Console(file=out, width=200)) as progress:
-        assert configure_and_compile(tmp_path, [], "llama-server", 1, log, progress) is False
+        assert configure_and_compile(tmp_path, [], ["llama-server"], 1, log, progress) is False
     printed = out.getvalue()
     assert "CMake configure failed" in printed and str(log) in printed
     assert "CMakeLists.txt" in printed and "CMakeLists.txt" in log.read_text()

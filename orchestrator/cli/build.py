@@ -24,7 +24,7 @@ from orchestrator.native import fetch as native_fetch
 from orchestrator.native import make as native_make
 from orchestrator.native.build import (
     SPACE_NEEDED,
-    TARGET,
+    TARGETS,
     build_lock,
     builds_root,
     ensure_source_copy,
@@ -102,7 +102,7 @@ def _build(plan: BuildPlan, root: Path, force: bool, jobs: int | None, console: 
     log = root / "build.log"
     with RichBuildProgress(console) as progress:
         ok = native_make.configure_and_compile(
-            root, plan.cmake_flags(), TARGET, jobs or os.cpu_count() or 2, log, progress
+            root, plan.cmake_flags(), TARGETS, jobs or os.cpu_count() or 2, log, progress
         )
     if not ok:
         return 1

@@ -44,6 +44,11 @@ ENV_BIN_DIR = "ORCHESTRATOR_BIN_DIR"
 ENV_SOURCE_DIR = "ORCHESTRATOR_SOURCE_DIR"
 SERVER = "llama-server"
 TARGET = "llama-server"
+# The RPC worker (llama.cpp ``tools/rpc``: target and binary ``ggml-rpc-server``), run by ``orchestrator worker``.
+RPC_SERVER = "ggml-rpc-server"
+TARGETS = [TARGET, RPC_SERVER]
+# ``RPC_PROTO_*_VERSION`` in the pinned source: a worker must speak exactly this protocol.
+RPC_HEADER = "ggml/include/ggml-rpc.h"
 NO_BUILD_HINT = "run `orchestrator build` (or set ORCHESTRATOR_BIN_DIR to a folder holding llama-server)"
 
 # Free space needed before extracting + building (bytes): source copy ~180 MB, build tree
@@ -135,7 +140,7 @@ def is_built(root: Path, key: str) -> bool:
         manifest = json.loads((root / "bin" / "manifest.json").read_text())
     except (OSError, ValueError):
         return False
-    return manifest.get("key") == key and (root / "bin" / SERVER).is_file()
+    return manifest.get("key") == key and all((root / "bin" / name).is_file() for name in (SERVER, RPC_SERVER))
 
 
 def ensure_source_copy(root: Path, plan: BuildPlan, on_bytes: native_fetch.OnBytes | None = None) -> None:
@@ -151,13 +156,14 @@ def ensure_source_copy(root: Path, plan: BuildPlan, on_bytes: native_fetch.OnByt
 
 
 def install(root: Path, plan: BuildPlan, seconds: float) -> Path:
-    """Copy llama-server and every ``lib*.so*`` from ``build/bin`` into ``<root>/bin`` and write
-    ``manifest.json`` there. Returns the bin folder."""
+    """Copy llama-server, ggml-rpc-server and every ``lib*.so*`` from ``build/bin`` into
+    ``<root>/bin`` and write ``manifest.json`` there (``rpc_server``: the worker binary's name,
+    ``rpc_protocol``: the RPC protocol version of the pinned source). Returns the bin folder."""
     built = root / "build" / "bin"
     staging = root / "bin.tmp"
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
-    for item in [built / SERVER, *sorted(built.glob("lib*.so*"))]:
+    for item in [built / SERVER, built / RPC_SERVER, *sorted(built.glob("lib*.so*"))]:
         shutil.copy2(item, staging / item.name, follow_symlinks=False)
     manifest = {
         "key": plan.key,
@@ -174,6 +180,8 @@ def install(root: Path, plan: BuildPlan, seconds: float) -> Path:
         "llama_server_sha256": native_fetch.sha256_file(staging / SERVER),
         "runtime_lib_dirs": plan.runtime_lib_dirs,
         "version": server_version(staging / SERVER, plan.runtime_lib_dirs),
+        "rpc_server": RPC_SERVER,
+        "rpc_protocol": rpc_protocol_version(root / native_fetch.SOURCE_DIR_NAME),
     }
     (staging / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
     shutil.rmtree(root / "bin", ignore_errors=True)
@@ -231,6 +239,23 @@ def start_failure(server: Path, returncode: int, output: str) -> tuple[str, str]
             "CUDA from pip: pip install nvidia-cublas nvidia-cuda-runtime, then `orchestrator build`",
         )
     return f"{server} does not start (exit {returncode}): {said}", "rebuild with `orchestrator build --force`"
+
+
+def rpc_protocol_version(source: Path) -> str | None:
+    """``"major.minor.patch"`` of the RPC protocol in llama.cpp source ``source``
+    (``RPC_PROTO_{MAJOR,MINOR,PATCH}_VERSION`` in ``ggml/include/ggml-rpc.h``), None if absent.
+
+    ggml-rpc's client refuses a server of another major or a newer minor; the patch changes with
+    the set of graph operations (``GGML_OP_COUNT``), so we require all three to match.
+    """
+    try:
+        text = (source / RPC_HEADER).read_text()
+    except OSError:
+        return None
+    found = dict(re.findall(r"#define\s+RPC_PROTO_(MAJOR|MINOR|PATCH)_VERSION\s+(\d+)", text))
+    if len(found) != 3:
+        return None
+    return f"{found['MAJOR']}.{found['MINOR']}.{found['PATCH']}"
 
 
 def set_current(bin_dir: Path) -> None:

@@ -56,9 +56,9 @@ def parse_step(line: str) -> tuple[int, int, str] | None:
 
 
 def configure_and_compile(
-    root: Path, flags: list[str], target: str, jobs: int, log: Path, progress: BuildProgress
+    root: Path, flags: list[str], targets: list[str], jobs: int, log: Path, progress: BuildProgress
 ) -> bool:
-    """Configure ``root/llama.cpp`` into ``root/build`` (Ninja) and build ``target``.
+    """Configure ``root/llama.cpp`` into ``root/build`` (Ninja) and build ``targets``.
 
     Args:
         flags: ``-DNAME=VALUE`` CMake arguments.
@@ -69,7 +69,7 @@ def configure_and_compile(
     """
     env = build_env(root)
     configure = ["cmake", "-S", native_fetch.SOURCE_DIR_NAME, "-B", "build", "-G", "Ninja", *flags]
-    compile_ = ["cmake", "--build", "build", "--target", target, "-j", str(jobs)]
+    compile_ = ["cmake", "--build", "build", "--target", *targets, "-j", str(jobs)]
     with log.open("w") as fh:
         progress.phase("configure (cmake)")
         fh.write("$ " + " ".join(configure) + "\n")
@@ -84,7 +84,7 @@ def configure_and_compile(
         progress.phase("compile")
         fh.write("$ " + " ".join(compile_) + "\n")
         if _run(compile_, root, env, fh, on_line) != 0:
-            return _failed(f"compiling {target}", log, progress)
+            return _failed(f"compiling {', '.join(targets)}", log, progress)
     return True
 
 

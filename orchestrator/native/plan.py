@@ -31,6 +31,8 @@ PRESETS: dict[str, dict[str, str]] = {
         "LLAMA_CURL": "OFF",
         # in-tree libraries are found through $ORIGIN, so bin/ can be copied out of the tree
         "CMAKE_BUILD_RPATH_USE_ORIGIN": "ON",
+        # the RPC backend: llama-server's --rpc, and the ggml-rpc-server worker (`orchestrator worker`)
+        "GGML_RPC": "ON",
     },
     "cpu": {},
     # GGML_NATIVE=OFF: no -march=native, so the binaries run on another machine's CPU (a CUDA
