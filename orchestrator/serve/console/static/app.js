@@ -26,6 +26,7 @@ function askForKey(error) {
   $("key-prompt").hidden = false;
   $("key-error").textContent = error || "";
   $("conn").textContent = "locked";
+  $("conn-time").textContent = "";
   $("key-input").focus();
 }
 auth.onLocked = askForKey;
@@ -177,14 +178,20 @@ async function poll(once) {
     syncSelect($("log-instance"), state.instances.map((r) => r.name));
     charts.add(live.points, state.models.map((m) => m.id));
     await logTail.follow();
-    $("conn").textContent = "live · " + new Date().toLocaleTimeString();
-    $("conn").classList.remove("error");
+    connection("live", "· " + new Date().toLocaleTimeString());
   } catch (err) {
     if (err.status === 401) return;
-    $("conn").textContent = "cannot reach the endpoint: " + err.message;
-    $("conn").classList.add("error");
+    connection("cannot reach the endpoint: " + err.message, "");
   }
   if (!once && !document.hidden) state.timer = setTimeout(poll, state.interval);
+}
+
+/** The connection line; only a change of state is announced (the time is not, every poll). */
+function connection(text, time) {
+  const conn = $("conn");
+  if (conn.textContent !== text) conn.textContent = text;
+  conn.classList.toggle("error", text !== "live");
+  $("conn-time").textContent = time;
 }
 
 document.addEventListener("visibilitychange", () => {

@@ -24,7 +24,7 @@ function turnView(text) {
   const details = el("details", { class: "reasoning", hidden: "" }, el("summary", { text: "Reasoning" }), reasoning);
   const answer = el("div", { class: "answer", "data-role": "answer" });
   const figures = el("dl", { class: "figures", "data-role": "figures" });
-  const status = el("p", { class: "turn-status" });
+  const status = el("p", { class: "turn-status", role: "status" }); // announced; the streamed text is not
   const turn = el("div", { class: "turn" },
     el("p", { class: "user" }, el("strong", { text: "You: " }), text), details, answer, figures, status);
   $("chat-log").append(turn);
