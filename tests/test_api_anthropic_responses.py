@@ -266,3 +266,13 @@ def test_both_sdks_list_models(stack: Stack) -> None:
     assert [m.id for m in claude(stack).models.list()] == ["demo", "tiny"]
     assert claude(stack).models.retrieve("tiny").display_name == "tiny"
     assert [m.id for m in oai(stack).models.list()] == ["demo", "tiny"]
+
+
+def test_stored_responses_are_a_clear_404(stack: Stack) -> None:
+    with pytest.raises(openai.NotFoundError) as err:
+        oai(stack).responses.retrieve("resp_1")
+    assert err.value.body["code"] == "response_not_stored"  # type: ignore[index]
+    with pytest.raises(openai.NotFoundError):
+        oai(stack).responses.cancel("resp_1")
+    count = oai(stack).responses.input_tokens.count(model="demo", input="U1")  # the real sub-route still wins
+    assert count.input_tokens > 0

@@ -94,6 +94,7 @@ def create_app(config: Config, supervisor: Supervisor) -> FastAPI:
     for api_route in ROUTES:
         app.router.routes.append(Route(api_route.path, fwd.endpoint(api_route), methods=["POST"]))
     OllamaApi(fwd).add_to(app)
+    app.add_api_route("/v1/responses/{response_id:path}", _not_stored, methods=["GET", "DELETE", "POST"])
     _add_error_handlers(app)
     if config.server.cors_origins:
         app.add_middleware(
@@ -108,6 +109,16 @@ def create_app(config: Config, supervisor: Supervisor) -> FastAPI:
     console = mount_console(app, config, supervisor, metrics, keys)
     app.state.console = console
     return app
+
+
+async def _not_stored(request: Request, response_id: str) -> None:
+    """Retrieving, deleting or cancelling a stored response: nothing is stored here (``store`` is refused)."""
+    raise ApiError(
+        404,
+        f"response {response_id!r} is not stored: this server keeps no responses (store: true is refused); "
+        "send the whole conversation in 'input'",
+        code="response_not_stored",
+    )
 
 
 def _add_error_handlers(app: FastAPI) -> None:
