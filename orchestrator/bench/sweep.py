@@ -137,6 +137,18 @@ def _bench_config(config: Config, model: ModelConfig) -> Config:
     return narrowed
 
 
+def _fit_config(config: Config, model: ModelConfig, n_max: int | None) -> Config:
+    """The whole config (every model at its own index, so located messages name the right
+    line) with ``model`` planned at the sweep's largest draft length and without fallback."""
+    spec = model.speculative.model_copy(update={"spec_fallback": "warn"})
+    if n_max is not None and n_max > spec.n_max:
+        spec = spec.model_copy(update={"n_max": n_max})
+    one = model.model_copy(update={"speculative": spec})
+    planned = config.model_copy(update={"models": [one if m is model else m for m in config.models]})
+    planned.path = config.path
+    return planned
+
+
 @dataclass(frozen=True)
 class BenchTarget:
     """What a sweep runs on: the loaded ``config`` (and the file it came from), the ``model``,
@@ -153,11 +165,16 @@ class BenchTarget:
     base: InstanceSpec
 
 
-def plan_target(config_file: Path, model: str | None) -> BenchTarget:
+def plan_target(config_file: Path, model: str | None, *, n_max: int | None = None, force: bool = False) -> BenchTarget:
     """Load models.yaml, pick the model, locate the build, detect GPUs and plan the model's launch.
 
+    The fit check counts the largest draft length the sweep launches (``n_max``, tokens: more
+    recurrent-state snapshots and draft logits than the model's own ``speculative.n_max``), and
+    its messages name the model's own models.yaml line; ``force`` launches anyway.
+
     Raises:
-        UserError: a config error, no such model, no native build, or no planned instance.
+        UserError: a config error, no such model, no native build, no planned instance, or a
+            model that does not fit (unless ``force``).
     """
     cfg = load_config(config_file)
     model_cfg = pick_model(cfg, model)
@@ -165,7 +182,16 @@ def plan_target(config_file: Path, model: str | None) -> BenchTarget:
     info = build.locate()
     gpu_list, gpu_source = gpus_mod.detect_gpus()
     capabilities = probe_capabilities(info)
-    planned = launch.plan_launch(bcfg, gpus=gpu_list, build=info, capabilities=capabilities, check_ports=False)
+    planned = launch.plan_launch(
+        _fit_config(cfg, model_cfg, n_max),
+        gpus=gpu_list,
+        build=info,
+        capabilities=capabilities,
+        check_ports=False,
+        force=force,
+        gpu_source=gpu_source,
+        only=model_cfg.name,
+    )
     specs = [s for s in planned if s.model == model_cfg.name]
     if not specs:
         raise UserError(f"the launch plan has no instance for {model_cfg.name!r}")

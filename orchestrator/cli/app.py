@@ -147,6 +147,7 @@ def bench(
     temperature: float = typer.Option(0.0),
     out: Path = typer.Option(Path("results"), help="results folder"),
     apply: bool = typer.Option(False, "--apply", help="write the recommended K into models.yaml"),
+    force: bool = typer.Option(False, "--force", help="launch even when the fit check says the model will not fit"),
 ) -> None:
     """Sweep the draft length K against a no-speculation baseline and recommend the best K."""
     from orchestrator.cli import bench as m
@@ -164,6 +165,7 @@ def bench(
             temperature=temperature,
             out=out,
             apply=apply,
+            force=force,
         )
     )
 

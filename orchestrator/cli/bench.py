@@ -50,6 +50,7 @@ def run_bench(
     temperature: float,
     out: Path,
     apply: bool,
+    force: bool = False,
 ) -> int:
     """Run ``orchestrator bench``: sweep K, write the results folder, optionally apply the best K.
 
@@ -66,13 +67,10 @@ def run_bench(
         out: results folder (created; files of an earlier run there are replaced).
         apply: write the recommended K into models.yaml (``speculative.n_max``, or
             ``type: none`` when K = 0 wins), printing the diff.
+        force: launch even if the fit check (at the largest K swept) fails.
 
-    Returns:
-        0 on success.
-
-    Raises:
-        UserError: bad options, config, missing build, an instance that fails to load, a
-            request error.
+    Returns 0 on success. Raises ``UserError``: bad options, config, missing build, a model
+    that does not fit (without ``force``), an instance that fails to load, a request error.
     """
     options = sweep.check_options(
         k=k,
@@ -83,7 +81,7 @@ def run_bench(
         reps=reps,
         temperature=temperature,
     )
-    target = sweep.plan_target(config, model)
+    target = sweep.plan_target(config, model, n_max=max(options.ks), force=force)
     out.mkdir(parents=True, exist_ok=True)
     started = datetime.now(UTC)
     with _progress_bar() as progress:

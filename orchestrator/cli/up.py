@@ -63,7 +63,13 @@ def run_up(config_path: Path, dry_run: bool = False, force: bool = False) -> int
         statefile.claim()
     capabilities = probe_capabilities(build_info)
     specs = launch.plan_launch(
-        config, gpus=found, build=build_info, capabilities=capabilities, force=force, check_ports=not dry_run
+        config,
+        gpus=found,
+        build=build_info,
+        capabilities=capabilities,
+        force=force,
+        check_ports=not dry_run,
+        gpu_source=source,
     )
     if dry_run:
         console.print(f"GPUs: {source}" if not found else f"GPUs ({source}): " + ", ".join(g.name for g in found))

@@ -28,7 +28,7 @@ from orchestrator.host.gpus import GPU
 from orchestrator.host.ports import check_port_free
 from orchestrator.launch.argv import ServerArgs, Speculation
 from orchestrator.launch.files import check_not_fork, facts_at, model_files
-from orchestrator.launch.fit import FitRequest, check_fit, estimate_bytes
+from orchestrator.launch.fit import FitRequest, check_fit, estimate_bytes, gpu_overhead
 from orchestrator.launch.placement import Placer, placements, tensor_split
 from orchestrator.launch.spec import CHILD_HOST, InstanceSpec
 from orchestrator.models.facts import ModelFacts
@@ -59,6 +59,8 @@ def plan_launch(
     force: bool = False,
     facts: dict[str, ModelFacts] | None = None,
     check_ports: bool = True,
+    gpu_source: str = "",
+    only: str | None = None,
 ) -> list[InstanceSpec]:
     """Plan every llama-server: one per model replica.
 
@@ -70,6 +72,10 @@ def plan_launch(
         force: launch even when the fit check says the model will not fit.
         facts: ModelFacts per model name or GGUF path (read from the GGUF header when absent).
         check_ports: check fixed ports (the proxy's ``server.port`` too) are free.
+        gpu_source: ``detect_gpus()``'s source line; when no GPU is usable its reason becomes a
+            note on every CPU instance (a driver that failed must not go unnoticed).
+        only: plan just the model of this name (the bench); other models keep their index, so
+            messages name the right models.yaml line.
     Returns:
         the specs, in models.yaml order, replica 0 first.
     Raises:
@@ -79,7 +85,10 @@ def plan_launch(
     placer = Placer(usable)
     specs: list[InstanceSpec] = []
     requests: list[FitRequest] = []
+    cpu_note = _cpu_note(gpus, gpu_source, capabilities.backend)
     for i, model in enumerate(config.models):
+        if only is not None and model.name != only:
+            continue
         planned = _plan_model(config, i, model, build, capabilities, facts or {})
         if gpus and capabilities.backend != "cuda":
             planned.notes.append(
@@ -87,12 +96,24 @@ def plan_launch(
             )
         for r, assigned in enumerate(placements(config, i, model, usable, placer)):
             spec = _replica(config, planned, r, assigned, usable, build, capabilities.backend)
+            if cpu_note and not assigned:
+                spec = dataclasses.replace(spec, notes=(*spec.notes, cpu_note))
             specs.append(spec)
-            requests.append(_fit_request(config, planned, spec))
+            requests.append(_fit_request(config, planned, spec, usable))
     fit_notes = check_fit(requests, usable, force=force)
     specs = [dataclasses.replace(s, notes=s.notes + tuple(fit_notes.get(s.name, ()))) for s in specs]
     _check_ports(config, specs, check_ports)
     return specs
+
+
+def _cpu_note(gpus: list[GPU], gpu_source: str, backend: str) -> str | None:
+    """Why instances run on the CPU when no GPU was found but one was expected: a CUDA build, or
+    a driver that is there and failed (anything but nvidia-smi not being installed)."""
+    if gpus or not gpu_source:
+        return None
+    if backend == "cuda" or "nvidia-smi: not installed" not in gpu_source:
+        return f"runs on the CPU because no GPU is usable: {gpu_source}; check `nvidia-smi` and `orchestrator doctor`"
+    return None
 
 
 def _plan_model(
@@ -157,22 +178,61 @@ def _replica(
     return InstanceSpec(f"{model.name}-{r}", model.name, r, assigned, env, server, tuple(p.notes))
 
 
-def _fit_request(config: Config, p: _Planned, spec: InstanceSpec) -> FitRequest:
-    with_spec = p.spec_type is not None
+def _fit_request(config: Config, p: _Planned, spec: InstanceSpec, usable: list[GPU]) -> FitRequest:
+    n_max = p.model.speculative.n_max if p.spec_type is not None else 0
+    n_cpu_moe = cpu_moe_layers(p.model.extra_args, len(p.facts.expert_layer_bytes))
     need = estimate_bytes(
         p.facts,
         p.model.ctx_size,
         p.model.parallel,
-        draft_n_max=p.model.speculative.n_max if with_spec else 0,
-        draft_facts=p.draft_facts if with_spec else None,
+        draft_n_max=n_max,
+        draft_facts=p.draft_facts if n_max else None,
+        n_cpu_moe=n_cpu_moe,
     )
+    layers = p.model.gpu_layers
     return FitRequest(
         instance=spec.name,
         where=config.where("models", p.i),
         gpus=spec.gpus,
-        partial_offload=p.model.gpu_layers != "all",
+        # llama.cpp offloads up to block_count + 1 layers (the output layer counts): -ngl 99 is all
+        partial_offload=layers != "all" and int(layers) <= p.facts.block_count,
         bytes_needed=need,
+        overhead=gpu_overhead(p.facts, p.model.parallel, draft_n_max=n_max),
+        shares=split_shares(spec.gpus, spec.server.tensor_split, usable),
+        expert_layer_bytes=p.facts.expert_layer_bytes,
+        n_cpu_moe=n_cpu_moe,
     )
+
+
+def cpu_moe_layers(extra_args: list[str], n_blocks: int) -> int:
+    """Blocks whose routed experts ``extra_args`` keeps in CPU memory: ``--n-cpu-moe N`` /
+    ``-ncmoe N`` (also ``=N``) -> N; ``--cpu-moe`` / ``-cmoe`` -> all ``n_blocks`` (common/arg.cpp)."""
+    found = 0
+    for j, arg in enumerate(extra_args):
+        flag, _, value = arg.partition("=")
+        if flag in ("--cpu-moe", "-cmoe"):
+            found = n_blocks
+        elif flag in ("--n-cpu-moe", "-ncmoe"):
+            value = value or (extra_args[j + 1] if j + 1 < len(extra_args) else "")
+            found = int(value) if value.isdigit() else found
+    return min(found, n_blocks)
+
+
+def split_shares(assigned: tuple[int, ...], split: str | None, usable: list[GPU]) -> tuple[float, ...] | None:
+    """The fraction of a model on each GPU of ``assigned``, as the launch splits it: the
+    ``--tensor-split`` proportions, else (llama.cpp's default) by free memory; None = equal."""
+    if len(assigned) < 2:
+        return None
+    by_index = {g.index: g for g in usable}
+    if split:
+        weights = [float(x) for x in split.split(",")]
+    else:
+        free = [by_index[x].memory_free if x in by_index else None for x in assigned]
+        if any(f is None for f in free):
+            return None
+        weights = [float(f or 0) for f in free]
+    total = sum(weights)
+    return tuple(w / total for w in weights) if total > 0 else None
 
 
 def _decide_spec(

@@ -111,6 +111,8 @@ class ModelFacts:
     chat_template: TemplateFacts
     tokenizer: TokenizerFacts
     split_count: int = 1
+    output_rows: int = 0  # rows of the output matrix (vocabulary size of the logits), 0 = unknown
+    expert_layer_bytes: tuple[int, ...] = ()  # per block: bytes of its routed experts (ffn_*_exps)
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict (paths as strings)."""
@@ -308,7 +310,28 @@ def read_model_facts(path: Path) -> ModelFacts:
         chat_template=_template(meta),
         tokenizer=_tokenizer(meta),
         split_count=len(files),
+        output_rows=_output_rows(tensors),
+        expert_layer_bytes=_expert_layer_bytes(tensors, block_count),
     )
+
+
+def _output_rows(tensors: list[TensorInfo]) -> int:
+    """Vocabulary rows of ``output.weight`` (``token_embd.weight`` when the output is tied)."""
+    by_name = {t.name: t for t in tensors}
+    found = by_name.get("output.weight") or by_name.get("token_embd.weight")
+    return found.shape[1] if found is not None and len(found.shape) > 1 else 0
+
+
+def _expert_layer_bytes(tensors: list[TensorInfo], block_count: int) -> tuple[int, ...]:
+    """Bytes of the routed expert tensors (``blk.N.ffn_{gate,up,down,gate_up}_exps``) per block:
+    what ``--n-cpu-moe N`` keeps in CPU memory for the first N blocks."""
+    per = [0] * block_count
+    for t in tensors:
+        parts = t.name.split(".")
+        expert = len(parts) > 2 and parts[0] == "blk" and parts[2].endswith("_exps") and parts[1].isdigit()
+        if expert and int(parts[1]) < block_count:
+            per[int(parts[1])] += t.nbytes or 0
+    return tuple(per) if any(per) else ()
 
 
 def _tensor_types(tensors: list[TensorInfo]) -> dict[str, TensorTypeShare]:
