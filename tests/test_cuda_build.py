@@ -177,6 +177,7 @@ def needs_cublas(tmp_path: Path) -> tuple[Path, Path]:
     subprocess.run(
         [cc, "-o", built / "llama-server", tmp_path / "main.c", f"-L{libdir}", "-l:libcublas.so.13"], check=True
     )
+    shutil.copy2(built / "llama-server", built / "ggml-rpc-server")  # the build installs the RPC worker too
     return tmp_path / "root", libdir
 
 

@@ -143,7 +143,7 @@ def _defined_case_ids() -> set[str]:
     ids: set[str] = set()
     for path in (ROOT / "tests" / "data").rglob("*"):
         if path.is_file():
-            ids |= set(CASE_ID.findall(path.read_text(encoding="utf-8")))
+            ids |= set(CASE_ID.findall(path.read_text(encoding="utf-8", errors="ignore")))  # data may be binary (png)
     return ids
 
 
