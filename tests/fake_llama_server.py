@@ -75,6 +75,8 @@ def main() -> int:
                 self._json(503, {"error": {"message": "Loading model", "code": 503}})
             elif self.path == "/health":
                 self._json(200, {"status": "ok"})
+            elif self.path == "/slots":
+                self._json(200, [{"id": 0, "is_processing": False}])
             elif self.path == "/props":
                 self._json(200, {"model_alias": alias, "model_path": "/nowhere/" + alias + ".gguf"})
             else:

@@ -300,13 +300,15 @@ def real_stack(
     server: dict[str, Any] | None = None,
     models: list[dict[str, Any]] | None = None,
     wait: bool = True,
+    policy: SupervisorPolicy | None = None,
 ) -> Stack:
     """The proxy in front of a real ``Supervisor`` running real llama-servers on ``model``.
 
     The instances come from the real launch plan (``orchestrator.launch.plan.plan_launch``, CPU) for
     ``build`` (the ``bin_info`` fixture).
     ``models`` holds ModelConfig fields per model (default: one model ``demo`` with alias
-    ``tiny``, 2 slots of 4096 tokens, embeddings on so ``/v1/embeddings`` can be passed through).
+    ``tiny``, 2 slots of 4096 tokens, embeddings on so ``/v1/embeddings`` can be passed through);
+    ``policy`` replaces the fast supervisor policy.
     """
     from supervision_helpers import fast_policy
 
@@ -328,7 +330,7 @@ def real_stack(
         ]
     config = Config(server=ServerConfig(**server), models=[ModelConfig(path=str(model), **m) for m in models])
     specs = plan_launch(config, gpus=[], build=build, capabilities=probe_capabilities(build), check_ports=False)
-    stack = Stack(config, specs, tmp_path / "logs", policy=fast_policy())
+    stack = Stack(config, specs, tmp_path / "logs", policy=policy or fast_policy())
     try:
         if wait:
             stack.start_instances()

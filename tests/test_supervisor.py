@@ -189,7 +189,7 @@ def test_s05_kill_9_restarts_and_next_request_succeeds(tmp_path: Path, bin_info,
             [real_spec(bin_info.server, bin_info.lib_dir, demo_model)],
             make_config(),
             log_dir=tmp_path,
-            policy=fast_policy(backoff_base=2.0),  # RESTARTING lasts 2 s: long enough to be observed
+            policy=fast_policy(),
         )
         inst = sup.instances[0]
         seen: list[ProcessState] = []
@@ -201,14 +201,14 @@ def test_s05_kill_9_restarts_and_next_request_succeeds(tmp_path: Path, bin_info,
             first_proc = psutil.Process(first)
             watcher = asyncio.ensure_future(_record_states(inst, seen))
             os.kill(first, signal.SIGKILL)
-            await wait_state(inst, {ProcessState.RESTARTING}, timeout=30)
-            assert inst.exit_code == -signal.SIGKILL
-            assert "killed by signal 9 (SIGKILL)" in (inst.message or "")
+            # an isolated crash restarts at once (no backoff), so RESTARTING may not be seen
+            await wait_until(lambda: inst.restarts == 1, 30, "the killed child was restarted")
+            assert any("killed by signal 9 (SIGKILL)" in w for w in inst.warnings)
             await wait_state(inst, SERVING, timeout=120)
             watcher.cancel()
             assert inst.pid != first and gone(first_proc)
             assert inst.restarts == 1
-            assert ProcessState.RESTARTING in seen and ProcessState.LOADING in seen
+            assert ProcessState.LOADING in seen
             async with httpx.AsyncClient(trust_env=False, timeout=60) as client:
                 resp = await client.post(f"{inst.base_url}/v1/chat/completions", json=chat_body())
             assert resp.status_code == 200
@@ -444,10 +444,11 @@ def test_stop_during_backoff_ends_at_once(tmp_path: Path) -> None:
         sup = Supervisor([fake_spec("--exit-code", "3")], make_config(), log_dir=tmp_path, policy=policy)
         inst = sup.instances[0]
         await sup.start()
-        await wait_state(inst, {ProcessState.RESTARTING}, timeout=10)
-        assert inst.exit_code == 3 and "restarting in 30 s" in (inst.message or "")
+        # the first crash of a streak restarts at once; the second waits backoff_base
+        await wait_until(lambda: "restarting in 30 s" in (inst.message or ""), 10, "the second crash backs off")
+        assert inst.state is ProcessState.RESTARTING and inst.exit_code == 3
         await asyncio.wait_for(sup.stop(3), timeout=5)
         assert inst.state is ProcessState.STOPPED
-        assert (tmp_path / "demo-0.log").read_text().count("===== orchestrator: launch #") == 1
+        assert (tmp_path / "demo-0.log").read_text().count("===== orchestrator: launch #") == 2
 
     asyncio.run(main())

@@ -81,6 +81,11 @@ class Timeouts(_Strict):
         600, gt=0, description="supervisor: /health must answer 200 within this (s); extended while the child logs"
     )
     queue: float = Field(300, gt=0, description="proxy: how long a request waits for a ready replica (s)")
+    stall: float = Field(
+        30,
+        gt=0,
+        description="supervisor: llama-server's main loop answering nothing this long is a stall: kill, restart (s)",
+    )
     shutdown_grace: float = Field(10, ge=0, description="in-flight requests get this long on SIGINT/SIGTERM (s)")
 
 

@@ -44,7 +44,7 @@ from orchestrator.serve.api_routes import ApiRoute, prepare_body
 from orchestrator.serve.body import ClientGone, dump_body, parse_body, read_body
 from orchestrator.serve.body_codec import decode_body
 from orchestrator.serve.metrics import NO_MODEL, ModelMetrics, ProxyMetrics
-from orchestrator.serve.stream_repair import StreamRepair
+from orchestrator.serve.stream_repair import repair_for_stream
 from orchestrator.serve.streaming import SSE_HEADERS, RelayOutcome, relay_sse
 from orchestrator.serve.structured import schema_error
 from orchestrator.serve.upstream import UpstreamPool, UpstreamTimeout, from_upstream_status, to_api_error
@@ -121,6 +121,19 @@ class _Prepared:
         self.trim_top = False  # empty the answer's top_logprobs lists (token_probs.widen)
 
 
+class _Refused(Exception):
+    """The replica's port refused the connection: nothing was sent, another replica may take it."""
+
+
+def _stalled_error(instance: Instance, stalls_before: int) -> ApiError | None:
+    """The error for a request cut off because its replica stalled and was killed, else None."""
+    if instance.stalls == stalls_before:
+        return None
+    stall = next((w for w in instance.warnings if w.startswith("stalled")), "stalled")
+    message = f"llama-server stopped making progress on this request and was restarted ({stall})"
+    return ApiError(502, message, code="upstream_stalled")
+
+
 class _Watch:
     """Flags shared with the disconnect watcher."""
 
@@ -129,42 +142,6 @@ class _Watch:
     def __init__(self) -> None:
         self.finished = False
         self.disconnected = False
-
-
-def _server_splits_reasoning(body: dict[str, Any], model: ModelConfig) -> bool:
-    """Whether llama-server will put reasoning in ``reasoning_content`` itself.
-
-    It does unless the request's ``reasoning_format`` or the model's ``--reasoning-format``
-    launch flag is ``none`` (``common/arg.cpp``; default ``auto``, which extracts it).
-    """
-    fmt = body.get("reasoning_format")
-    if fmt is None:
-        args = model.extra_args
-        for i, arg in enumerate(args):
-            if arg == "--reasoning-format" and i + 1 < len(args):
-                fmt = args[i + 1]
-            elif arg.startswith("--reasoning-format="):
-                fmt = arg.split("=", 1)[1]
-    return fmt != "none"
-
-
-def stream_repair(prep: _Prepared) -> StreamRepair | None:
-    """The response repair a chat stream needs, or None to pass its bytes through untouched.
-
-    - thinking off: reasoning that still arrives is moved to content, and a stray ``</think>``
-      is split off;
-    - thinking on and llama-server leaves reasoning in the content (``reasoning_format: none``):
-      the content before ``</think>`` is relabelled ``reasoning_content``;
-    - thinking on and llama-server splits reasoning itself (its default): nothing to repair. The
-      splitter is not used there on purpose: when the model's reasoning is empty the server sends
-      only content deltas, which a thinking-on splitter would relabel as reasoning.
-    """
-    n = prep.body.get("n", 1)
-    if not prep.thinking:
-        return StreamRepair(thinking=False, n=n)
-    if not _server_splits_reasoning(prep.body, prep.model):
-        return StreamRepair(thinking=True, n=n)
-    return None
 
 
 class Endpoint:
@@ -262,21 +239,48 @@ class Endpoint:
                 task.cancel()
 
     async def _exchange(self, prep: _Prepared, mm: ModelMetrics, send: Send, watch: _Watch, started: float) -> int:
+        """Forward to a serving replica; one whose port refuses the connection (it died a moment
+        ago and the supervisor has not seen the exit yet) processed nothing, so the request goes
+        to the next serving replica (held while the model restarts) instead of failing."""
+        router = self.fwd.router
+        instance = await router.acquire(prep.model.name)
+        try:
+            return await self._exchange_on(instance, prep, mm, send, watch, started, refused_ok=True)
+        except _Refused:
+            instance = await router.reacquire(prep.model.name, instance)
+            return await self._exchange_on(instance, prep, mm, send, watch, started, refused_ok=False)
+
+    async def _exchange_on(
+        self,
+        instance: Instance,
+        prep: _Prepared,
+        mm: ModelMetrics,
+        send: Send,
+        watch: _Watch,
+        started: float,
+        *,
+        refused_ok: bool,
+    ) -> int:
         fwd = self.fwd
-        instance = await fwd.router.acquire(prep.model.name)
         upstream = fwd.pool.get(instance.base_url or "", instance.name)
+        stalls = instance.stalls
         instance.in_flight += 1
         mm.in_flight.inc()
         try:
             content = prep.content
             for attempt in (1, 2):
-                response = await upstream.open("POST", self.path, content, UPSTREAM_HEADERS, on_retry=mm.retry)
+                try:
+                    response = await upstream.open("POST", self.path, content, UPSTREAM_HEADERS, on_retry=mm.retry)
+                except httpx.ConnectError:
+                    if refused_ok and attempt == 1:
+                        raise _Refused() from None
+                    raise
                 try:
                     if response.status_code >= 400:
                         error = from_upstream_status(response.status_code, await upstream.read_body(response))
                         raise schema_error(error, prep.body)
                     if prep.stream:
-                        return await self._relay(prep, mm, instance, upstream, response, send, watch, started)
+                        return await self._relay(prep, mm, instance, upstream, response, send, watch, started, stalls)
                     data = await upstream.read_body(response)
                 finally:
                     await response.aclose()
@@ -295,7 +299,7 @@ class Endpoint:
             await send({"type": "http.response.body", "body": data, "more_body": False})
             return 200
         except (UpstreamTimeout, httpx.TransportError) as exc:
-            raise to_api_error(exc) from None
+            raise _stalled_error(instance, stalls) or to_api_error(exc) from None
         finally:
             instance.in_flight -= 1
             mm.in_flight.dec()
@@ -352,6 +356,7 @@ class Endpoint:
         send: Send,
         watch: _Watch,
         started: float,
+        stalls: int,
     ) -> int:
         await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
 
@@ -367,10 +372,20 @@ class Endpoint:
             for kind in outcome.repairs:
                 mm.repair(kind)
 
-        repair: Any = stream_repair(prep) if self.route.answer == "chat" else None
+        chat_answer = self.route.answer == "chat"
+        repair: Any = repair_for_stream(prep.body, prep.thinking, prep.model.extra_args) if chat_answer else None
         if prep.trim_top:
             repair = token_probs.TrimStream(repair)
+
+        def map_error(exc: UpstreamTimeout | httpx.TransportError) -> ApiError:
+            return _stalled_error(instance, stalls) or to_api_error(exc)
+
         outcome = await relay_sse(
-            upstream.iter_body(response), send, repair=repair, before_last_send=finished, flavor=self.route.flavor
+            upstream.iter_body(response),
+            send,
+            repair=repair,
+            before_last_send=finished,
+            flavor=self.route.flavor,
+            map_error=map_error,
         )
         return outcome.error.status if outcome.error is not None else 200

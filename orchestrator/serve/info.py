@@ -19,6 +19,7 @@ from orchestrator.errors import ApiError
 from orchestrator.serve.auth import ApiKeys
 from orchestrator.serve.metrics import CONTENT_TYPE, ProxyMetrics
 from orchestrator.serve.routing import RETRY_AFTER
+from orchestrator.supervise.restart_policy import can_recover
 from orchestrator.supervise.supervisor import SERVING
 
 if TYPE_CHECKING:
@@ -105,19 +106,27 @@ def model_entries(config: Config, supervisor: Supervisor, created: int) -> list[
 
 
 def health_response(config: Config, supervisor: Supervisor, *, draining: bool) -> JSONResponse:
-    """200 ``ok`` when every model has a serving replica and the app is not draining, else 503
-    (``draining`` or ``unavailable``) with ``Retry-After``; per-model details either way."""
+    """200 ``ok`` when every model has a serving replica that answers and the app is not draining,
+    else 503 (``draining`` or ``unavailable``); per-model details either way.
+
+    A replica whose llama-server stopped answering (``Instance.responsive``) does not count as
+    ready: it cannot answer a request. The 503 carries ``Retry-After`` only while every model
+    that is not ready can recover by itself (loading, restarting, a stall being restarted); for
+    a failed or stopped model a retry cannot help.
+    """
     models = {}
     for model in config.models:
         replicas = supervisor.for_model(model.name)
         models[model.name] = {
-            "ready": any(i.state in SERVING for i in replicas),
+            "ready": any(i.state in SERVING and i.responsive for i in replicas),
             "state": model_state(replicas),
             "replicas": {i.name: i.state.value for i in replicas},
+            "unresponsive": [i.name for i in replicas if i.state in SERVING and not i.responsive],
         }
     ok = all(m["ready"] for m in models.values()) and not draining
     status = "ok" if ok else ("draining" if draining else "unavailable")
-    headers = None if ok else {"Retry-After": str(int(RETRY_AFTER))}
+    recoverable = all(m["ready"] or can_recover(str(m["state"])) for m in models.values())
+    headers = None if ok or not recoverable else {"Retry-After": str(int(RETRY_AFTER))}
     return JSONResponse({"status": status, "models": models}, status_code=200 if ok else 503, headers=headers)
 
 

@@ -8,14 +8,20 @@
   (readiness is llama-server's ``/health``, which the supervisor follows).
 - With no replica serving, ``server.when_loading: hold`` (default) waits up to
   ``server.timeouts.queue`` seconds for one (``Supervisor.wait_for_replica``); ``reject``
-  answers 503 at once. Either way the 503 carries ``Retry-After``.
+  answers 503 at once. Either way the 503 carries ``Retry-After``, but only while a replica can
+  still recover (loading, restarting): for a model whose replicas all failed or stopped a
+  retry cannot help, so that 503 has none.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import time
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.errors import ApiError
+from orchestrator.supervise.states import SERVING
 
 if TYPE_CHECKING:
     from orchestrator.config.schema import Config, ModelConfig
@@ -24,6 +30,9 @@ if TYPE_CHECKING:
 # Seconds a client is told to wait before retrying while no replica serves. A model load takes
 # seconds to minutes; a short hint keeps clients polling without hammering.
 RETRY_AFTER = 5.0
+# Seconds to wait for the supervisor to notice that a replica whose port refused a connection
+# died (it reaps the child within a loop turn; this only bounds the wait).
+REFUSED_WAIT = 2.0
 
 
 class Router:
@@ -81,6 +90,22 @@ class Router:
             )
         return model
 
+    async def reacquire(self, model: str, failed: Instance) -> Instance:
+        """Another serving replica of ``model`` after ``failed`` refused a connection.
+
+        Waits (at most ``REFUSED_WAIT`` s) until the supervisor has seen ``failed`` leave the
+        serving states, so that it is not picked again, then acquires as :meth:`acquire` does
+        (holding while the model restarts).
+
+        Raises:
+            ApiError: as :meth:`acquire`.
+        """
+        deadline = time.monotonic() + REFUSED_WAIT
+        while failed.state in SERVING and (left := deadline - time.monotonic()) > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.supervisor.changed.wait(), timeout=left)
+        return await self.acquire(model)
+
     async def acquire(self, model: str) -> Instance:
         """Return a serving replica of ``model`` (by name), holding the caller if none serves yet.
 
@@ -94,8 +119,8 @@ class Router:
         Raises:
             ApiError: 503 ``model_loading`` with ``Retry-After`` when no replica serves and
                 ``when_loading`` is ``reject``, or none became ready within ``timeouts.queue``
-                seconds; 503 ``model_unavailable`` when no replica can recover (all failed or
-                stopped).
+                seconds; 503 ``model_unavailable`` without ``Retry-After`` when no replica can
+                recover (all failed or stopped).
         """
         instance = self.supervisor.pick(model)
         if instance is not None:
@@ -110,8 +135,7 @@ class Router:
             raise ApiError(
                 503,
                 f"model {model!r} is not running (replicas: {', '.join(states)}); see `orchestrator status`",
-                code="model_unavailable",
-                retry_after=RETRY_AFTER,
+                code="model_unavailable",  # no Retry-After: retrying cannot help until a person acts
             )
         waited = f" after waiting {server.timeouts.queue:g} s" if server.when_loading == "hold" else ""
         raise ApiError(

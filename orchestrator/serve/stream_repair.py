@@ -8,6 +8,7 @@ Pure: imports nothing of the package but ``orchestrator.errors`` and the other p
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from orchestrator.serve.response_repair import CONTENT, REASONING, THINK_CLOSE, THINK_OPEN
@@ -303,3 +304,44 @@ class StreamRepair:
             return None
         base = {k: v for k, v in (self._last or {}).items() if k in ("id", "object", "created", "model")}
         return {**base, "choices": choices}
+
+
+def _server_splits_reasoning(body: dict[str, Any], extra_args: Sequence[str]) -> bool:
+    """Whether llama-server will put reasoning in ``reasoning_content`` itself.
+
+    It does unless the request's ``reasoning_format`` or the model's ``--reasoning-format``
+    launch flag (in ``extra_args``) is ``none`` (``common/arg.cpp``; default ``auto``, which
+    extracts it).
+    """
+    fmt = body.get("reasoning_format")
+    if fmt is None:
+        for i, arg in enumerate(extra_args):
+            if arg == "--reasoning-format" and i + 1 < len(extra_args):
+                fmt = extra_args[i + 1]
+            elif arg.startswith("--reasoning-format="):
+                fmt = arg.split("=", 1)[1]
+    return fmt != "none"
+
+
+def repair_for_stream(body: dict[str, Any], thinking: bool, extra_args: Sequence[str]) -> StreamRepair | None:
+    """The response repair a chat stream needs, or None to pass its bytes through untouched.
+
+    Args:
+        body: the request body as sent upstream.
+        thinking: whether the request runs with thinking on.
+        extra_args: the model's ``extra_args`` (a ``--reasoning-format`` there counts).
+
+    - thinking off: reasoning that still arrives is moved to content, and a stray ``</think>``
+      is split off;
+    - thinking on and llama-server leaves reasoning in the content (``reasoning_format: none``):
+      the content before ``</think>`` is relabelled ``reasoning_content``;
+    - thinking on and llama-server splits reasoning itself (its default): nothing to repair. The
+      splitter is not used there on purpose: when the model's reasoning is empty the server sends
+      only content deltas, which a thinking-on splitter would relabel as reasoning.
+    """
+    n = body.get("n", 1)
+    if not thinking:
+        return StreamRepair(thinking=False, n=n)
+    if not _server_splits_reasoning(body, extra_args):
+        return StreamRepair(thinking=True, n=n)
+    return None

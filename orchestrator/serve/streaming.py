@@ -224,6 +224,7 @@ async def relay_sse(
     repair: Any = None,
     before_last_send: Callable[[RelayOutcome], None] | None = None,
     flavor: StreamFlavor = OPENAI_SSE,
+    map_error: Callable[[UpstreamTimeout | httpx.TransportError], ApiError] = to_api_error,
 ) -> RelayOutcome:
     """Relay an upstream SSE body to the client; the response head must already be sent.
 
@@ -239,6 +240,7 @@ async def relay_sse(
             completed response from a client disconnect.
         flavor: how the API's stream ends and carries errors (Anthropic and Responses have no
             ``[DONE]``).
+        map_error: turns the upstream failure into the client's error (default ``to_api_error``).
 
     Returns:
         A :class:`RelayOutcome`. Transport failures do not raise: they end the stream with an
@@ -260,7 +262,7 @@ async def relay_sse(
                     await send({"type": "http.response.body", "body": held + body, "more_body": True})
                     held = b""
     except (UpstreamTimeout, httpx.TransportError) as exc:
-        outcome.error = to_api_error(exc)
+        outcome.error = map_error(exc)
     tail = prev + last  # small: only the stream's last two chunks are joined, once
     closing = _closing(flavor, rewriter, outcome, tail)
     outcome.timings = final_timings(tail)

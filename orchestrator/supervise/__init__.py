@@ -1,7 +1,8 @@
 """supervise: run and watch the llama-server children of one ``orchestrator up`` (or bench run).
 
 It owns each child's life: spawn, readiness (``/health``, then ``/props`` identity), watching
-(exit, stall), restart with backoff or FAILED on a crash loop, stop without orphans, the child's
+(exit, a main loop that answers nothing), restart with backoff or FAILED on a crash loop before
+ready, stop without orphans, the child's
 log, and the drafting watch that can relaunch an instance without speculation. It knows nothing
 of HTTP clients of the proxy or of the CLI; ``serve`` and ``bench`` drive it.
 
@@ -10,8 +11,10 @@ Concern -> file:
 - lifecycle table, states and their groups, typed loop outcomes, timing rules: ``states.py``
 - state record, its one writer, crash accounting, requests to the loop: ``lifecycle.py``
 - consecutive load failures (never ready) -> FAILED, whatever their timing: ``load_failures.py``
+- when to restart, after how long, when to give up, which states recover (pure): ``restart_policy.py``
+- the unresponsive mark between a silent main loop and the stall verdict: ``responsiveness.py``
 - one supervised llama-server and its lifecycle loop: ``instance.py``
-- the child's process, log file and tails, ``/health``/``/props`` probes: ``child_io.py``
+- the child's process, log file and tails, ``/health``/``/slots``/``/props`` probes: ``child_io.py``
 - speculation statistics (drafting check, acceptance floor, spec-batch failures): ``spec_watch.py``
 - the read side (delegated readers, the ``/status`` row): ``status.py``
 - reading llama-server's health answers and log lines (pure): ``readiness.py``

@@ -7,7 +7,8 @@
   included (the load and stall deadlines count from it), and hands each line to its owner
   (which learns the port, counts speculative-batch failures and reads the GPU offload from it).
 - ``ChildProcess`` spawns the child, turns its exit into an awaitable task and stops it.
-- ``ChildProbe`` asks ``/health``, finds a ``--port 0`` child's port from its listening socket,
+- ``ChildProbe`` asks ``/health`` and ``/slots`` (is the main loop turning?), finds a
+  ``--port 0`` child's port from its listening socket,
   and confirms through ``/props`` that the server on the port is our child serving our model.
 """
 
@@ -139,6 +140,28 @@ class ChildProbe:
         except httpx.HTTPError:
             return Health.UNREACHABLE
         return classify_health(resp.status_code, resp.content)
+
+    async def main_loop_answers(self, base_url: str) -> Health:
+        """Whether llama-server's main loop still turns: ``GET base_url/slots``.
+
+        ``/health`` is answered by an HTTP thread and says ok even while the main loop is stuck
+        inside one slot (measured: a sampler list that loops at 100% CPU). ``/slots`` is answered
+        by a high-priority task that the main loop takes between two batches (``server-context.cpp``
+        ``get_slots``), so it answers within one batch or not at all. A server started with
+        ``--no-slots`` answers 501 at once (a build without the route, 404): then ``/health`` is
+        all there is to ask.
+
+        Returns:
+            ``Health.READY`` when the loop answered, ``UNREACHABLE`` when nothing answered within
+            the timeout, ``ERROR`` for another status.
+        """
+        try:
+            resp = await self._client.get(f"{base_url}/slots")
+        except httpx.HTTPError:
+            return Health.UNREACHABLE
+        if resp.status_code in (404, 501):  # no /slots route, or --no-slots
+            return await self.health(base_url)
+        return Health.READY if resp.status_code == 200 else Health.ERROR
 
     @staticmethod
     def discover_port(pid: int, host: str) -> str | None:

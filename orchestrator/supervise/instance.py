@@ -36,6 +36,7 @@ from orchestrator.supervise.readiness import (
     is_spec_batch_failure,
     parse_listening_port,
 )
+from orchestrator.supervise.responsiveness import Responsiveness, watch
 from orchestrator.supervise.spec_watch import Speculation, SpecWatch
 from orchestrator.supervise.states import Outcome, PhaseEnd, ProcessState, SupervisorPolicy
 from orchestrator.supervise.status import Part, status_row
@@ -50,10 +51,10 @@ class Instance:
 
     Read freely: ``spec``, ``state``, ``base_url``, ``pid`` (the current or last child), ``restarts``,
     ``exit_code``, ``started_at``/``ready_at`` (Unix time, seconds), ``requests``, ``speculation``,
-    ``warnings``, ``message`` (why it FAILED or is RESTARTING), ``decode_tps`` (tok/s of the last
-    response), ``acceptance`` (accepted / drafted so far). The proxy increments and decrements
-    ``in_flight`` around each upstream request (each increment also counts one request in
-    ``requests``).
+    ``warnings``, ``stalls``, ``responsive``, ``message`` (why it FAILED or is RESTARTING),
+    ``decode_tps`` (tok/s of the last response), ``acceptance`` (accepted / drafted so far). The
+    proxy increments and decrements ``in_flight`` around each upstream request (each increment
+    also counts one request in ``requests``).
 
     Args:
         spec: what to launch.
@@ -76,6 +77,7 @@ class Instance:
         self.policy = policy
         self.base_url: str | None = None
         self.requests = 0
+        self.stalls = 0  # stalls detected (each killed and restarted the child)
         self._in_flight = 0
         self._on_change = on_change
         self._warnings: dict[str, str] = {}
@@ -98,6 +100,7 @@ class Instance:
         self._task: asyncio.Task[None] | None = None
         self._probe: ChildProbe | None = None
         self.offload = OffloadWatch()  # a GPU instance must really be on the GPU
+        self._responsiveness = Responsiveness(self._warnings, self._notify)  # marked by the watch only
 
     # ----------------------------------------------------------------- readers
 
@@ -119,6 +122,12 @@ class Instance:
     accepted = Part[int]("spec_watch")  # accepted draft tokens since launch
     acceptance = Part["float | None"]("spec_watch")  # accepted / drafted since launch, None before
     rolling_acceptance = Part["tuple[float | None, int]"]("spec_watch")  # over the last acceptance_window
+
+    @property
+    def responsive(self) -> bool:
+        """False while a serving child has answered nothing for ``unresponsive_after`` s (a stall
+        is suspected and a restart pending); such a replica gets no new request."""
+        return self._responsiveness.responsive
 
     @property
     def log_path(self) -> Path:
@@ -275,15 +284,16 @@ class Instance:
             await self._kill(grace)
             self.lifecycle.transition(ProcessState.FAILED, end.detail)
             return False
-        return await self._after_crash(end, grace)
+        return await self._after_crash(end)
 
-    async def _after_crash(self, end: PhaseEnd, grace: float) -> bool:
+    async def _after_crash(self, end: PhaseEnd) -> bool:
         """An exit or a stall: kill what is left of the group (a stalled child, or anything an exited
         one forked), then restart with backoff or give up on a crash loop."""
         stalled = end.outcome is Outcome.STALLED
         if stalled:
             self._warnings["stall"] = str(end.detail)
-        await self._kill(grace if stalled else 0.0)
+            self.stalls += 1  # before the kill: the proxy's cut-off requests read it
+        await self._kill(0.0)  # a stalled child cannot drain anything: SIGKILL at once
         verdict = self.lifecycle.crashed(self.child.returncode, self.policy)
         why = end.detail if stalled else describe_exit(self.exit_code)
         cause = failure_lines(self.log.run_tail(), 3)
@@ -291,7 +301,8 @@ class Instance:
         if verdict.crash_loop:
             window = self.policy.crash_loop_window
             self.lifecycle.transition(
-                ProcessState.FAILED, f"crash loop: {verdict.recent} crashes within {window:g} s; last {why}{log}"
+                ProcessState.FAILED,
+                f"crash loop: {verdict.recent} crashes before ready within {window:g} s; last {why}{log}",
             )
             return False
         if verdict.load_limit:
@@ -300,6 +311,7 @@ class Instance:
             )
             return False
         self.lifecycle.restarts += 1
+        self._warnings["crash"] = f"last crash: {why}; restarted (restart {self.lifecycle.restarts})"
         self.lifecycle.transition(ProcessState.RESTARTING, f"{why}; restarting in {verdict.delay:g} s{log}")
         if await self._backoff(verdict.delay):
             self.lifecycle.transition(ProcessState.STOPPED, "stopped")
@@ -359,23 +371,16 @@ class Instance:
                 )
 
     async def _watch(self) -> PhaseEnd:
+        """Serve until an event or a stall (``orchestrator.supervise.responsiveness.watch``)."""
         assert self._probe is not None and self.base_url is not None
-        last_ok = time.monotonic()
-        while True:
-            event = await self._next_event(self.policy.watch_interval)
-            if event is not None:
-                return event
-            now = time.monotonic()
-            if await self._probe.health(self.base_url) is Health.READY:
-                last_ok = time.monotonic()
-                continue
-            silent = now - max(last_ok, self.log.last_output)
-            if self.in_flight > 0 and silent > self.policy.stall_timeout:
-                return PhaseEnd(
-                    Outcome.STALLED,
-                    f"stalled: {self.in_flight} request(s) in flight, no /health answer and no output "
-                    f"for {silent:.0f} s; killed and restarted",
-                )
+        probe, url = self._probe, self.base_url
+        return await watch(
+            lambda: probe.main_loop_answers(url),
+            self._next_event,
+            self._responsiveness,
+            self.policy,
+            lambda: self.in_flight,
+        )
 
     async def _backoff(self, delay: float) -> bool:
         """Sleep ``delay`` s unless asked to stop meanwhile (True)."""

@@ -2,43 +2,25 @@
 
 ``Lifecycle`` holds what ``orchestrator status`` shows about a child's life (state, message,
 pid, exit code, restarts, start and ready times) and the crash history that decides between a
-restart with backoff and a crash-loop FAILED. ``transition`` is the only place that assigns
-the state (see the lifecycle table in ``orchestrator.supervise.states``). ``Inbox`` is how the
-rest of the program asks the lifecycle loop for something (stop, relaunch without speculation):
-the loop waits on it and on the child's exit together.
+restart with backoff and a crash-loop FAILED (the rules: ``orchestrator.supervise.restart_policy``).
+``transition`` is the only place that assigns the state (see the lifecycle table in
+``orchestrator.supervise.states``). ``Inbox`` is how the rest of the program asks the
+lifecycle loop for something (stop, relaunch without speculation): the loop waits on it and
+on the child's exit together.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import signal
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.supervise.load_failures import LoadFailures
+from orchestrator.supervise.restart_policy import CrashHistory, CrashVerdict
 from orchestrator.supervise.states import SERVING, Outcome, PhaseEnd, ProcessState, SupervisorPolicy
-
-
-@dataclass(frozen=True)
-class CrashVerdict:
-    """What to do after a crash: restart after ``delay`` seconds, or give up (``crash_loop``).
-
-    Attributes:
-        recent: crashes within ``SupervisorPolicy.crash_loop_window`` seconds, this one included.
-        crash_loop: True when ``recent`` reached ``SupervisorPolicy.crash_loop_count``.
-        delay: backoff before the restart (seconds): ``backoff_base * 2 ** (recent - 1)``, capped.
-        load_failures: launches in a row that ended before ready, this one included (0 when the
-            child had been ready in this launch).
-        load_limit: True when ``load_failures`` reached ``SupervisorPolicy.load_failure_limit``.
-    """
-
-    recent: int
-    crash_loop: bool
-    delay: float
-    load_failures: int = 0
-    load_limit: bool = False
 
 
 class Lifecycle:
@@ -63,7 +45,8 @@ class Lifecycle:
         self.restarts = 0
         self.started_at: float | None = None
         self.ready_at: float | None = None
-        self._crash_times: list[float] = []
+        self._crashes = CrashHistory()
+        self._serving_since: float | None = None  # monotonic; None until this child serves
         self.load_failures = LoadFailures(load_failure_limit)
         self._notify = notify
 
@@ -78,6 +61,8 @@ class Lifecycle:
         self.message = message
         if new in SERVING:
             self.ready_at = time.time()
+            if self._serving_since is None:
+                self._serving_since = time.monotonic()
             self.load_failures.ready()
         self._notify()
 
@@ -91,28 +76,32 @@ class Lifecycle:
         self.pid = pid
         self.started_at = time.time()
         self.ready_at = None
+        self._serving_since = None
         self._notify()
+
+    def serving_for(self) -> float | None:
+        """Seconds the current (or last) child has been serving; None if it never reached ready."""
+        return None if self._serving_since is None else time.monotonic() - self._serving_since
 
     def crashed(self, exit_code: int | None, policy: SupervisorPolicy) -> CrashVerdict:
         """Account a crash (an exit or a stall) at the child's ``exit_code``; decide restart or give up.
 
-        A crash while LOADING also counts toward the load-failure limit (``LoadFailures``),
-        which gives up on a model that never becomes ready however slowly it fails.
+        Only crashes before ready count toward the crash loop, and the backoff restarts after a
+        stable period (``orchestrator.supervise.restart_policy``). A crash while LOADING also
+        counts toward the load-failure limit (``LoadFailures``), which gives up on a model that
+        never becomes ready however slowly it fails.
         """
         self.exit_code = exit_code
         loading = self._state is ProcessState.LOADING
-        load_limit = self.load_failures.failed() if loading else False
-        load_failures = self.load_failures.count if loading else 0
-        now = time.monotonic()
-        self._crash_times = [t for t in self._crash_times if now - t <= policy.crash_loop_window]
-        self._crash_times.append(now)
-        recent = len(self._crash_times)
-        delay = min(policy.backoff_max, policy.backoff_base * 2 ** (recent - 1))
-        return CrashVerdict(recent, recent >= policy.crash_loop_count, delay, load_failures, load_limit)
+        verdict = self._crashes.record(time.monotonic(), self.serving_for(), policy.restart_rules())
+        if not loading:
+            return verdict
+        limit = self.load_failures.failed()
+        return dataclasses.replace(verdict, load_failures=self.load_failures.count, load_limit=limit)
 
     def forget_crashes(self) -> None:
         """A manual ``start()`` after FAILED begins a new crash history (counters are kept)."""
-        self._crash_times.clear()
+        self._crashes.clear()
         self.load_failures.ready()
 
 

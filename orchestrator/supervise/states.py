@@ -12,10 +12,11 @@ call / event          STOPPED   LOADING                 READY / DEGRADED    REST
                                                                                              cleared)
 ``stop(grace)``       no-op     SIGTERM group, SIGKILL  same -> STOPPED     cancel backoff   no-op (no process)
                                 after grace -> STOPPED                      -> STOPPED
-``Supervisor.pick``   never     never                   eligible            never            never
+``Supervisor.pick``   never     never                   eligible unless     never            never
+                                                        unresponsive (2)
 ``wait_for_replica``  None (1)  waits                   returns it          waits            None (1)
-child exits           --        crash: RESTARTING       same                --               --
-                                (backoff) or FAILED
+child exits           --        crash: RESTARTING       RESTARTING (never   --               --
+                                (backoff) or FAILED     FAILED: see (3))
                                 (crash loop, or the
                                 load-failure limit)
 /health 200 + ok      --        verify /props -> READY  --                  --               --
@@ -25,8 +26,8 @@ child exits           --        crash: RESTARTING       same                --  
                                 instance on the CPU
 load timeout          --        kill -> FAILED + log    --                  --               --
                                 tail
-stall (in flight,     --        --                      kill -> RESTARTING  --               --
-no /health, no log)
+stall (no /slots      --        --                      SIGKILL ->          --               --
+answer)                                                 RESTARTING
 spec fallback         --        kill -> LOADING         same                applied at next  --
 request                         without spec flags                          launch
                                 -> DEGRADED
@@ -34,6 +35,9 @@ request                         without spec flags                          laun
 
 (1) ``wait_for_replica(model)`` returns None at once only when *every* replica of the model
 is STOPPED or FAILED; otherwise it waits for the others.
+(2) a serving child whose main loop answered nothing for ``unresponsive_after`` s.
+(3) only crashes before ready count toward the crash loop; the backoff restarts after a stable
+period (``orchestrator.supervise.restart_policy``).
 
 ``SERVING``/``STARTING``/``TERMINAL``/``RUNNING`` group the states the way callers ask about them.
 ``Outcome``/``PhaseEnd`` are how a phase of the lifecycle loop (wait ready, watch, backoff) ends, and
@@ -45,6 +49,8 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+
+from orchestrator.supervise.restart_policy import RestartRules
 
 
 class ProcessState(enum.Enum):
@@ -74,7 +80,7 @@ class Outcome(enum.Enum):
     TIMEOUT = "timeout"  # not ready within the load deadline
     MISMATCH = "mismatch"  # the server on the port is not our child serving our model
     NOT_ON_GPU = "not_on_gpu"  # a GPU instance whose server loaded on the CPU (no usable GPU)
-    STALLED = "stalled"  # requests in flight, no /health answer and no log output
+    STALLED = "stalled"  # the main loop answered nothing (no /slots answer) for stall_timeout
 
 
 @dataclass(frozen=True)
@@ -100,12 +106,17 @@ class SupervisorPolicy:
     poll_interval: float = 0.25  # /health poll while loading
     watch_interval: float = 1.0  # /health poll while serving
     health_timeout: float = 2.0  # one /health request
-    stall_timeout: float = 30.0  # in flight, no /health answer and no log output for this long -> restart
-    backoff_base: float = 1.0  # first restart delay; doubles per recent crash
+    # llama-server's main loop answers /slots between two batches; none for this long -> kill, restart.
+    # One batch (n_batch 2048 prompt tokens, or one decode step of every slot) takes under 2 s on a
+    # GPU for the target model and well under 30 s on CPU; a longer silence is a stuck loop.
+    stall_timeout: float = 30.0
+    unresponsive_after: float = 10.0  # no answer this long: /health not ok, no new requests routed
+    backoff_base: float = 1.0  # second restart delay of a streak (the first is immediate); doubles
     backoff_max: float = 60.0
-    crash_loop_count: int = 5  # this many crashes ...
+    crash_loop_count: int = 5  # this many crashes before ready ...
     crash_loop_window: float = 60.0  # ... within this many seconds -> FAILED
     load_failure_limit: int = 3  # launches in a row that end before ready -> FAILED, whatever their timing
+    stable_after: float = 30.0  # serving this long ends a crash streak (next crash restarts at once)
     load_cap_factor: float = 3.0  # log output extends the load deadline up to this multiple
     stop_grace: float = 10.0  # SIGTERM -> SIGKILL for internal kills (stall, fallback, failure)
     exit_drain: float = 1.0  # after an exit, wait this long for the last log lines
@@ -114,3 +125,13 @@ class SupervisorPolicy:
     acceptance_window: int = 2000  # rolling acceptance over the last this many drafted tokens
     acceptance_min_drafted: int = 500  # judge acceptance only over at least this many drafted tokens
     spec_batch_failures: int = 3  # consecutive speculative-batch failures -> relaunch without spec
+
+    def restart_rules(self) -> RestartRules:
+        """The restart numbers as ``orchestrator.supervise.restart_policy`` takes them."""
+        return RestartRules(
+            backoff_base=self.backoff_base,
+            backoff_max=self.backoff_max,
+            crash_loop_count=self.crash_loop_count,
+            crash_loop_window=self.crash_loop_window,
+            stable_after=self.stable_after,
+        )

@@ -64,6 +64,8 @@ def status_row(inst: Instance) -> dict[str, Any]:
         "ready_at": inst.ready_at,
         "uptime_s": (time.time() - inst.ready_at) if (inst.ready_at and inst.state in SERVING) else None,
         "restarts": inst.restarts,
+        "stalls": inst.stalls,
+        "responsive": inst.responsive,
         "requests": inst.requests,
         "in_flight": inst.in_flight,
         "decode_tps": inst.decode_tps,

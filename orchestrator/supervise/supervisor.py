@@ -46,7 +46,7 @@ class Supervisor:
     ) -> None:
         self.config = config
         self.log_dir = Path(log_dir)
-        self.policy = policy or SupervisorPolicy()
+        self.policy = policy or SupervisorPolicy(stall_timeout=config.server.timeouts.stall)
         self.changed = asyncio.Event()
         self.instances = [
             Instance(s, config, log_dir=self.log_dir, policy=self.policy, on_change=self._pulse) for s in specs
@@ -61,8 +61,8 @@ class Supervisor:
         return [i for i in self.instances if i.spec.model == model]
 
     def pick(self, model: str) -> Instance | None:
-        """The serving replica of ``model`` with the fewest requests in flight, or None."""
-        serving = [i for i in self.for_model(model) if i.state in SERVING]
+        """The serving, responsive replica of ``model`` with the fewest requests in flight, or None."""
+        serving = [i for i in self.for_model(model) if i.state in SERVING and i.responsive]
         if not serving:
             return None
         return min(serving, key=lambda i: (i.in_flight, i.requests))

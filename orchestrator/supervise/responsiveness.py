@@ -1,0 +1,96 @@
+"""Whether a serving llama-server still answers (``Responsiveness``), and the watch that decides it.
+
+A child can be alive and say ``/health`` ok while its main loop is stuck inside one slot (see
+``ChildProbe.main_loop_answers``). Between the moment the watch stops getting answers and the
+stall verdict (``SupervisorPolicy.stall_timeout``), the replica is marked unresponsive after
+``SupervisorPolicy.unresponsive_after`` seconds: the proxy's ``/health`` stops saying ok and no
+new request is routed to it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+
+from orchestrator.supervise.readiness import Health
+from orchestrator.supervise.states import Outcome, PhaseEnd, SupervisorPolicy
+
+WARNING_KEY = "unresponsive"
+
+
+class Responsiveness:
+    """The unresponsive mark of one instance, with its warning line.
+
+    Args:
+        warnings: the instance's warnings (key -> line); the mark adds and removes its line.
+        notify: called when the mark changes.
+    """
+
+    def __init__(self, warnings: dict[str, str], notify: Callable[[], None]) -> None:
+        self.since: float | None = None  # monotonic time of the last answer before the silence
+        self._warnings = warnings
+        self._notify = notify
+
+    @property
+    def responsive(self) -> bool:
+        """False while the instance is marked unresponsive."""
+        return self.since is None
+
+    def mark(self, since: float | None) -> None:
+        """Mark unresponsive (silent since monotonic ``since``), or clear the mark (None)."""
+        if (since is None) == (self.since is None):
+            return
+        self.since = since
+        if since is None:
+            self._warnings.pop(WARNING_KEY, None)
+        else:
+            self._warnings[WARNING_KEY] = "llama-server is not answering (main loop stuck?); restart pending"
+        self._notify()
+
+
+async def watch(
+    answers: Callable[[], Awaitable[Health]],
+    next_event: Callable[[float], Awaitable[PhaseEnd | None]],
+    mark: Responsiveness,
+    policy: SupervisorPolicy,
+    in_flight: Callable[[], int],
+) -> PhaseEnd:
+    """Watch a serving child until an event, or a main loop that answers nothing for ``stall_timeout`` s.
+
+    Progress is the main loop answering (``answers``: ``ChildProbe.main_loop_answers``); log lines
+    are not, because llama-server's HTTP threads keep logging (a client's cancel) while the main
+    loop is stuck.
+
+    Args:
+        answers: one probe of the main loop.
+        next_event: waits up to the given seconds for a request or the child's exit (None: a tick).
+        mark: the instance's unresponsive mark; always cleared when the watch ends.
+        policy: ``watch_interval``, ``unresponsive_after`` and ``stall_timeout`` (seconds).
+        in_flight: requests in flight on the instance (for the stall message).
+
+    Returns:
+        The event, or ``Outcome.STALLED`` (grace 0: a stuck child has nothing to drain).
+    """
+    answered = time.monotonic()
+    try:
+        while True:
+            event = await next_event(policy.watch_interval)
+            if event is not None:
+                return event
+            if await answers() is Health.READY:
+                answered = time.monotonic()
+                mark.mark(None)
+                continue
+            silent = time.monotonic() - answered
+            if silent >= policy.unresponsive_after:
+                mark.mark(answered)
+            if silent > policy.stall_timeout:
+                return PhaseEnd(
+                    Outcome.STALLED,
+                    f"stalled: llama-server answered nothing for {silent:.0f} s (stall timeout "
+                    f"{policy.stall_timeout:g} s, server.timeouts.stall) with {in_flight()} request(s) "
+                    "in flight; killed and restarted",
+                    grace=0.0,
+                )
+    finally:
+        mark.mark(None)
