@@ -28,6 +28,7 @@ from typing import Any
 
 from orchestrator import paths
 from orchestrator.errors import UserError
+from orchestrator.native import bundle as native_bundle
 
 PYPI_JSON = "https://pypi.org/pypi/{package}/{version}/json"
 PYPI_PROJECT_JSON = "https://pypi.org/pypi/{package}/json"
@@ -309,13 +310,19 @@ def prepare_source(pin: Pin, patches: list[Patch], on_bytes: OnBytes | None = No
     src, marker = root / SOURCE_DIR_NAME, root / "complete.json"
     if marker.exists() and src.is_dir():
         return src
-    tarball = ensure_sdist(pin, on_bytes)
+    # a trimmed source bundle (carried to a machine without network) stands in for the sdist
+    sdist_cached = (paths.cache_root() / "downloads" / pin.sdist_name).exists()
+    trimmed = None if sdist_cached else native_bundle.find_bundle(source_key(pin, patches))
+    tarball = ensure_sdist(pin, on_bytes) if trimmed is None else trimmed
     require_space(root, SOURCE_SPACE_BYTES, "the llama.cpp source")
     tmp = root / f".tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     try:
-        extract_subdir(tarball, pin.subdir, tmp / SOURCE_DIR_NAME)
-        apply_patches(tmp / SOURCE_DIR_NAME, patches)
+        if trimmed is not None:  # already patched; no git needed
+            native_bundle.extract_bundle(trimmed, pin, patches, tmp / SOURCE_DIR_NAME)
+        else:
+            extract_subdir(tarball, pin.subdir, tmp / SOURCE_DIR_NAME)
+            apply_patches(tmp / SOURCE_DIR_NAME, patches)
         try:
             os.rename(tmp / SOURCE_DIR_NAME, src)
         except OSError:

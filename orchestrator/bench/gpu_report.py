@@ -1,0 +1,95 @@
+"""The GPU check's reports: ``gpu-check.json`` (everything) and ``gpu-check.md`` (for people).
+
+The document (``build_doc``) has: ``manifest`` (the command, versions, build manifest, model
+files and their facts), ``gpu`` (NVML: name, compute capability, bus width, memory clock, peak
+bandwidth; ``null`` on CPU), ``traffic`` (bytes per step), ``steps`` (where the time went),
+``rows`` (every figure with its spread), ``recommended`` (K per acceptance rate), ``samples``
+and ``complete`` (False when the time limit or an error cut the run short; ``notes`` say why).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+SCHEMA_VERSION = 1
+REQUIRED_KEYS = ("schema_version", "complete", "notes", "manifest", "gpu", "traffic", "steps", "rows", "recommended")
+
+
+def build_doc(**parts: Any) -> dict[str, Any]:
+    """The report document from its parts (``REQUIRED_KEYS`` plus ``samples``); missing parts are null."""
+    doc: dict[str, Any] = {"schema_version": SCHEMA_VERSION}
+    for key in (*REQUIRED_KEYS[1:], "samples"):
+        doc[key] = parts.get(key)
+    return doc
+
+
+def write_reports(out_dir: Path, doc: dict[str, Any]) -> tuple[Path, Path]:
+    """Write ``gpu-check.json`` and ``gpu-check.md`` into ``out_dir``; returns both paths."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    js, md = out_dir / "gpu-check.json", out_dir / "gpu-check.md"
+    js.write_text(json.dumps(doc, indent=2, default=str) + "\n")
+    md.write_text(markdown(doc))
+    return js, md
+
+
+def _num(v: Any, fmt: str = "{:.1f}") -> str:
+    return "-" if v is None else fmt.format(v)
+
+
+def steps_table(steps: list[dict[str, Any]]) -> str:
+    """Where the time went: one line per step, with its share of the total (seconds)."""
+    total = sum(s["seconds"] for s in steps) or 1.0
+    lines = [f"{'step':<28} {'seconds':>8} {'share':>6}  status"]
+    for s in steps:
+        lines.append(f"{s['name']:<28} {s['seconds']:>8.1f} {s['seconds'] / total:>6.0%}  {s['status']}")
+    lines.append(f"{'total':<28} {total:>8.1f}")
+    return "\n".join(lines)
+
+
+def markdown(doc: dict[str, Any]) -> str:
+    """The Markdown report: GPU, model, figures table, recommendation, where the time went."""
+    m, gpu, t = doc.get("manifest") or {}, doc.get("gpu"), doc.get("traffic") or {}
+    out = ["# GPU check", ""]
+    out.append(f"Complete: **{'yes' if doc.get('complete') else 'no'}**. " + " ".join(doc.get("notes") or []))
+    out += ["", "## Machine", ""]
+    if gpu:
+        bw = gpu.get("peak_bandwidth_bytes_per_s")
+        out.append(
+            f"{gpu.get('name')}, compute capability {gpu.get('compute_capability')}, "
+            f"{gpu.get('bus_width_bits')}-bit bus at {gpu.get('max_memory_clock_mhz')} MHz: "
+            f"peak {_num(bw and bw / 1e9, '{:.0f}')} GB/s; driver {gpu.get('driver')} (CUDA {gpu.get('cuda_driver')})."
+        )
+    else:
+        out.append(
+            f"CPU only ({m.get('cpu', 'unknown CPU')}; load average {m.get('load_average')} at the start, "
+            f"{m.get('load_average_at_end')} at the end: other work on the machine shows in every figure)."
+        )
+    out.append(f"llama-server: {m.get('server_version')} (build {m.get('build_key')}, {m.get('build_source')}).")
+    out += ["", "## Model", ""]
+    out.append(
+        f"`{m.get('shape')}` at scale `{m.get('scale')}`, `{m.get('quant')}`: "
+        f"{_num(m.get('file_bytes'), '{:,}')} bytes; "
+        f"bytes read per decoded token {_num(t.get('decode_bytes_per_token'), '{:,.0f}')}, "
+        f"per draft step {_num(t.get('draft_step_bytes'), '{:,.0f}')}."
+    )
+    out += ["", "## Decode speed", ""]
+    out.append(
+        "| path | acceptance (set) | K | decode tok/s median [min-max] | speedup vs K=0 [min-max] "
+        "| acceptance (measured) | tokens/step | bytes/token | of bandwidth bound |"
+    )
+    out.append("|---|---|---|---|---|---|---|---|---|")
+    for r in doc.get("rows") or []:
+        d, s = r["decode_tok_s"], r["speedup"]
+        out.append(
+            f"| {r['path']} | {1 - r['q']:.2f} | {r['k']} | {_num(d['median'])} [{_num(d['min'])}-{_num(d['max'])}] "
+            f"| {_num(s['median'], '{:.3f}')} [{_num(s['min'], '{:.2f}')}-{_num(s['max'], '{:.2f}')}] "
+            f"| {_num(r['acceptance'], '{:.3f}')} | {_num(r['tokens_per_step'], '{:.2f}')} "
+            f"| {_num(r.get('bytes_per_token'), '{:,.0f}')} | {_num(r.get('bandwidth_fraction'), '{:.1%}')} |"
+        )
+    out += ["", "## Recommended draft length", ""]
+    for acc, rec in (doc.get("recommended") or {}).items():
+        out.append(f"- acceptance {acc}: **K = {rec['k']}** (best median K {rec['best_median_k']}; {rec['why']})")
+    out += ["", "## Where the time went", "", "```", steps_table(doc.get("steps") or []), "```", ""]
+    return "\n".join(out)

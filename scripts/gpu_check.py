@@ -1,0 +1,322 @@
+#!/usr/bin/env python3
+"""One prepared command that measures MTP decode speed on this machine's NVIDIA GPU (or its CPU).
+
+Steps (each timed; the run stops cleanly before ``--time-limit`` and reports what it has):
+  1. detect the GPU with NVML: name, compute capability, bus width x memory clock = peak bandwidth;
+  2. use a carried-in llama-server build after checking it sees the GPU, else build the CUDA
+     server for this GPU's architecture only (all cores; ccache when present; a rerun resumes);
+  3. generate the Qwen3.6-35B-A3B-shaped echo model once per acceptance rate (sparse files);
+  4. start ``orchestrator up`` serving them (one llama-server each, launched with draft length 4);
+  5. interleaved rounds: decode tok/s at K = 0 (drafting off) and each K, for each acceptance
+     rate, straight to each llama-server and through the orchestrator's endpoint;
+  6. bytes read per decoded token from the model's tensors, the fraction of the bandwidth bound,
+     the recommended K; ``gpu-check.json`` + ``gpu-check.md`` in ``--out``; where the time went.
+
+Usage: scripts/gpu_check.py [--time-limit 540] [--cpu --scale small] [--out DIR] [--bin-dir DIR]
+Exit status: 0 when every step ran, 1 when the run was cut short (the report says why), 2 on bad usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import subprocess
+import sys
+import time
+import traceback
+from contextlib import contextmanager, suppress
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from gpu_check_up import RunningUp, StepFailed, run_bounded  # noqa: E402
+
+from orchestrator.bench import gpu_check as gc  # noqa: E402
+from orchestrator.bench import gpu_report  # noqa: E402
+from orchestrator.errors import UserError  # noqa: E402
+from orchestrator.models import shaped  # noqa: E402
+from orchestrator.models.shapes import SCALES  # noqa: E402
+from orchestrator.models.traffic import traffic  # noqa: E402
+
+TEARDOWN_S = 25.0  # kept back at the end: stop the servers, write the reports
+
+
+class Clock:
+    """The run's time limit and the record of where the time went."""
+
+    def __init__(self, limit_s: float) -> None:
+        self.t0 = time.monotonic()
+        self.deadline = self.t0 + limit_s
+        self.steps: list[dict[str, Any]] = []
+
+    def left(self, reserve: float = TEARDOWN_S) -> float:
+        """Seconds left before the limit, minus ``reserve``."""
+        return self.deadline - reserve - time.monotonic()
+
+    @contextmanager
+    def step(self, name: str) -> Any:
+        started = time.monotonic()
+        record = {"name": name, "seconds": 0.0, "status": "ok"}
+        self.steps.append(record)
+        print(f"== {name} ({self.left(0):.0f} s left)", flush=True)
+        try:
+            yield record
+        except BaseException as err:
+            record["status"] = f"failed: {err}".splitlines()[0][:160]
+            raise
+        finally:
+            record["seconds"] = round(time.monotonic() - started, 2)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--time-limit", type=float, default=540.0, help="seconds for the whole run (default 9 min)")
+    p.add_argument("--cpu", action="store_true", help="no GPU: the CPU build (for tests and CPU figures)")
+    p.add_argument("--scale", default="full", choices=SCALES, help="model size: full, medium or small")
+    p.add_argument("--quant", default="q4_k_m", choices=list(shaped.QUANTS))
+    p.add_argument("--q", default="0.1,0.25", help="fractions of wrong drafts, one model each (acceptance 1 - q)")
+    p.add_argument("--k", default="1,2,3,4", help="draft lengths to measure beside K = 0")
+    p.add_argument("--n-predict", type=int, default=None, help="tokens per request (default 128 GPU, 24 CPU)")
+    p.add_argument("--max-rounds", type=int, default=12, help="rounds at most; round 0 is a warm-up")
+    p.add_argument("--threads", type=int, default=None, help="llama-server threads on CPU (default: all cores)")
+    p.add_argument("--ctx", type=int, default=4096, help="context size of each llama-server (tokens)")
+    p.add_argument("--out", type=Path, default=None, help="report folder (default results/gpu-check-<time>)")
+    p.add_argument("--models-dir", type=Path, default=None, help="where the models go (default: the report folder)")
+    p.add_argument("--bin-dir", type=Path, default=None, help="a carried-in build folder holding llama-server")
+    p.add_argument("--keep-models", action="store_true", help="leave the generated models on disk")
+    args = p.parse_args(argv)
+    try:
+        args.qs = [float(x) for x in args.q.split(",") if x.strip()]
+        args.ks = sorted({int(x) for x in args.k.split(",") if x.strip()} - {0})
+    except ValueError:
+        p.error("--q and --k take comma-separated numbers")
+    if not args.qs or not args.ks or any(not 0 <= q < 1 for q in args.qs) or min(args.ks) < 1:
+        p.error("--q needs values in [0, 1) and --k values >= 1")
+    args.n_predict = args.n_predict or (24 if args.cpu else 128)
+    stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+    args.out = (args.out or REPO / "results" / f"gpu-check-{stamp}").resolve()
+    args.models_dir = (args.models_dir or args.out).resolve()
+    return args
+
+
+def detect(args: argparse.Namespace, manifest: dict[str, Any]) -> dict[str, Any] | None:
+    """The GPU (NVML) as a dict, or None on ``--cpu``. Raises ``StepFailed`` when none is found."""
+    manifest["load_average"] = [round(x, 2) for x in os.getloadavg()]
+    manifest["cpu"] = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
+    if args.cpu:
+        return None
+    from orchestrator.host.gpu_bandwidth import read_gpus
+
+    gpus, why = read_gpus()
+    if not gpus:
+        raise StepFailed(f"no NVIDIA GPU found through NVML ({why}); use --cpu for a CPU run")
+    g = gpus[0]
+    print(
+        f"   {g.name}, cc {g.compute_capability}, {g.bus_width_bits}-bit @ {g.max_memory_clock_mhz} MHz, "
+        f"peak {(g.peak_bandwidth or 0) / 1e9:.0f} GB/s",
+        flush=True,
+    )
+    return g.to_json()
+
+
+def _server_sees(server: Path, want_cuda: bool) -> bool:
+    try:
+        out = subprocess.run([str(server), "--list-devices"], capture_output=True, text=True, timeout=90)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    text = out.stdout + out.stderr
+    return out.returncode == 0 and (not want_cuda or "CUDA0" in text)
+
+
+def ensure_build(args: argparse.Namespace, gpu: dict[str, Any] | None, clock: Clock, manifest: dict[str, Any]) -> Path:
+    """A llama-server bin folder that runs here: the carried-in one if it works, else a build."""
+    from orchestrator.native.build import locate
+
+    candidates = [p for p in (args.bin_dir, os.environ.get("ORCHESTRATOR_BIN_DIR")) if p]
+    with suppress(UserError):
+        candidates.append(locate().bin_dir)
+    for cand in candidates:
+        server = Path(cand) / "llama-server"
+        if server.is_file() and _server_sees(server, want_cuda=gpu is not None):
+            manifest["build_source"] = f"carried in / cached: {cand}"
+            return Path(cand)
+        print(f"   {server} does not run here or sees no GPU; building", flush=True)
+    argv = [sys.executable, "-m", "orchestrator.cli.app", "build", "--backend", "cpu" if gpu is None else "cuda"]
+    if gpu is not None:
+        argv += ["--cuda-arch", str(gpu["compute_capability"]).replace(".", ""), "--jobs", str(os.cpu_count() or 2)]
+    run_bounded(
+        argv,
+        timeout=clock.left(reserve=TEARDOWN_S + 60),
+        what="the llama-server build",
+        hint="run the same command again: the build tree is kept and the build resumes",
+    )
+    manifest["build_source"] = "built in this run"
+    return locate().bin_dir
+
+
+def generate(args: argparse.Namespace, manifest: dict[str, Any]) -> dict[float, Path]:
+    """One shaped echo model per q; records size and bytes on disk in the manifest."""
+    args.models_dir.mkdir(parents=True, exist_ok=True)
+    paths, files = {}, []
+    for q in args.qs:
+        path = args.models_dir / f"{args.scale}-{args.quant}-q{q}.gguf"
+        t0 = time.monotonic()
+        shaped.write_shaped_model(path, quant=args.quant, q=q, scale=args.scale)
+        size, used = shaped.disk_usage(path)
+        files.append(
+            {
+                "path": str(path),
+                "q": q,
+                "bytes": size,
+                "bytes_on_disk": used,
+                "seconds": round(time.monotonic() - t0, 1),
+            }
+        )
+        print(f"   {path.name}: {size / 1e9:.2f} GB ({used / 1e9:.2f} GB on disk)", flush=True)
+        paths[q] = path
+    manifest.update(
+        shape="qwen3.6-35b-a3b", scale=args.scale, quant=args.quant, models=files, file_bytes=files[0]["bytes"]
+    )
+    return paths
+
+
+def models_yaml(args: argparse.Namespace, models: dict[float, Path], path: Path) -> Path:
+    lines = ["server:", "  host: 127.0.0.1", "  port: 0", "  timeouts: {load: 600, shutdown_grace: 10}", "models:"]
+    for q, model in models.items():
+        lines += [f"  - name: {model_name(q)}", f"    path: {model}", f"    ctx_size: {args.ctx}", "    parallel: 1"]
+        lines += ["    gpu_layers: all"] if not args.cpu else [f"    threads: {args.threads or os.cpu_count() or 2}"]
+        lines += [f"    speculative: {{type: draft-mtp, n_max: {max(args.ks)}, n_min: 1}}"]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def model_name(q: float) -> str:
+    return f"echo-acc{round(100 * (1 - q))}"
+
+
+def measure(args: argparse.Namespace, up: RunningUp, clock: Clock) -> list[gc.Sample]:
+    endpoints = []
+    for q in args.qs:
+        name = model_name(q)
+        endpoints.append(gc.Endpoint("direct", q, up.instance_url(name), name))
+        endpoints.append(gc.Endpoint("up", q, up.endpoint, name))
+    ks = [0, *args.ks]
+    done = lambda rnd, s: print(f"   round {rnd} took {s:.1f} s ({clock.left():.0f} s left)", flush=True)  # noqa: E731
+    return asyncio.run(
+        gc.run_rounds(
+            endpoints,
+            ks,
+            n_predict=args.n_predict,
+            deadline=clock.deadline - TEARDOWN_S,
+            max_rounds=args.max_rounds,
+            on_round=done,
+        )
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    clock = Clock(args.time_limit)
+    manifest: dict[str, Any] = {
+        "command": " ".join(sys.argv),
+        "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "time_limit_s": args.time_limit,
+        "n_predict": args.n_predict,
+        "ks": [0, *args.ks],
+        "qs": args.qs,
+    }
+    notes: list[str] = []
+    gpu, samples, tr, up, models = None, [], None, None, {}
+    complete = False
+    try:
+        with clock.step("detect"):
+            gpu = detect(args, manifest)
+        with clock.step("build or carried-in build"):
+            bin_dir = ensure_build(args, gpu, clock, manifest)
+            os.environ["ORCHESTRATOR_BIN_DIR"] = str(bin_dir)
+            manifest.update(_build_facts(bin_dir))
+        with clock.step("generate models"):
+            models = generate(args, manifest)
+            tr = traffic(next(iter(models.values())))
+        with clock.step("start orchestrator up"):
+            up = RunningUp(models_yaml(args, models, args.out / "models.yaml"), args.out / "state")
+            up.start(timeout=clock.left())
+        with clock.step("measure (interleaved)"):
+            samples = measure(args, up, clock)
+        complete = len({s.round for s in samples if s.error is None}) >= 2
+        if not complete:
+            notes.append("fewer than two rounds fit in the time limit: no figures past the warm-up")
+    except (StepFailed, UserError, OSError) as err:
+        notes.append(str(err))
+    except KeyboardInterrupt:
+        notes.append("interrupted")
+    except Exception as err:  # a bug: still stop everything and write the report
+        traceback.print_exc()
+        notes.append(f"unexpected error: {type(err).__name__}: {err}")
+    finally:
+        with clock.step("stop and report"):
+            if up is not None:
+                up.stop()
+            if not args.keep_models:
+                for p in models.values():
+                    p.unlink(missing_ok=True)
+            _report(args, clock, manifest, notes, gpu, tr, samples, complete)
+    return 0 if complete else 1
+
+
+def _build_facts(bin_dir: Path) -> dict[str, Any]:
+    import json
+
+    from orchestrator.native.build import server_version
+
+    mf = bin_dir / "manifest.json"
+    data = json.loads(mf.read_text()) if mf.is_file() else {}
+    return {
+        "server_version": server_version(bin_dir / "llama-server").splitlines()[0],
+        "build_key": data.get("key"),
+        "build_manifest": data,
+    }
+
+
+def _report(
+    args: argparse.Namespace,
+    clock: Clock,
+    manifest: dict[str, Any],
+    notes: list[str],
+    gpu: dict[str, Any] | None,
+    tr: Any,
+    samples: list[gc.Sample],
+    complete: bool,
+) -> None:
+    manifest["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
+    bandwidth = gpu.get("peak_bandwidth_bytes_per_s") if gpu else None
+    rows = gc.summarize(samples, tr, bandwidth)
+    errors = [s.error for s in samples if s.error]
+    if errors:
+        notes.append(f"{len(errors)} request(s) failed, first: {errors[0]}")
+    doc = gpu_report.build_doc(
+        complete=complete and not errors,
+        notes=notes,
+        manifest=manifest,
+        gpu=gpu,
+        traffic=tr.to_json() if tr else None,
+        steps=clock.steps,
+        rows=rows,
+        recommended=gc.recommend(rows),
+        samples=gc.samples_json(samples),
+    )
+    js, md = gpu_report.write_reports(args.out, doc)
+    print(gpu_report.steps_table(clock.steps))
+    print(f"reports: {js}\n         {md}")
+    for n in notes:
+        print(f"note: {n}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
