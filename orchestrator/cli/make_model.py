@@ -6,6 +6,7 @@ import time
 from pathlib import Path
 
 from orchestrator.errors import UserError
+from orchestrator.models.shaped import disk_usage, write_shaped_model
 from orchestrator.models.tiny import draft_path, write_tiny_model
 
 
@@ -24,5 +25,22 @@ def run(out: Path, *, mode: str = "echo", q: float = 0.0, seed: int = 0, variant
     hint = " ".join(["llama-server", "-m", str(out), *extra, "--spec-type", "draft-mtp", "--spec-draft-n-max", "3"])
     print(
         f"mode {mode}, q {q}, seed {seed}, variant {variant}; {time.monotonic() - t0:.1f} s. Serve it with:\n  {hint}"
+    )
+    return 0
+
+
+def run_shaped(out: Path, *, shape: str, quant: str, q: float, seed: int, scale: str) -> int:
+    """``orchestrator make-tiny-model OUT --shape NAME``: write the shaped model, print its size,
+    shape and the time taken. Returns 0."""
+    if Path(out).is_dir():
+        raise UserError(f"{out} is a directory", hint=f"give a file name, e.g. {Path(out) / 'shaped.gguf'}")
+    t0 = time.monotonic()
+    sh = write_shaped_model(out, shape=shape, quant=quant, q=q, seed=seed, scale=scale)
+    size, used = disk_usage(out)
+    print(f"wrote {out}: {size / 1e9:.2f} GB ({used / 1e9:.2f} GB on disk; zero tensors are holes)")
+    print(
+        f"{sh.name} at scale {scale}, {quant}: {sh.n_layer} trunk layers + {sh.n_nextn} NextN, n_embd {sh.n_embd}, "
+        f"{sh.n_expert} experts ({sh.n_expert_used} used), vocab {sh.n_vocab}; q {q} (acceptance {1 - q:.2f}); "
+        f"{time.monotonic() - t0:.1f} s"
     )
     return 0

@@ -22,7 +22,6 @@ published files.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -291,20 +290,3 @@ def disk_usage(path: Path) -> tuple[int, int]:
     """(apparent size, bytes allocated on disk) of ``path``: they differ when zero tensors are holes."""
     st = Path(path).stat()
     return st.st_size, getattr(st, "st_blocks", 0) * 512
-
-
-def cli_make_shaped(out: Path, shape: str, quant: str, q: float, seed: int, scale: str) -> int:
-    """``orchestrator make-tiny-model OUT --shape NAME``: write the shaped model, print its size,
-    shape and the time taken. Returns 0."""
-    if Path(out).is_dir():
-        raise UserError(f"{out} is a directory", hint=f"give a file name, e.g. {Path(out) / 'shaped.gguf'}")
-    t0 = time.monotonic()
-    sh = write_shaped_model(out, shape=shape, quant=quant, q=q, seed=seed, scale=scale)
-    size, used = disk_usage(out)
-    print(f"wrote {out}: {size / 1e9:.2f} GB ({used / 1e9:.2f} GB on disk; zero tensors are holes)")
-    print(
-        f"{sh.name} at scale {scale}, {quant}: {sh.n_layer} trunk layers + {sh.n_nextn} NextN, n_embd {sh.n_embd}, "
-        f"{sh.n_expert} experts ({sh.n_expert_used} used), vocab {sh.n_vocab}; q {q} (acceptance {1 - q:.2f}); "
-        f"{time.monotonic() - t0:.1f} s"
-    )
-    return 0

@@ -3,7 +3,7 @@
 Everything lives in the first ``ROUTE_END`` (256) coordinates of the hidden state, so every
 non-zero row fits in one K-quant super-block and the rest of each row is zero blocks:
 
-* coordinates 0-31: the echo codeword of the tiny model (``tiny.codewords``): token ``t``'s
+* coordinates 0-31: the echo codeword of the tiny model (``tiny_echo.codewords``): token ``t``'s
   embedding, the output row of ``f(t)``, and the flag (coordinate 0 > 0) that makes the NextN
   draft after ``t`` wrong;
 * coordinates 32-255: a seeded Gaussian "routing" vector per token (norm about 1). The routers
@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from orchestrator.models import tiny
 from orchestrator.models.shapes import Shape
+from orchestrator.models.tiny_echo import codewords, echo_map, to_unit
 
 CODE_DIM = 32  # echo codeword coordinates
 ROUTE_END = 256  # codeword + routing coordinates: one K-quant super-block
@@ -54,15 +54,15 @@ class EchoContent:
 
 def build(shape: Shape, n_tok: int, clean: np.ndarray, q: float, seed: int) -> EchoContent:
     """Lay out the echo map of the tokenizer's ``clean`` token ids for ``q`` and ``seed``."""
-    emap = tiny.echo_map(clean, n_tok, q, seed)
+    emap = echo_map(clean, n_tok, q, seed)
     flagged_clean = emap.flagged[clean]
-    words = tiny.codewords(2 * len(clean))
+    words = codewords(2 * len(clean))
     pools = [words[(words & 1) == 0], words[(words & 1) == 1]]  # bit 0 is the flag coordinate
     clean_words = np.empty(len(clean), dtype=np.uint32)
     for flag in (0, 1):
         idx = np.nonzero(flagged_clean == bool(flag))[0]
         clean_words[idx] = pools[flag][: len(idx)]
-    clean_embd = tiny._to_unit(clean_words)
+    clean_embd = to_unit(clean_words)
     below = np.searchsorted(clean, np.arange(n_tok), side="right") - 1
     below[below < 0] = len(clean) - 1
     out_src = np.full(shape.n_vocab, -1, dtype=np.int64)
