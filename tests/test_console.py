@@ -250,10 +250,50 @@ def test_screenshots_at_laptop_and_phone_width(up: RunningUp, open_page: Any) ->
         # nothing wider than the viewport: the page reflows at phone width
         width = p.page.evaluate("() => document.documentElement.scrollWidth")
         assert width <= viewport["width"], f"{name}: page is {width} px wide in a {viewport['width']} px viewport"
+        _assert_readable(p.page, scheme)
         out = SCREENSHOTS / f"console-{name}.png"
         p.page.screenshot(path=str(out), full_page=True)
         assert out.stat().st_size > 10_000
         assert p.errors == [], p.errors
+
+
+# text and the background it is drawn on, as the page renders them (selectors of visible elements)
+_TEXT_ON = (
+    ("body", "body"),
+    ("#models-title", "main > section"),
+    (".model .facts dt", "main > section"),  # muted text
+    (".model .badge", "main > section"),
+    ('button[data-action="unload"]', 'button[data-action="unload"]'),
+    ("#chat-clear", "main > section"),  # a quiet button: accent text on the card
+    (".turn .figures dt", "main > section"),
+    ("#log", "#log"),
+)
+
+
+def _luminance(rgb: tuple[float, ...]) -> float:
+    def channel(c: float) -> float:
+        c /= 255
+        return c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4
+
+    r, g, b = (channel(c) for c in rgb[:3])
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b
+
+
+def _assert_readable(page: Any, scheme: str) -> None:
+    """Every kind of text on the page reaches WCAG AA contrast (4.5:1) against its background."""
+    pairs = page.evaluate(
+        """(pairs) => pairs.map(([fg, bg]) => [
+            getComputedStyle(document.querySelector(fg)).color,
+            getComputedStyle(document.querySelector(bg)).backgroundColor,
+        ])""",
+        [list(p) for p in _TEXT_ON],
+    )
+    for (fg_sel, bg_sel), (fg, bg) in zip(_TEXT_ON, pairs, strict=True):
+        if bg_sel == "body" or "0, 0, 0, 0" in bg:  # transparent: the page background shows through
+            bg = page.evaluate("() => getComputedStyle(document.body).backgroundColor")
+        lf, lb = (_luminance(tuple(float(x) for x in re.findall(r"[\d.]+", c))) for c in (fg, bg))
+        ratio = (max(lf, lb) + 0.05) / (min(lf, lb) + 0.05)
+        assert ratio >= 4.5, f"{scheme}: {fg_sel} ({fg}) on {bg_sel} ({bg}) has contrast {ratio:.2f} < 4.5"
 
 
 # ----------------------------------------------------------------------------- with an API key
