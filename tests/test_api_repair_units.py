@@ -42,6 +42,12 @@ def test_anthropic_thinking_maps_to_enable_thinking(thinking: Any, default: bool
     assert result.body["chat_template_kwargs"] == {"enable_thinking": expected} and result.thinking is expected
 
 
+def test_anthropic_empty_assistant_turns_are_dropped() -> None:
+    empty = [{"role": "assistant", "content": [{"type": "text", "text": " "}]}, {"role": "assistant", "content": ""}]
+    result = anthropic.repair_request({"messages": [USER, *empty, USER]}, RepairPolicy())
+    assert result.body["messages"] == [USER, USER] and result.repairs == ["empty_dropped"]
+
+
 def test_anthropic_tool_choice_none_and_named() -> None:
     tools = [{"name": "a", "input_schema": {}}, {"name": "b", "input_schema": {}}]
     none = anthropic.repair_request(

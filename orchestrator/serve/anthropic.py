@@ -129,6 +129,13 @@ def _add(kinds: list[str], kind: str) -> None:
         kinds.append(kind)
 
 
+def _blank(content: Any) -> bool:
+    """No text, tool use or thinking: a string or text blocks that are all whitespace."""
+    if isinstance(content, str):
+        return not content.strip()
+    return all(b.get("type") == "text" and not b["text"].strip() for b in content)
+
+
 def _is_query(content: Any) -> bool:
     """Whether a user turn renders as a user query (not only tool results)."""
     if isinstance(content, str):
@@ -166,7 +173,7 @@ def _repair_turns(messages: Any, policy: RepairPolicy, kinds: list[str]) -> tupl
                 _add(kinds, "system_merged")
                 system.append(text)
             continue
-        if role == "assistant" and (content == [] or (isinstance(content, str) and not content.strip())):
+        if role == "assistant" and _blank(content):
             _add(kinds, "empty_dropped")
             continue
         out.append(msg if content is msg.get("content") else {**msg, "content": content})
