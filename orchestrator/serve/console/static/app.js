@@ -85,6 +85,7 @@ function modelCard(name) {
     el("header", {}, el("h3", { text: name }), el("span", { class: "badge", "data-role": "state" })),
     el("p", { class: "aliases", "data-role": "aliases" }),
     el("p", { class: "message", "data-role": "message" }),
+    el("progress", { class: "load-progress", "data-role": "progress", max: "1", "aria-label": "loading " + name }),
     el("dl", { class: "facts", "data-role": "facts" }),
     el("div", { class: "table-wrap" }, table),
     buttons,
@@ -105,6 +106,10 @@ function updateCard(card, model) {
   const msg = card.querySelector('[data-role="message"]');
   msg.textContent = st === "ready" ? "" : why || "";
   msg.classList.toggle("error", st === "failed");
+  // loading: the lifecycle's estimate from the previous load's duration, when it has one
+  const progress = card.querySelector('[data-role="progress"]');
+  progress.hidden = !(st === "loading" && typeof model.load_progress === "number");
+  if (!progress.hidden) progress.value = model.load_progress;
   renderFacts(card.querySelector('[data-role="facts"]'), model, replicas);
   renderReplicas(card.querySelector('[data-role="replicas"]'), replicas);
   card.querySelector('[data-action="load"]').disabled = !LOADABLE.includes(st);
