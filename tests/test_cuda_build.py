@@ -224,3 +224,38 @@ def test_recorded_runtime_folders_let_the_build_and_its_children_start(
         probe_capabilities(bare)
     assert "cannot find libcublas.so.13" in str(err.value)
     assert "--force" not in (err.value.hint or "")
+
+
+@pytest.mark.slow
+def test_cmake_configures_the_planned_cuda_build_with_the_real_nvcc(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pinned_source: Path
+) -> None:
+    """Configure only (about 10 s; no compile): the planned flags with this machine's nvcc and a
+    cuBLAS wheel layout (empty files: configure only looks for them). CMake takes the toolkit we
+    name and no -march=native."""
+    nvcc = native_cuda.find_nvcc()
+    if nvcc is None or shutil.which("cmake") is None or shutil.which("ninja") is None:
+        pytest.skip("needs nvcc, cmake and ninja")
+    wheel = tmp_path / "site/nvidia/cu13"
+    for name in ("include/cublas_v2.h", "lib/libcublas.so.13", "lib/libcublasLt.so.13"):
+        (wheel / name).parent.mkdir(parents=True, exist_ok=True)
+        (wheel / name).write_bytes(b"")
+    monkeypatch.setattr(native_cuda, "site_dirs", lambda: [tmp_path / "site"])
+    monkeypatch.setattr(native_cuda, "detect_gpu_archs", lambda: [])
+    release = cuda_compat.parse_release(native_cuda.nvcc_version(nvcc))
+    if release is None or release[0] != 13:
+        pytest.skip("the fake wheel is the CUDA 13 layout")
+    plan = native_plan.plan_build("cuda", "120")
+    result = subprocess.run(
+        ["cmake", "-S", str(pinned_source), "-B", str(tmp_path / "build"), "-G", "Ninja", *plan.cmake_flags()],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    cache = (tmp_path / "build" / "CMakeCache.txt").read_text()
+    root = native_cuda.toolkit_root(nvcc)
+    assert f"CUDAToolkit_BIN_DIR:PATH={root}/bin" in cache
+    assert "GGML_NATIVE:BOOL=OFF" in cache
+    assert "CMAKE_CUDA_ARCHITECTURES=120" in result.stdout

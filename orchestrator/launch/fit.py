@@ -118,7 +118,8 @@ def check_fit(requests: list[FitRequest], gpus: list[GPU], *, force: bool = Fals
     """Check every GPU's summed need against its free memory, and CPU instances against RAM.
 
     Returns:
-        notes per instance name (forced overcommit, unchecked GPUs, CPU RAM warnings).
+        notes per instance name (its need on each GPU that fits, forced overcommit, unchecked
+        GPUs, CPU RAM warnings).
     Raises:
         UserError: a GPU would be overcommitted and ``force`` is False; the message gives the
         need per instance, the free memory, and what to change (``--n-cpu-moe N`` for a MoE
@@ -133,6 +134,13 @@ def check_fit(requests: list[FitRequest], gpus: list[GPU], *, force: bool = Fals
         if gpu is None or gpu.memory_free is None:
             for req, _ in users[index]:
                 notes.setdefault(req.instance, []).append(f"GPU {index} does not report free memory: fit not checked")
+            continue
+        if total <= gpu.memory_free:
+            for req, share in users[index]:
+                notes.setdefault(req.instance, []).append(
+                    f"GPU {index}: needs about {gib(share)} (with the CUDA context and compute buffers); "
+                    f"{gib(gpu.memory_free)} is free"
+                )
             continue
         if total > gpu.memory_free:
             who = ", ".join(f"{req.instance} {gib(share)} ({req.where})" for req, share in users[index])
