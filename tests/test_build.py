@@ -398,6 +398,7 @@ with build.build_lock(key):
         bin_dir = build.builds_root() / key / "bin"
         bin_dir.mkdir(parents=True)
         (bin_dir / "llama-server").write_text("")
+        (bin_dir / "ggml-rpc-server").write_text("")
         (bin_dir / "manifest.json").write_text('{"key": "%s"}' % key)
 """
 

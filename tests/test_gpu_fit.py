@@ -81,6 +81,7 @@ def test_a_5090_fits_32k_and_64k(tmp_path: Path, qwen36: Path, cuda_build: build
         config = _config(tmp_path, qwen36, ctx_size=ctx)
         [spec] = plan_launch(config, gpus=[rtx_5090()], build=cuda_build, capabilities=CUDA, check_ports=False)
         assert spec.gpus == (0,) and spec.spec_type == "draft-mtp"
+        assert spec.argv[spec.argv.index("-lv") + 1] == "4"  # readiness reads the model buffers
         assert spec.notes[0].startswith("GPU 0: needs about 2") and "31.1 GiB is free" in spec.notes[0]
 
 

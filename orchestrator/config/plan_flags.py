@@ -45,6 +45,9 @@ PLAN_FLAGS: dict[str, str] = {
     "-md": "speculative.draft",
     "--model-draft": "speculative.draft",
     "--metrics": "nothing (the plan always passes --metrics)",
+    "-lv": "nothing (GPU instances log at verbosity 4: readiness reads where the weights went)",
+    "--verbosity": "nothing (GPU instances log at verbosity 4: readiness reads where the weights went)",
+    "--log-verbosity": "nothing (GPU instances log at verbosity 4: readiness reads where the weights went)",
 }
 
 # Child environment variables that would override the plan (llama.cpp reads LLAMA_ARG_*).
@@ -53,6 +56,7 @@ PLAN_ENV: dict[str, str] = {
     "CUDA_DEVICE_ORDER": "gpus",
     "LLAMA_ARG_MODEL": "path",
     "LLAMA_ARG_SPLIT_MODE": "gpus",
+    "LLAMA_ARG_LOG_VERBOSITY": "nothing (GPU instances log at verbosity 4)",
     "LLAMA_ARG_MAIN_GPU": "gpus",
     "LLAMA_ARG_DEVICE": "gpus",
     "LLAMA_ARG_HOST": "server.host",

@@ -68,7 +68,9 @@ def _resources(args: ServerArgs) -> tuple[str, ...]:
     if args.threads is not None:
         out += ("-t", str(args.threads))
     if args.gpu_layers is not None:
-        out += ("-ngl", args.gpu_layers)
+        # verbosity 4 makes llama.cpp log its model buffers (CUDA0 or CPU): how readiness tells
+        # a GPU instance that really loaded on the GPU from one that fell back to the CPU
+        out += ("-ngl", args.gpu_layers, "-lv", "4")
     return out
 
 

@@ -357,8 +357,10 @@ class Instance:
                 problem = await self._probe.verify_identity(self.base_url, proc, self.spec)
                 if problem:
                     return PhaseEnd(Outcome.MISMATCH, problem)
-                off_gpu = self.offload.problem(self.spec.server.gpu_layers) if self.spec.gpus else None
-                return PhaseEnd(Outcome.NOT_ON_GPU, off_gpu) if off_gpu else PhaseEnd(Outcome.READY)
+                problem, warning = self.offload.verdict(self.spec.server.gpu_layers if self.spec.gpus else None)
+                if warning:
+                    self._warnings["offload"] = warning
+                return PhaseEnd(Outcome.NOT_ON_GPU, problem) if problem else PhaseEnd(Outcome.READY)
             now = time.monotonic()
             quiet = now - max(started, self.log.last_output)
             if quiet > self._load_timeout or now - started > self._load_timeout * self.policy.load_cap_factor:

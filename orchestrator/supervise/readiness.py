@@ -92,19 +92,35 @@ def is_spec_batch_failure(line: str) -> bool:
     return SPEC_BATCH_FAILURE in line
 
 
-# What llama.cpp says about GPU offload while it loads (pinned source): common/arg.cpp warns
-# when ``--gpu-layers`` meets a build or a machine without a usable GPU backend (a CPU build, or
-# a CUDA build whose runtime found no device: old driver, libcuda missing), and then loads on
-# the CPU; src/llama-model.cpp (``load_tensors``) logs ``offloaded N/M layers to GPU`` only when
-# a GPU backend exists.
+# Where llama.cpp put the weights, from its load log (pinned source): src/llama-model.cpp
+# (``load_tensors``) logs one ``<buffer> model buffer size = N MiB`` line per buffer type:
+# ``CUDA0`` holds weights on GPU 0, ``CPU``/``CPU_Mapped``/``CPU_REPACK`` and ``CUDA_Host``
+# (pinned host memory) are on the host. These lines are logged at verbosity 4 (``-lv 4``), which
+# the plan passes to GPU instances. ``offloaded N/M layers to GPU`` cannot be trusted alone: a
+# build with the RPC backend reports every layer "offloaded" with no GPU at all
+# (``llama_supports_gpu_offload`` counts RPC). common/arg.cpp warns "no usable GPU found" when
+# ``--gpu-layers`` meets a build without any offload backend.
 NO_USABLE_GPU = "no usable GPU found"
 _OFFLOADED = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
+_MODEL_BUFFER = re.compile(r"load_tensors:\s+(\S+) model buffer size")
 
 
 def parse_offloaded(line: str) -> tuple[int, int] | None:
     """``(N, M)`` from llama.cpp's ``load_tensors: offloaded N/M layers to GPU``, else None."""
     m = _OFFLOADED.search(line)
     return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def parse_model_buffer(line: str) -> str | None:
+    """The buffer name of ``load_tensors:   CUDA0 model buffer size = 21000.00 MiB`` (``CUDA0``), else None."""
+    m = _MODEL_BUFFER.search(line)
+    return m.group(1) if m else None
+
+
+def is_device_buffer(name: str) -> bool:
+    """True for a buffer in device memory (``CUDA0``), False for host ones (``CPU_Mapped``,
+    ``CUDA_Host``) and remote ones (``RPC[...]``)."""
+    return not name.startswith(("CPU", "RPC")) and not name.endswith("_Host")
 
 
 class OffloadWatch:
@@ -115,12 +131,13 @@ class OffloadWatch:
     """
 
     def __init__(self) -> None:
-        self.offloaded: tuple[int, int] | None = None
-        self.no_gpu: str | None = None
+        self.reset()
 
     def reset(self) -> None:
         """A new launch: forget what the last one said."""
-        self.offloaded, self.no_gpu = None, None
+        self.offloaded: tuple[int, int] | None = None
+        self.no_gpu: str | None = None
+        self.buffers: list[str] = []
 
     def line(self, line: str) -> None:
         """Read one log line."""
@@ -128,6 +145,8 @@ class OffloadWatch:
             self.no_gpu = line.strip()
         if (found := parse_offloaded(line)) is not None:
             self.offloaded = found
+        if (buffer := parse_model_buffer(line)) is not None:
+            self.buffers.append(buffer)
 
     def problem(self, gpu_layers: str | None) -> str | None:
         """Why a GPU instance launched with ``-ngl gpu_layers`` is not on the GPU, or None.
@@ -140,10 +159,26 @@ class OffloadWatch:
         fix = "check the driver (`nvidia-smi`) and the build (`orchestrator doctor`)"
         if self.no_gpu is not None:
             return f"llama-server runs on the CPU, not the GPU: it logged {self.no_gpu!r}; {fix}"
-        if self.offloaded is None:
-            return f"llama-server never logged 'offloaded N/M layers to GPU', so it runs on the CPU; {fix}"
-        done, total = self.offloaded
-        wanted = total if gpu_layers == "all" else min(int(gpu_layers), total)
-        if done < wanted or done == 0:
-            return f"llama-server offloaded only {done}/{total} layers to the GPU (-ngl {gpu_layers}); {fix}"
+        if self.buffers and not any(is_device_buffer(b) for b in self.buffers):
+            return (
+                f"llama-server runs on the CPU, not the GPU: its weights are in {', '.join(self.buffers)} "
+                f"buffers only; {fix}"
+            )
+        if self.offloaded is not None:
+            done, total = self.offloaded
+            wanted = total if gpu_layers == "all" else min(int(gpu_layers), total)
+            if done < wanted or done == 0:
+                return f"llama-server offloaded only {done}/{total} layers to the GPU (-ngl {gpu_layers}); {fix}"
         return None
+
+    def verdict(self, gpu_layers: str | None) -> tuple[str | None, str | None]:
+        """(``problem``: the instance is not on the GPU, ``unconfirmed``: a warning) for ``-ngl gpu_layers``."""
+        problem = self.problem(gpu_layers)
+        return problem, None if problem else self.unconfirmed(gpu_layers)
+
+    def unconfirmed(self, gpu_layers: str | None) -> str | None:
+        """A warning when a GPU instance's log never said where the weights went (no model
+        buffer line: a build that logs less), else None."""
+        if gpu_layers is None or self.buffers or self.no_gpu is not None:
+            return None
+        return "GPU offload not confirmed: llama-server logged no model buffer line; it may run on the CPU"
