@@ -10,7 +10,8 @@
 # usage: scripts/sweep_draft_length.sh [MODEL] [more `orchestrator bench` options]
 # settings (environment): CONFIG=models.yaml  KS=0,1,2,3,4,6,8  PROMPTS=math,code,general
 #   PROMPTS_FILE=  (JSONL, {"domain":..., "prompt":...} per line)  N_PREDICT=256  REPS=3
-#   SEEDS=0  TEMPERATURE=0  OUT=results/sweep-<model>-<time>  BACKEND=auto  CUDA_ARCH=  APPLY=0
+#   SEEDS=0  TEMPERATURE=0  OUT=results/sweep-<model>-<time>  APPLY=0
+#   BACKEND= CUDA_ARCH=  (default: the build: block of CONFIG, else auto; auto stops on a GPU without nvcc)
 # example: APPLY=1 KS=0,1,2,3,4 scripts/sweep_draft_length.sh qwen3.6-35b-a3b
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,15 +28,18 @@ N_PREDICT=${N_PREDICT:-256}
 REPS=${REPS:-3}
 SEEDS=${SEEDS:-0}
 TEMPERATURE=${TEMPERATURE:-0}
-BACKEND=${BACKEND:-auto}
+BACKEND=${BACKEND:-}
 STAMP=$(date +%Y%m%d-%H%M%S)
 OUT=${OUT:-results/sweep-${MODEL:-default}-$STAMP}
 
 bash scripts/install.sh
 . .venv/bin/activate
 
-echo "== 1/4 build (backend: $BACKEND)"
-build_args=(--backend "$BACKEND")
+echo "== 1/4 build (backend: ${BACKEND:-from $CONFIG, else auto})"
+build_args=(-c "$CONFIG")
+if [[ -n $BACKEND ]]; then
+    build_args+=(--backend "$BACKEND")
+fi
 if [[ -n ${CUDA_ARCH:-} ]]; then
     build_args+=(--cuda-arch "$CUDA_ARCH")
 fi
