@@ -27,6 +27,7 @@ import uvicorn
 from orchestrator.config.schema import Config
 from orchestrator.launch.spec import InstanceSpec
 from orchestrator.serve.app import create_app
+from orchestrator.serve.http_limits import uvicorn_config
 from orchestrator.supervise.supervisor import ProcessState, Supervisor, SupervisorPolicy
 
 T = TypeVar("T")
@@ -99,7 +100,8 @@ class Stack:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(("127.0.0.1", 0))  # the OS picks; uvicorn serves on this very socket
         port = sock.getsockname()[1]
-        config = uvicorn.Config(self.app, log_level="warning", lifespan="on", timeout_graceful_shutdown=2)
+        limits = (self.config.server.max_header_bytes, self.config.server.timeouts.client_header)
+        config = uvicorn_config(self.app, *limits, log_level="warning", lifespan="on", timeout_graceful_shutdown=2)
         self._server = uvicorn.Server(config)
         self._serve_task = asyncio.get_running_loop().create_task(self._server.serve(sockets=[sock]))
         while not self._server.started:

@@ -81,6 +81,12 @@ class Timeouts(_Strict):
         600, gt=0, description="supervisor: /health must answer 200 within this (s); extended while the child logs"
     )
     queue: float = Field(300, gt=0, description="proxy: how long a request waits for a ready replica (s)")
+    client_header: float = Field(
+        10, gt=0, description="proxy: a client's request headers must arrive within this (s), else 408"
+    )
+    client_body: float = Field(
+        60, gt=0, description="proxy: a client's request body must arrive within this (s), else 408"
+    )
     stall: float = Field(
         30,
         gt=0,
@@ -101,6 +107,9 @@ class ServerConfig(_Strict):
     auth_metrics: bool = Field(False, description="require the key on /metrics")
     cors_origins: list[str] = Field(default_factory=list, description="CORS off when empty")
     max_body_bytes: int = Field(32 * 1024 * 1024, gt=0, description="largest request body (bytes)")
+    max_header_bytes: int = Field(
+        64 * 1024, ge=1024, description="largest request head: request line and headers (bytes); more is a 431"
+    )
     when_loading: Literal["hold", "reject"] = Field(
         "hold", description="requests while no replica is ready: hold (up to timeouts.queue) or 503 + Retry-After"
     )

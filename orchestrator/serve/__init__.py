@@ -14,13 +14,15 @@ Concern -> file:
   (``/v1/models``, ``/health``, ``/status``, ``/metrics``): ``info.py``
 - the forwarded POST routes as data (path, repair, error and stream shape): ``api_routes.py``
 - the POST hot path (every forwarded route as a raw ASGI endpoint): ``forward.py``;
-  reading and parsing a body under the size limit: ``body.py``; ``Content-Encoding``
+  reading, decoding (any text encoding) and parsing a body under the size limit: ``body.py``; ``Content-Encoding``
   (gzip, deflate, zstd) under the same limit (pure): ``body_codec.py``
 - API keys: ``auth.py``; model name or alias -> model -> replica, hold or 503: ``routing.py``
 - request repair for the Qwen3.5 template (pure): ``request_repair.py`` (OpenAI chat),
   ``anthropic.py`` (Messages), ``responses.py`` (Responses); the per-request draft length fields
   (pure): ``speculative_fields.py``; structured output honoured or refused (pure): ``structured.py``;
-  per-token probabilities complete with drafting on (pure): ``token_probs.py``
+  per-token probabilities complete with drafting on (pure): ``token_probs.py``; every field
+  llama-server parses checked (types, ranges, sampler chains, tools) and its 500s for client
+  mistakes recognised (pure): ``llama_fields.py``
 - the Ollama API: translations (pure) ``ollama.py``, routes ``ollama_routes.py``
 - HTTP to the instances (pooling, the one retry, timeouts, error mapping): ``upstream.py``,
   over the asyncio network backend in ``transport.py``

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from orchestrator.errors import ApiError
-from orchestrator.serve import anthropic, responses, structured
+from orchestrator.serve import anthropic, llama_fields, responses, structured
 from orchestrator.serve import request_repair as chat
 from orchestrator.serve.speculative_fields import flatten_speculative
 from orchestrator.serve.streaming import OPENAI_SSE, StreamFlavor
@@ -73,6 +73,9 @@ class ApiRoute:
         token_probs: whether the body can ask for per-token probabilities (see module docstring).
         structured: how ``response_format`` is handled (``orchestrator.serve.structured``):
             ``chat`` checked, ``native`` checked and mapped onto ``json_schema``, None untouched.
+        fields: which of llama-server's fields are checked before forwarding
+            (``orchestrator.serve.llama_fields``): ``openai`` all of them with OpenAI's ``tools``,
+            ``other`` all but ``tools`` (Anthropic, Responses), ``embeddings`` the ``input``.
     """
 
     path: str
@@ -82,6 +85,7 @@ class ApiRoute:
     flavor: StreamFlavor = OPENAI_SSE
     token_probs: bool = False
     structured: Literal["chat", "native"] | None = None
+    fields: Literal["openai", "other", "embeddings"] | None = None
 
 
 def _flatten(body: dict[str, Any], _policy: chat.RepairPolicy) -> chat.RepairResult:
@@ -91,17 +95,23 @@ def _flatten(body: dict[str, Any], _policy: chat.RepairPolicy) -> chat.RepairRes
     return chat.RepairResult(body=new, changed=True, repairs=["speculative_flattened"])
 
 
+OPENAI: Literal["openai"] = "openai"
+OTHER: Literal["other"] = "other"
 ROUTES: tuple[ApiRoute, ...] = (
-    ApiRoute("/v1/chat/completions", "chat", chat.repair_request, "chat", token_probs=True, structured="chat"),
-    ApiRoute("/v1/completions", "completions", _flatten, "usage", token_probs=True, structured="native"),
-    ApiRoute("/v1/embeddings", "embeddings"),
-    ApiRoute("/v1/messages", "messages", anthropic.repair_request, "usage", ANTHROPIC_SSE),
-    ApiRoute("/v1/messages/count_tokens", "count_tokens", anthropic.repair_request),
-    ApiRoute("/v1/responses", "responses", responses.repair_request, "usage", RESPONSES_SSE, structured="chat"),
-    ApiRoute("/v1/responses/input_tokens", "input_tokens", responses.repair_request),
-    ApiRoute("/v1/chat/completions/input_tokens", "chat_tokens", chat.repair_request),
-    ApiRoute("/apply-template", "template", chat.repair_request),
-    ApiRoute("/infill", "infill", _flatten, "usage", token_probs=True, structured="native"),
+    ApiRoute(
+        "/v1/chat/completions", "chat", chat.repair_request, "chat", token_probs=True, structured="chat", fields=OPENAI
+    ),
+    ApiRoute("/v1/completions", "completions", _flatten, "usage", token_probs=True, structured="native", fields=OPENAI),
+    ApiRoute("/v1/embeddings", "embeddings", fields="embeddings"),
+    ApiRoute("/v1/messages", "messages", anthropic.repair_request, "usage", ANTHROPIC_SSE, fields=OTHER),
+    ApiRoute("/v1/messages/count_tokens", "count_tokens", anthropic.repair_request, fields=OTHER),
+    ApiRoute(
+        "/v1/responses", "responses", responses.repair_request, "usage", RESPONSES_SSE, structured="chat", fields=OTHER
+    ),
+    ApiRoute("/v1/responses/input_tokens", "input_tokens", responses.repair_request, fields=OTHER),
+    ApiRoute("/v1/chat/completions/input_tokens", "chat_tokens", chat.repair_request, fields=OPENAI),
+    ApiRoute("/apply-template", "template", chat.repair_request, fields=OPENAI),
+    ApiRoute("/infill", "infill", _flatten, "usage", token_probs=True, structured="native", fields=OPENAI),
     ApiRoute("/v1/rerank", "rerank"),
     ApiRoute("/tokenize", "tokenize"),
     ApiRoute("/detokenize", "detokenize"),
@@ -162,6 +172,7 @@ def prepare_body(route: ApiRoute, body: dict[str, Any], model: ModelConfig, poli
         if mapped is not None:
             plan.body = mapped
             plan.repairs.append("response_format_mapped")
+    _check_fields(route, plan, body)
     if route.token_probs and wants_token_probs(body):
         current = plan.body if plan.body is not None else body
         widened = widen(current)
@@ -169,6 +180,18 @@ def prepare_body(route: ApiRoute, body: dict[str, Any], model: ModelConfig, poli
         plan.body = drafting_off(widened if widened is not None else current)
         plan.drafting_off = "token_probs"
     return plan
+
+
+def _check_fields(route: ApiRoute, plan: BodyPlan, body: dict[str, Any]) -> None:
+    """llama-server's fields of the body to send, checked (``orchestrator.serve.llama_fields``)."""
+    current = plan.body if plan.body is not None else body
+    if route.fields == "embeddings":
+        llama_fields.check_embedding_input(current)
+    elif route.fields is not None:
+        fixed = llama_fields.check(current, openai_tools=route.fields == "openai")
+        if fixed is not None:
+            plan.body = fixed
+            plan.repairs.append("null_dropped")
 
 
 Shape = Literal["openai", "anthropic", "ollama"]

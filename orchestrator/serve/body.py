@@ -6,7 +6,10 @@ Errors are the client's: 413 over ``server.max_body_bytes``, 400 for a malformed
 
 from __future__ import annotations
 
+import asyncio
 import json
+import math
+import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -19,14 +22,32 @@ class ClientGone(Exception):
     """The client disconnected before its request was read."""
 
 
-async def read_body(headers: list[tuple[bytes, bytes]], receive: Receive, limit: int) -> bytes:
-    """Read the request body (bytes), refusing more than ``limit`` bytes.
+async def read_body(
+    headers: list[tuple[bytes, bytes]], receive: Receive, limit: int, timeout: float | None = None
+) -> bytes:
+    """Read the request body (bytes), refusing more than ``limit`` bytes or taking over ``timeout`` s.
+
+    A client that sends its body a byte at a time (slowloris) would otherwise hold the request
+    and its connection for ever.
 
     Raises:
         ApiError: 413 when ``Content-Length`` or the bytes actually received exceed ``limit``;
-            400 for a malformed ``Content-Length``.
+            400 for a malformed ``Content-Length``; 408 when the body is not complete within
+            ``timeout`` seconds (``server.timeouts.client_body``).
         ClientGone: the client disconnected while sending.
     """
+    if timeout is None:
+        return await _read_body(headers, receive, limit)
+    try:
+        async with asyncio.timeout(timeout):
+            return await _read_body(headers, receive, limit)
+    except TimeoutError:
+        raise ApiError(
+            408, f"request body not received within {timeout:g} s (server.timeouts.client_body)", code="request_timeout"
+        ) from None
+
+
+async def _read_body(headers: list[tuple[bytes, bytes]], receive: Receive, limit: int) -> bytes:
     for name, value in headers:
         if name == b"content-length":
             try:
@@ -60,21 +81,102 @@ def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
-def parse_body(raw: bytes) -> dict[str, Any]:
-    """Parse a request body as a JSON object.
+def _finite(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        # json.loads reads 1e400 as infinity, which would go upstream as "Infinity" (not JSON)
+        raise ValueError(f"the number {text} is too large for any field")
+    return value
+
+
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _lone_surrogate(value: Any, path: str) -> str | None:
+    """The path of the first string (or key) in ``value`` holding a lone UTF-16 surrogate, else None."""
+    if isinstance(value, str):
+        return path if _SURROGATE.search(value) else None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if _SURROGATE.search(key):
+                return f"{path}.{key!a}".lstrip(".")
+            found = _lone_surrogate(item, f"{path}.{key}".lstrip("."))
+            if found is not None:
+                return found
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            found = _lone_surrogate(item, f"{path}[{i}]")
+            if found is not None:
+                return found
+    return None
+
+
+def to_utf8(raw: bytes, headers: list[tuple[bytes, bytes]]) -> bytes:
+    """The body as UTF-8 bytes: the form llama-server reads (RFC 8259 allows only UTF-8).
+
+    A UTF-8 body without a byte-order mark is returned as is. A byte-order mark, UTF-16 or
+    UTF-32 (detected as RFC 4627 says, ``json.detect_encoding``), or a ``charset`` in
+    ``Content-Type`` is decoded and re-encoded as UTF-8.
 
     Raises:
-        ApiError: 400 when it is not valid JSON or not an object.
+        ApiError: 415 for a charset Python does not know; 400 for bytes that are not valid
+            in the body's encoding (naming the byte offset).
+    """
+    charset = _charset(headers)
+    encoding: str = json.detect_encoding(raw)
+    if encoding == "utf-8" and charset not in (None, "utf-8", "utf8", "us-ascii", "ascii"):
+        encoding = charset
+    try:
+        text = raw.decode(encoding)
+    except LookupError:
+        raise ApiError(
+            415, f"unknown charset {charset!r} in Content-Type; send UTF-8", code="unsupported_charset"
+        ) from None
+    except UnicodeDecodeError as err:
+        raise ApiError(
+            400,
+            f"request body is not valid {encoding} at byte {err.start} (send UTF-8, or name the charset)",
+            code="invalid_encoding",
+        ) from None
+    return raw if encoding == "utf-8" else text.encode("utf-8", errors="surrogatepass")
+
+
+def _charset(headers: list[tuple[bytes, bytes]]) -> str | None:
+    for name, value in headers:
+        if name == b"content-type":
+            for param in value.decode("latin-1").split(";")[1:]:
+                key, _, val = param.strip().partition("=")
+                if key.strip().lower() == "charset":
+                    return val.strip().strip('"').lower() or None
+    return None
+
+
+def parse_body(raw: bytes) -> dict[str, Any]:
+    """Parse a request body (UTF-8, see :func:`to_utf8`) as a JSON object.
+
+    Raises:
+        ApiError: 400 when it is not valid JSON or not an object, holds a number beyond any float
+            (``1e400``), or a string with a lone UTF-16 surrogate (``"\\ud800"``: no UTF-8 can
+            carry it, so it could be sent nowhere), naming where.
     """
     try:
         # NaN/Infinity are not JSON (RFC 8259) and llama-server's parser rejects them: refuse here
-        body = json.loads(raw, parse_constant=_refuse_constant)
+        body = json.loads(raw, parse_constant=_refuse_constant, parse_float=_finite)
     except ValueError as err:
         raise ApiError(400, f"request body is not valid JSON: {err}", code="invalid_json") from None
     except RecursionError:
         raise ApiError(400, "request body is nested too deeply", code="invalid_json") from None
     if not isinstance(body, dict):
         raise ApiError(400, "request body must be a JSON object", code="invalid_json")
+    if _SURROGATE_ESCAPE.search(raw) and (where := _lone_surrogate(body, "")) is not None:
+        raise ApiError(
+            400,
+            f"{where or 'a key'}: a string holds a lone UTF-16 surrogate (\\ud800-\\udfff without its pair); "
+            "it is not text and cannot be encoded",
+            param=where or None,
+            code="invalid_json",
+        )
     return body
 
 

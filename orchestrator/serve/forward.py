@@ -41,7 +41,7 @@ from orchestrator.serve import request_repair as chat
 from orchestrator.serve import response_repair as reasoning
 from orchestrator.serve import token_probs
 from orchestrator.serve.api_routes import ApiRoute, prepare_body
-from orchestrator.serve.body import ClientGone, dump_body, parse_body, read_body
+from orchestrator.serve.body import ClientGone, dump_body, parse_body, read_body, to_utf8
 from orchestrator.serve.body_codec import decode_body
 from orchestrator.serve.metrics import NO_MODEL, ModelMetrics, ProxyMetrics
 from orchestrator.serve.stream_repair import repair_for_stream
@@ -95,6 +95,7 @@ class Forwarder:
         self.keys = keys
         self.draining = draining
         self.max_body = config.server.max_body_bytes
+        self.body_timeout = config.server.timeouts.client_body
         self.policies = {
             m.name: chat.RepairPolicy(
                 system_messages=m.system_messages, multimodal=m.multimodal, thinking_default=m.thinking
@@ -172,7 +173,9 @@ class Endpoint:
                     retry_after=DRAIN_RETRY_AFTER,
                 )
             fwd.keys.check(scope["headers"])
-            raw = decode_body(scope["headers"], await read_body(scope["headers"], receive, fwd.max_body), fwd.max_body)
+            headers = scope["headers"]
+            received = await read_body(headers, receive, fwd.max_body, fwd.body_timeout)
+            raw = to_utf8(decode_body(headers, received, fwd.max_body), headers)
             body = parse_body(raw)
             model = fwd.router.resolve(body.get("model"))
             mm = fwd.metrics.model(model.name)

@@ -27,7 +27,7 @@ from orchestrator.errors import ApiError
 from orchestrator.serve import ollama, token_probs
 from orchestrator.serve import response_repair as reasoning
 from orchestrator.serve.api_routes import ROUTES, prepare_body
-from orchestrator.serve.body import Receive, parse_body, read_body
+from orchestrator.serve.body import Receive, parse_body, read_body, to_utf8
 from orchestrator.serve.body_codec import decode_body
 from orchestrator.serve.forward import UPSTREAM_HEADERS, Forwarder
 from orchestrator.serve.structured import schema_error
@@ -132,8 +132,8 @@ class OllamaApi:
     async def _body(self, request: Request) -> dict[str, Any]:
         headers = request.scope["headers"]
         self.fwd.keys.check(headers)
-        raw = await read_body(headers, cast("Receive", request.receive), self.fwd.max_body)
-        return parse_body(decode_body(headers, raw, self.fwd.max_body))
+        raw = await read_body(headers, cast("Receive", request.receive), self.fwd.max_body, self.fwd.body_timeout)
+        return parse_body(to_utf8(decode_body(headers, raw, self.fwd.max_body), headers))
 
     def _entry(self, model: ModelConfig, name: str) -> dict[str, Any]:
         size = 0

@@ -29,6 +29,7 @@ from orchestrator.errors import UserError
 from orchestrator.host import statefile
 from orchestrator.host.ports import check_port_free
 from orchestrator.serve.app import create_app
+from orchestrator.serve.http_limits import uvicorn_config
 from orchestrator.supervise.supervisor import RUNNING, SERVING, TERMINAL, Supervisor
 
 if TYPE_CHECKING:
@@ -147,7 +148,8 @@ def _make_server(app: Any, config: Config) -> Any:
             yield
 
     grace = config.server.timeouts.shutdown_grace
-    return Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=max(1, int(grace) + 1)))
+    limits = (config.server.max_header_bytes, config.server.timeouts.client_header)
+    return Server(uvicorn_config(app, *limits, log_level="warning", timeout_graceful_shutdown=max(1, int(grace) + 1)))
 
 
 def _publish(config: Config, supervisor: Supervisor, url: str, started: float) -> None:

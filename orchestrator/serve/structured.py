@@ -119,12 +119,16 @@ def schema_error(err: ApiError, body: dict[str, Any]) -> ApiError:
         body: the body that was sent.
 
     Returns:
-        A 400 naming the schema field with llama-server's reason when ``err`` is a 502 and
-        ``body`` carries a schema (a request that llama-server answered, so it did not crash;
+        A 400 naming the schema field with llama-server's reason when ``err`` is a 502 (or its
+        schema error already made a 400 by ``llama_fields.client_mistake``) and ``body`` carries a
+        schema (a tool's schema: ``tools``) (a request that llama-server answered, so it did not crash;
         the template was repaired before, so the schema is what failed); ``err`` otherwise.
     """
     param = schema_param(body)
-    if err.status != 502 or param is None:
+    if err.code == "invalid_schema" and param is None:
+        # a schema llama-server could not use that is not the output's: a tool's parameters
+        return ApiError(400, err.message, param="tools", code="invalid_schema") if body.get("tools") else err
+    if err.status not in (502, 400) or param is None or (err.status == 400 and err.code != "invalid_schema"):
         return err
     return ApiError(
         400,

@@ -35,6 +35,7 @@ from typing import Any, cast
 import httpx
 
 from orchestrator.errors import ApiError
+from orchestrator.serve import llama_fields
 from orchestrator.serve.transport import asyncio_transport
 
 # Failures of ``send`` that mean "the connection died before a response head": the peer closed
@@ -105,8 +106,9 @@ def from_upstream_status(status: int, body: bytes) -> ApiError:
         body: its body; llama-server sends ``{"error": {"code", "message", "type"}}``.
 
     Returns:
-        For 5xx, ``ApiError`` 502 ``upstream_error`` carrying llama-server's message (a template
-        exception, for one, is a 500 there). For 4xx, the same status, message and (string)
+        For a 500 that is a client's mistake (``llama_fields.client_mistake``: a template
+        exception, malformed tools...), a 400 naming the field. For other 5xx, ``ApiError`` 502
+        ``upstream_error`` carrying llama-server's message. For 4xx, the same status, message and (string)
         ``type``/``code`` in the OpenAI shape.
     """
     message, type_, code = None, None, None
@@ -126,6 +128,8 @@ def from_upstream_status(status: int, body: bytes) -> ApiError:
         # llama-server's "not supported" (e.g. /v1/embeddings without --embeddings): a fact about
         # the model's launch, not an upstream failure
         return ApiError(501, f"llama-server: {message}", code="not_implemented", type_="invalid_request_error")
+    if status == 500 and (mistake := llama_fields.client_mistake(message)) is not None:
+        return mistake  # the exception came from parsing the client's body, not from a fault
     if status >= 500:
         return ApiError(502, f"llama-server answered {status}: {message}", code="upstream_error")
     return ApiError(status, message, type_=type_, code=code)
