@@ -190,7 +190,18 @@ class ModelConfig(_Strict):
     replicas: Annotated[int, Field(ge=1)] | list[list[Annotated[int, Field(ge=0)]]] = Field(
         1, description="replica count, or one GPU list per replica"
     )
-    ctx_size: int = Field(4096, ge=1, description="context length per server (tokens), shared by its slots (-c)")
+    ctx_size: int = Field(
+        4096,
+        ge=1,
+        le=2**31 - 1,  # llama-server reads -c as an int32
+        description="context length per server (tokens), shared by its slots (-c); at most the model's trained "
+        "context per slot unless allow_ctx_beyond_trained",
+    )
+    allow_ctx_beyond_trained: bool = Field(
+        False,
+        description="allow ctx_size above parallel x the GGUF's trained context (llama-server caps each slot at the "
+        "trained context, so the rest only costs memory unless RoPE scaling flags are in extra_args)",
+    )
     gpu_layers: Annotated[int, Field(ge=0)] | Literal["all"] = Field("all", description="layers offloaded (-ngl)")
     parallel: int = Field(1, ge=1, description="slots per server (-np)")
     threads: int | None = Field(None, ge=1, description="CPU threads (-t); default: llama.cpp's choice")

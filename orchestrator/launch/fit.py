@@ -121,7 +121,8 @@ def check_fit(requests: list[FitRequest], gpus: list[GPU], *, force: bool = Fals
         notes per instance name (its need on each GPU that fits, forced overcommit, unchecked
         GPUs, CPU RAM warnings).
     Raises:
-        UserError: a GPU would be overcommitted and ``force`` is False; the message gives the
+        UserError: a GPU would be overcommitted, or CPU instances need more than the machine's RAM,
+        and ``force`` is False; the message gives the
         need per instance, the free memory, and what to change (``--n-cpu-moe N`` for a MoE
         model on one GPU, when some N makes it fit).
     """
@@ -161,7 +162,7 @@ def check_fit(requests: list[FitRequest], gpus: list[GPU], *, force: bool = Fals
     for index, line in failures:
         for req, _ in users[index]:
             notes.setdefault(req.instance, []).append(f"forced: {line}")
-    _note_cpu_ram(requests, notes)
+    _check_cpu_ram(requests, notes, force)
     return notes
 
 
@@ -208,16 +209,27 @@ def _cpu_moe_hints(users: list[tuple[FitRequest, float]], total: float, gpu: GPU
     return []
 
 
-def _note_cpu_ram(requests: list[FitRequest], notes: dict[str, list[str]]) -> None:
-    """Warn each CPU instance when all of them together need more than the available RAM."""
+def _check_cpu_ram(requests: list[FitRequest], notes: dict[str, list[str]], force: bool) -> None:
+    """CPU instances: refuse when together they need more than the machine's RAM (unless ``force``), and
+    warn each when they need more than the RAM available now.
+
+    Raises:
+        UserError: the need exceeds total RAM; names each instance's models.yaml entry.
+    """
     cpu = [r for r in requests if not r.gpus and r.bytes_needed is not None]
     if not cpu:
         return
-    available = psutil.virtual_memory().available
+    memory = psutil.virtual_memory()
     total_cpu = sum(r.bytes_needed or 0 for r in cpu)
-    if total_cpu > available:
+    if total_cpu > memory.total and not force:
+        who = ", ".join(f"{r.instance} {gib(r.bytes_needed or 0)} ({r.where})" for r in cpu)
+        raise UserError(
+            f"the CPU instances need about {gib(total_cpu)} [{who}] but this machine has {gib(memory.total)} of RAM",
+            hint="lower ctx_size or parallel, use a smaller quantisation, or pass --force to launch anyway",
+        )
+    if total_cpu > memory.available:
         for req in cpu:
             notes.setdefault(req.instance, []).append(
-                f"CPU instances need about {gib(total_cpu)} but {gib(available)} RAM is available; "
+                f"CPU instances need about {gib(total_cpu)} but {gib(memory.available)} RAM is available; "
                 "expect swapping or an out-of-memory kill"
             )

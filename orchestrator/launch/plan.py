@@ -7,7 +7,10 @@ flags and the command line, and refuses (``UserError``) before anything is start
 - ``speculative.type: draft-mtp`` is asked of a GGUF without a NextN/MTP head and no draft;
 - the built llama-server does not know ``--spec-type draft-mtp``;
 - a fixed port is taken (the message names the process holding it);
-- the model does not fit the assigned GPUs' free memory (unless ``force``).
+- ``ctx_size`` is beyond ``parallel`` x the GGUF's trained context (unless
+  ``allow_ctx_beyond_trained``);
+- the model does not fit the assigned GPUs' free memory, or CPU instances need more than the
+  machine's RAM (unless ``force``).
 
 Planning is pure apart from reading GGUF headers and checking fixed ports: it starts no
 process. The caller probes the server once (``native.capabilities.probe_capabilities``) and
@@ -132,6 +135,7 @@ def _plan_model(
         draft_key = ("speculative", "draft")
         draft_facts = known.get(str(draft)) or facts_at(config, i, model, draft, draft_key)
         check_not_fork(config, i, model, draft, draft_facts, draft_key)
+    _check_trained_context(config, i, model, model_facts)
     spec_type, notes = _decide_spec(config, i, model, gguf, draft, model_facts, draft_facts)
     if spec_type is not None and not capabilities.draft_mtp:
         raise UserError(
@@ -140,6 +144,25 @@ def _plan_model(
             hint="rebuild from the pinned llama.cpp with `orchestrator build --force`, or set speculative.type: none",
         )
     return _Planned(i, model, gguf, draft, model_facts, draft_facts, spec_type, notes)
+
+
+def _check_trained_context(config: Config, i: int, model: ModelConfig, facts: ModelFacts) -> None:
+    """Refuse a ``ctx_size`` beyond ``parallel`` x the GGUF's trained context (``context_length``).
+
+    llama-server caps every slot at the trained context (``server-context.cpp``, ``n_ctx_slot``),
+    so the rest of the KV cache is allocated and never used; ``allow_ctx_beyond_trained`` says
+    it is meant (RoPE scaling in ``extra_args``).
+    """
+    trained = facts.context_length
+    if not trained or model.allow_ctx_beyond_trained or model.ctx_size <= trained * model.parallel:
+        return
+    raise UserError(
+        f"{config.where('models', i, 'ctx_size')}: ctx_size {model.ctx_size} is more than parallel "
+        f"({model.parallel}) x the model's trained context ({trained} tokens): llama-server caps each slot "
+        "at the trained context, so the rest would only take memory",
+        hint=f"set ctx_size to at most {trained * model.parallel}, raise parallel, or set "
+        "allow_ctx_beyond_trained: true (with RoPE scaling flags in extra_args)",
+    )
 
 
 def _replica(
