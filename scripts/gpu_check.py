@@ -200,24 +200,69 @@ def model_name(q: float) -> str:
     return f"echo-acc{round(100 * (1 - q))}"
 
 
-def measure(args: argparse.Namespace, up: RunningUp, clock: Clock) -> list[gc.Sample]:
+def measure(args: argparse.Namespace, up: RunningUp, qs: list[float], deadline: float) -> list[gc.Sample]:
     endpoints = []
-    for q in args.qs:
+    for q in qs:
         name = model_name(q)
         endpoints.append(gc.Endpoint("direct", q, up.instance_url(name), name))
         endpoints.append(gc.Endpoint("up", q, up.endpoint, name))
-    ks = [0, *args.ks]
-    done = lambda rnd, s: print(f"   round {rnd} took {s:.1f} s ({clock.left():.0f} s left)", flush=True)  # noqa: E731
+
+    def done(rnd: int, seconds: float) -> None:
+        print(f"   round {rnd} took {seconds:.1f} s ({deadline - time.monotonic():.0f} s left for it)", flush=True)
+
     return asyncio.run(
         gc.run_rounds(
             endpoints,
-            ks,
+            [0, *args.ks],
             n_predict=args.n_predict,
-            deadline=clock.deadline - TEARDOWN_S,
+            deadline=deadline,
             max_rounds=args.max_rounds,
             on_round=done,
         )
     )
+
+
+def model_groups(args: argparse.Namespace, gpu: dict[str, Any] | None, file_bytes: int) -> list[list[float]]:
+    """All acceptance rates served together, or one at a time when the GPU cannot hold every
+    model at once (each needs its weights plus about 3 GiB of cache and compute buffers)."""
+    total = (gpu or {}).get("memory_total")
+    if not total or len(args.qs) * (file_bytes + 3 * 2**30) <= total:
+        return [args.qs]
+    return [[q] for q in args.qs]
+
+
+class Session:
+    """The orchestrator currently serving (stopped by ``stop``, also from the final step)."""
+
+    def __init__(self) -> None:
+        self.up: RunningUp | None = None
+
+    def stop(self) -> None:
+        if self.up is not None:
+            self.up.stop()
+            self.up = None
+
+
+def serve_and_measure(
+    args: argparse.Namespace, clock: Clock, models: dict[float, Path], groups: list[list[float]], session: Session
+) -> list[gc.Sample]:
+    """For each group of models: start ``orchestrator up``, measure until its share of the time
+    left, stop it (the last group is stopped by the final step)."""
+    samples: list[gc.Sample] = []
+    for i, group in enumerate(groups):
+        label = "" if len(groups) == 1 else f" (acceptance {1 - group[0]:.2f})"
+        with clock.step("start orchestrator up" + label):
+            config = models_yaml(args, {q: models[q] for q in group}, args.out / f"models-{i}.yaml")
+            session.up = RunningUp(config, args.out / f"state-{i}")
+            session.up.start(timeout=clock.left())
+        with clock.step("measure (interleaved)" + label):
+            stop_s = 15.0 * (len(groups) - i - 1)  # later groups' stops
+            share = (clock.left() - stop_s) / (len(groups) - i)
+            samples += measure(args, session.up, group, time.monotonic() + share)
+        if i < len(groups) - 1:
+            with clock.step("stop orchestrator up" + label):
+                session.stop()
+    return samples
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -230,9 +275,12 @@ def main(argv: list[str] | None = None) -> int:
         "n_predict": args.n_predict,
         "ks": [0, *args.ks],
         "qs": args.qs,
+        "orchestrator_commit": _git_commit(),
     }
     notes: list[str] = []
-    gpu, samples, tr, up, models = None, [], None, None, {}
+    gpu: dict[str, Any] | None = None
+    samples: list[gc.Sample] = []
+    tr, models, session = None, {}, Session()
     complete = False
     try:
         with clock.step("detect"):
@@ -244,12 +292,10 @@ def main(argv: list[str] | None = None) -> int:
         with clock.step("generate models"):
             models = generate(args, manifest)
             tr = traffic(next(iter(models.values())))
-        with clock.step("start orchestrator up"):
-            up = RunningUp(models_yaml(args, models, args.out / "models.yaml"), args.out / "state")
-            up.start(timeout=clock.left())
-        with clock.step("measure (interleaved)"):
-            samples = measure(args, up, clock)
-        complete = len({s.round for s in samples if s.error is None}) >= 2
+        groups = model_groups(args, gpu, manifest["file_bytes"])
+        manifest["served_together"] = len(groups) == 1
+        samples = serve_and_measure(args, clock, models, groups, session)
+        complete = all(len({s.round for s in samples if s.error is None and s.q == g[0]}) >= 2 for g in groups)
         if not complete:
             notes.append("fewer than two rounds fit in the time limit: no figures past the warm-up")
     except (StepFailed, UserError, OSError) as err:
@@ -261,13 +307,20 @@ def main(argv: list[str] | None = None) -> int:
         notes.append(f"unexpected error: {type(err).__name__}: {err}")
     finally:
         with clock.step("stop and report"):
-            if up is not None:
-                up.stop()
+            session.stop()
             if not args.keep_models:
                 for p in models.values():
                     p.unlink(missing_ok=True)
             _report(args, clock, manifest, notes, gpu, tr, samples, complete)
     return 0 if complete else 1
+
+
+def _git_commit() -> str | None:
+    try:
+        out = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() or None
 
 
 def _build_facts(bin_dir: Path) -> dict[str, Any]:

@@ -194,3 +194,17 @@ def test_prepare_source_takes_the_bundle_when_no_sdist_is_cached(
     monkeypatch.setenv(bundle.ENV_BUNDLE, str(made))
     got = fetch.prepare_source(pin, patches)
     assert (got / "CMakeLists.txt").read_text() == "project(x)"  # no download, no git apply
+
+
+def test_models_are_served_one_at_a_time_when_the_gpu_cannot_hold_both() -> None:
+    import argparse
+    import sys
+
+    sys.path.insert(0, str(REPO / "scripts"))
+    import gpu_check
+
+    args = argparse.Namespace(qs=[0.1, 0.25])
+    full = 21_650_118_496  # the full-size Q4_K_M file
+    assert gpu_check.model_groups(args, None, full) == [[0.1, 0.25]]  # CPU
+    assert gpu_check.model_groups(args, {"memory_total": 150_000_000_000}, full) == [[0.1, 0.25]]  # H200
+    assert gpu_check.model_groups(args, {"memory_total": 34_190_000_000}, full) == [[0.1], [0.25]]  # RTX 5090
