@@ -81,6 +81,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--quant", default="q4_k_m", choices=list(shaped.QUANTS))
     p.add_argument("--q", default="0.1,0.25", help="fractions of wrong drafts, one model each (acceptance 1 - q)")
     p.add_argument("--k", default="1,2,3,4", help="draft lengths to measure beside K = 0")
+    p.add_argument("--paths", default="direct,up", help="direct (to llama-server), up (through the endpoint)")
     p.add_argument("--n-predict", type=int, default=None, help="tokens per request (default 128 GPU, 24 CPU)")
     p.add_argument("--max-rounds", type=int, default=12, help="rounds at most; round 0 is a warm-up")
     p.add_argument("--threads", type=int, default=None, help="llama-server threads on CPU (default: all cores)")
@@ -95,6 +96,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.ks = sorted({int(x) for x in args.k.split(",") if x.strip()} - {0})
     except ValueError:
         p.error("--q and --k take comma-separated numbers")
+    args.path_list = [x for x in args.paths.split(",") if x]
+    if not args.path_list or not set(args.path_list) <= {"direct", "up"}:
+        p.error("--paths takes direct, up or both")
     if not args.qs or not args.ks or any(not 0 <= q < 1 for q in args.qs) or min(args.ks) < 1:
         p.error("--q needs values in [0, 1) and --k values >= 1")
     args.n_predict = args.n_predict or (24 if args.cpu else 128)
@@ -204,8 +208,10 @@ def measure(args: argparse.Namespace, up: RunningUp, qs: list[float], deadline: 
     endpoints = []
     for q in qs:
         name = model_name(q)
-        endpoints.append(gc.Endpoint("direct", q, up.instance_url(name), name))
-        endpoints.append(gc.Endpoint("up", q, up.endpoint, name))
+        if "direct" in args.path_list:
+            endpoints.append(gc.Endpoint("direct", q, up.instance_url(name), name))
+        if "up" in args.path_list:
+            endpoints.append(gc.Endpoint("up", q, up.endpoint, name))
 
     def done(rnd: int, seconds: float) -> None:
         print(f"   round {rnd} took {seconds:.1f} s ({deadline - time.monotonic():.0f} s left for it)", flush=True)

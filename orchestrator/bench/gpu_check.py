@@ -197,10 +197,13 @@ def summarize(samples: list[Sample], traffic: Traffic | None, bandwidth: float |
     return rows
 
 
-def recommend(rows: list[dict[str, Any]], path: str = "up") -> dict[str, Any]:
+def recommend(rows: list[dict[str, Any]], path: str | None = None) -> dict[str, Any]:
     """Per acceptance rate: the K with the highest median decode tok/s on ``path``, or 0 when no
-    K beats no speculation by more than the spread (the speedup's minimum must exceed 1)."""
+    K beats no speculation by more than the spread (the speedup's minimum must exceed 1).
+    ``path`` defaults to ``up`` when measured, else ``direct``."""
     out: dict[str, Any] = {}
+    if path is None:
+        path = "up" if any(r["path"] == "up" for r in rows) else "direct"
     for q in sorted({r["q"] for r in rows if r["path"] == path}):
         mine = [r for r in rows if r["path"] == path and r["q"] == q and r["decode_tok_s"]["median"]]
         best = max(mine, key=lambda r: r["decode_tok_s"]["median"], default=None)
