@@ -67,7 +67,7 @@ class Clock:
         try:
             yield record
         except BaseException as err:
-            record["status"] = f"failed: {err}".splitlines()[0][:160]
+            record["status"] = f"failed: {err or type(err).__name__}".splitlines()[0][:160]
             raise
         finally:
             record["seconds"] = round(time.monotonic() - started, 2)
