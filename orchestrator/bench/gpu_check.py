@@ -164,7 +164,8 @@ def _spread(values: list[float]) -> dict[str, float | int | None]:
 
 def summarize(samples: list[Sample], traffic: Traffic | None, bandwidth: float | None) -> list[dict[str, Any]]:
     """One row per (path, q, K): decode tok/s (client and server) with spread, acceptance,
-    tokens per step, speedup vs K = 0 paired by round, bytes per token and fraction of the bound.
+    tokens per step, speedup vs K = 0 paired by round, bytes per token, the fraction of the bound
+    and the speedup a purely bandwidth-bound machine would show (fewer weight bytes per token).
     Warm-up samples (round 0) are left out when later rounds exist."""
     good = [s for s in samples if s.error is None and s.tokens > 1]
     if any(s.round > 0 for s in good):
@@ -191,6 +192,8 @@ def summarize(samples: list[Sample], traffic: Traffic | None, bandwidth: float |
         if traffic is not None and client["median"]:
             per_token = traffic.per_token(k, tps)
             row["bytes_per_token"] = per_token
+            # the speedup a purely bandwidth-bound machine would show at this acceptance
+            row["bandwidth_bound_speedup"] = traffic.trunk_step(1) / per_token
             row["achieved_bytes_per_s"] = per_token * float(client["median"])
             row["bandwidth_fraction"] = row["achieved_bytes_per_s"] / bandwidth if bandwidth else None
         rows.append(row)

@@ -77,16 +77,17 @@ def markdown(doc: dict[str, Any]) -> str:
     out += ["", "## Decode speed", ""]
     out.append(
         "| path | acceptance (set) | K | decode tok/s median [min-max] | speedup vs K=0 [min-max] "
-        "| acceptance (measured) | tokens/step | bytes/token | of bandwidth bound |"
+        "| acceptance (measured) | tokens/step | bytes/token | of bandwidth bound | bandwidth-bound speedup |"
     )
-    out.append("|---|---|---|---|---|---|---|---|---|")
+    out.append("|---|---|---|---|---|---|---|---|---|---|")
     for r in doc.get("rows") or []:
         d, s = r["decode_tok_s"], r["speedup"]
         out.append(
             f"| {r['path']} | {1 - r['q']:.2f} | {r['k']} | {_num(d['median'])} [{_num(d['min'])}-{_num(d['max'])}] "
             f"| {_num(s['median'], '{:.3f}')} [{_num(s['min'], '{:.2f}')}-{_num(s['max'], '{:.2f}')}] "
             f"| {_num(r['acceptance'], '{:.3f}')} | {_num(r['tokens_per_step'], '{:.2f}')} "
-            f"| {_num(r.get('bytes_per_token'), '{:,.0f}')} | {_num(r.get('bandwidth_fraction'), '{:.1%}')} |"
+            f"| {_num(r.get('bytes_per_token'), '{:,.0f}')} | {_num(r.get('bandwidth_fraction'), '{:.1%}')} "
+            f"| {_num(r.get('bandwidth_bound_speedup'), '{:.2f}')} |"
         )
     out += ["", "## Recommended draft length", ""]
     for acc, rec in (doc.get("recommended") or {}).items():
