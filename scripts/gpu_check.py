@@ -356,9 +356,11 @@ def _report(
     manifest["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     bandwidth = gpu.get("peak_bandwidth_bytes_per_s") if gpu else None
     rows = gc.summarize(samples, tr, bandwidth)
-    errors = [s.error for s in samples if s.error]
+    errors = [s.error for s in samples if s.error and s.error != gc.CUT]
     if errors:
         notes.append(f"{len(errors)} request(s) failed, first: {errors[0]}")
+    if any(s.error == gc.CUT for s in samples):
+        notes.append("the time limit cut the last round short (its finished requests count)")
     doc = gpu_report.build_doc(
         complete=complete and not errors,
         notes=notes,

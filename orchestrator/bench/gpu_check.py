@@ -25,6 +25,9 @@ import httpx
 from orchestrator.models.traffic import Traffic
 
 
+CUT = "stopped at the time limit"
+
+
 @dataclass(frozen=True)
 class Endpoint:
     """Where one model is served: ``path`` is ``direct`` (llama-server) or ``up`` (the proxy)."""
@@ -139,8 +142,8 @@ async def run_rounds(
                     return samples
                 try:
                     sample = await asyncio.wait_for(one_request(client, ep, k, n_predict, prompt, rnd), timeout=left)
-                except TimeoutError:
-                    samples.append(_failed(rnd, ep, k, "stopped at the time limit"))
+                except TimeoutError:  # the limit cut this round short: its requests so far still count
+                    samples.append(_failed(rnd, ep, k, CUT))
                     return samples
                 samples.append(sample)
             longest = max(longest, time.monotonic() - started)
