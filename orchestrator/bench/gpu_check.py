@@ -24,7 +24,6 @@ import httpx
 
 from orchestrator.models.traffic import Traffic
 
-
 CUT = "stopped at the time limit"
 
 
