@@ -36,3 +36,8 @@ def state_dir() -> Path:
 def demo_model_dir() -> Path:
     """Directory holding the generated tiny demo models."""
     return cache_root() / "models"
+
+
+def kv_dir(model: str) -> Path:
+    """Directory of model ``model``'s saved prompt caches (``kv_persist``; llama-server's ``--slot-save-path``)."""
+    return cache_root() / "kv" / model

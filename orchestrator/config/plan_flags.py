@@ -44,6 +44,7 @@ PLAN_FLAGS: dict[str, str] = {
     "--spec-draft-model": "speculative.draft",
     "-md": "speculative.draft",
     "--model-draft": "speculative.draft",
+    "--slot-save-path": "kv_persist (the plan keeps saved prompt caches under the orchestrator's cache)",
     "--metrics": "nothing (the plan always passes --metrics)",
     "-lv": "nothing (GPU instances log at verbosity 4: readiness reads where the weights went)",
     "--verbosity": "nothing (GPU instances log at verbosity 4: readiness reads where the weights went)",

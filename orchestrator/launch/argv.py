@@ -44,6 +44,7 @@ class ServerArgs:
     gpu_layers: str | None = None
     speculation: Speculation | None = None
     tensor_split: str | None = None
+    slot_save_path: Path | None = None  # kv_persist: where POST /slots/{id}?action=save writes
     extra_args: tuple[str, ...] = ()
 
 
@@ -55,6 +56,7 @@ def render_argv(args: ServerArgs) -> tuple[str, ...]:
         *_resources(args),
         *_speculation(args.speculation),
         *(("--tensor-split", args.tensor_split) if args.tensor_split else ()),
+        *(("--slot-save-path", str(args.slot_save_path)) if args.slot_save_path else ()),
         *args.extra_args,
     )
 

@@ -37,6 +37,7 @@ from orchestrator.launch.spec import CHILD_HOST, InstanceSpec
 from orchestrator.models.facts import ModelFacts
 from orchestrator.native.build import BuildInfo
 from orchestrator.native.capabilities import ServerCapabilities, library_env
+from orchestrator.paths import kv_dir
 
 
 @dataclass
@@ -195,6 +196,7 @@ def _replica(
         gpu_layers=str(model.gpu_layers) if assigned else None,
         speculation=speculation,
         tensor_split=tensor_split(assigned, usable) if len(assigned) > 1 else None,
+        slot_save_path=kv_dir(model.name) if model.kv_persist else None,
         extra_args=tuple(model.extra_args),
     )
     env = _env(build, backend, model, assigned)

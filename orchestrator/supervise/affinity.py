@@ -1,0 +1,115 @@
+"""Prefix affinity: send a request to the slot (and replica) whose cached prompt it continues.
+
+llama-server reuses a slot's cache only for the tokens a new prompt shares with it from the
+start; ``id_slot`` in a request picks the slot (tools/server/server-context.cpp,
+``get_slot_by_id``). ``SlotHoldings`` remembers, per replica and slot, the prompt tokens the
+orchestrator last put there (a routed request, a restored file, a warm prefix); ``choose``
+picks for a new prompt:
+
+1. among free slots (no request of ours in flight) of serving replicas, the one whose held
+   tokens are all a prefix of the prompt, longest first; then the longest partial match. A
+   hybrid model (gated delta-net beside attention) can only reuse a cache the prompt
+   *extends*: its recurrent state cannot be rolled back to a shorter prefix, so a slot holding
+   exactly the system prompt beats one holding that system prompt plus another conversation;
+2. with no match of at least ``MIN_MATCH`` tokens, the least busy replica and its free slot
+   that is empty or least recently used;
+3. with no free slot at all, no slot is named and llama-server queues the request itself.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+MIN_MATCH = 16  # tokens: a shorter shared start (a chat template's header) is no reason to wait for a slot
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """Number of leading tokens ``a`` and ``b`` share."""
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+@dataclass(frozen=True)
+class Replica:
+    """What ``choose`` needs of one serving replica: its name, slot count and requests in flight."""
+
+    name: str
+    slots: int
+    load: int
+
+
+@dataclass(frozen=True)
+class Choice:
+    """Where a request goes: ``replica`` (name), ``slot`` (None: let llama-server pick) and how
+    many prompt tokens the slot is expected to have cached (``matched``)."""
+
+    replica: str
+    slot: int | None
+    matched: int
+
+
+class SlotHoldings:
+    """Per replica name and slot id: the prompt tokens held, whether a request of ours is in it,
+    and when it was last used (monotonic s)."""
+
+    def __init__(self) -> None:
+        self._held: dict[tuple[str, int], tuple[int, ...]] = {}
+        self._busy: set[tuple[str, int]] = set()
+        self._used: dict[tuple[str, int], float] = {}
+
+    def set(self, replica: str, slot: int, tokens: Sequence[int]) -> None:
+        """Slot ``slot`` of ``replica`` now holds ``tokens``."""
+        self._held[(replica, slot)] = tuple(tokens)
+        self._used[(replica, slot)] = time.monotonic()
+
+    def held(self, replica: str, slot: int) -> tuple[int, ...]:
+        """The tokens slot ``slot`` of ``replica`` holds (empty when unknown)."""
+        return self._held.get((replica, slot), ())
+
+    def clear(self, replica: str) -> None:
+        """Forget everything about ``replica`` (it stopped or restarted: its slots are empty)."""
+        for key in [k for k in self._held if k[0] == replica]:
+            del self._held[key]
+        self._busy = {k for k in self._busy if k[0] != replica}
+
+    def begin(self, replica: str, slot: int, tokens: Sequence[int]) -> None:
+        """A request with prompt ``tokens`` was sent to the slot."""
+        self.set(replica, slot, tokens)
+        self._busy.add((replica, slot))
+
+    def end(self, replica: str, slot: int) -> None:
+        """That request finished (or failed)."""
+        self._busy.discard((replica, slot))
+        self._used[(replica, slot)] = time.monotonic()
+
+    def busy(self, replica: str, slot: int) -> bool:
+        return (replica, slot) in self._busy
+
+    def choose(self, prompt: Sequence[int], replicas: Sequence[Replica]) -> Choice | None:
+        """Where ``prompt`` (tokens) should go among ``replicas`` (see the module); None when
+        there is no replica."""
+        if not replicas:
+            return None
+        best: tuple[tuple[bool, int], Replica, int] | None = None
+        for rep in replicas:
+            for slot in range(rep.slots):
+                if self.busy(rep.name, slot):
+                    continue
+                held = self.held(rep.name, slot)
+                matched = common_prefix(prompt, held)
+                score = (matched == len(held) and matched > 0, matched)
+                if matched >= MIN_MATCH and (best is None or score > best[0]):
+                    best = (score, rep, slot)
+        if best is not None:
+            return Choice(best[1].name, best[2], best[0][1])
+        rep = min(replicas, key=lambda r: r.load)
+        free = [s for s in range(rep.slots) if not self.busy(rep.name, s)]
+        if not free:
+            return Choice(rep.name, None, 0)
+        slot = min(free, key=lambda s: (len(self.held(rep.name, s)) > 0, self._used.get((rep.name, s), 0.0)))
+        return Choice(rep.name, slot, 0)

@@ -1,0 +1,69 @@
+"""llama-server's slot routes, for saving, restoring and warming prompt caches.
+
+Routes of the pin (tools/server/server.cpp, server-context.cpp): ``GET /slots`` (one object per
+slot), ``POST /slots/{id}?action=save|restore|erase`` with ``{"filename": NAME}`` (a bare name
+inside ``--slot-save-path``), and ``POST /completion`` with ``id_slot`` and ``cache_prompt`` to
+fill or probe one slot. A save or restore of a busy slot waits until the slot is free.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+SLOT_TIMEOUT = 600.0  # s: saving or restoring a 20,000-token prompt of a large model reads/writes GB
+
+
+class SlotError(Exception):
+    """A slot route answered with an error (the server's message) or not at all."""
+
+
+class SlotClient:
+    """One HTTP client for the slot routes of any number of llama-servers (by base URL)."""
+
+    def __init__(self, timeout: float = SLOT_TIMEOUT) -> None:
+        self._client = httpx.AsyncClient(trust_env=False, timeout=timeout)
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+    async def _post(self, url: str, body: dict[str, Any]) -> dict[str, Any]:
+        try:
+            resp = await self._client.post(url, json=body)
+            data = resp.json()
+        except (httpx.HTTPError, ValueError) as err:
+            raise SlotError(f"{url}: {type(err).__name__}: {err}") from None
+        if resp.status_code != 200 or not isinstance(data, dict):
+            message = data.get("error", {}).get("message") if isinstance(data, dict) else None
+            raise SlotError(f"{url}: HTTP {resp.status_code}: {message or str(data)[:200]}")
+        return data
+
+    async def slots(self, base_url: str) -> list[dict[str, Any]]:
+        """``GET /slots``: one object per slot (``id``, ``n_ctx``, ``is_processing``, ...)."""
+        try:
+            resp = await self._client.get(f"{base_url}/slots")
+            data = resp.json()
+        except (httpx.HTTPError, ValueError) as err:
+            raise SlotError(f"{base_url}/slots: {type(err).__name__}: {err}") from None
+        if resp.status_code != 200 or not isinstance(data, list):
+            raise SlotError(f"{base_url}/slots: HTTP {resp.status_code}")
+        return [s for s in data if isinstance(s, dict)]
+
+    async def action(self, base_url: str, slot: int, action: str, filename: str | None = None) -> dict[str, Any]:
+        """``POST /slots/{slot}?action=...``. Save answers ``n_saved`` (tokens) and ``n_written``
+        (bytes), restore ``n_restored`` and ``n_read``; both carry ``timings`` in ms.
+
+        Raises:
+            SlotError: the server refused (no such slot, no ``--slot-save-path``, a file it
+                cannot read: "Unable to restore slot: ...") or did not answer.
+        """
+        body = {"filename": filename} if filename is not None else {}
+        return await self._post(f"{base_url}/slots/{slot}?action={action}", body)
+
+    async def fill(self, base_url: str, slot: int, tokens: list[int]) -> dict[str, Any]:
+        """Process ``tokens`` into slot ``slot`` without generating (``n_predict`` 0); returns
+        the response, whose ``timings`` say how many tokens came from the cache (``cache_n``)
+        and how many were computed (``prompt_n``, ``prompt_ms``)."""
+        body = {"prompt": tokens, "n_predict": 0, "id_slot": slot, "cache_prompt": True, "temperature": 0}
+        return await self._post(f"{base_url}/completion", body)
