@@ -196,11 +196,21 @@ def _replica(
         gpu_layers=str(model.gpu_layers) if assigned else None,
         speculation=speculation,
         tensor_split=tensor_split(assigned, usable) if len(assigned) > 1 else None,
-        slot_save_path=kv_dir(model.name) if model.kv_persist else None,
+        slot_save_path=_slot_save_path(model),
         extra_args=tuple(model.extra_args),
     )
     env = _env(build, backend, model, assigned)
     return InstanceSpec(f"{model.name}-{r}", model.name, r, assigned, env, server, tuple(p.notes))
+
+
+def _slot_save_path(model: ModelConfig) -> Path | None:
+    """``--slot-save-path`` of a ``kv_persist`` model, created now (mode 0700): llama-server refuses
+    a path that is not a directory, and the planned command line must run as printed."""
+    if not model.kv_persist:
+        return None
+    path = kv_dir(model.name)
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return path
 
 
 def _fit_request(config: Config, p: _Planned, spec: InstanceSpec, usable: list[GPU]) -> FitRequest:

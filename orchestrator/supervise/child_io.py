@@ -225,12 +225,19 @@ class ChildProcess:
         """The last process's exit status (negative: killed by that signal), None while it runs."""
         return self.proc.returncode if self.proc is not None else None
 
-    async def spawn(self, argv: tuple[str, ...], env: dict[str, str]) -> asyncio.subprocess.Process:
-        """Start ``argv`` (``process.spawn``: own process group, parent-death signal).
+    async def spawn(
+        self, argv: tuple[str, ...], env: dict[str, str], folders: tuple[Path | None, ...] = ()
+    ) -> asyncio.subprocess.Process:
+        """Start ``argv`` (``process.spawn``: own process group, parent-death signal), after
+        creating ``folders`` it needs (mode 0700; e.g. ``--slot-save-path``, which llama-server
+        refuses unless it is a directory, and whose files hold prompts).
 
         Raises:
-            OSError: the executable is missing or not executable.
+            OSError: the executable is missing or not executable, or a folder cannot be made.
         """
+        for folder in folders:
+            if folder is not None:
+                folder.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.proc = await process.spawn(argv, env=env)
         self.exited = asyncio.get_running_loop().create_task(self.proc.wait())
         return self.proc

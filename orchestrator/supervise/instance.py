@@ -334,10 +334,7 @@ class Instance:
         self.base_url = f"http://{self.spec.host}:{self.spec.port}" if self.spec.port else None
         self.lifecycle.launching()
         self.offload.reset()
-        if self.spec.server.slot_save_path is not None:
-            # llama-server refuses a --slot-save-path that is not a directory; 0700: saved slots hold prompts
-            self.spec.server.slot_save_path.mkdir(parents=True, exist_ok=True, mode=0o700)
-        proc = await self.child.spawn(self.spec.argv, dict(self.spec.env))
+        proc = await self.child.spawn(self.spec.argv, dict(self.spec.env), (self.spec.server.slot_save_path,))
         self.log.start_pump(proc)
         self.lifecycle.launched(proc.pid)
 
