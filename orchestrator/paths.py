@@ -38,6 +38,11 @@ def demo_model_dir() -> Path:
     return cache_root() / "models"
 
 
+def kv_root() -> Path:
+    """Directory of every model's saved prompt caches (``kv_persist``), one folder per model."""
+    return cache_root() / "kv"
+
+
 def kv_dir(model: str) -> Path:
-    """Directory of model ``model``'s saved prompt caches (``kv_persist``; llama-server's ``--slot-save-path``)."""
-    return cache_root() / "kv" / model
+    """Directory of model ``model``'s saved prompt caches (llama-server's ``--slot-save-path``)."""
+    return kv_root() / model

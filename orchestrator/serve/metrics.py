@@ -17,6 +17,8 @@ metric                                             type       meaning
 ``orchestrator_request_duration_seconds``          histogram  request received -> response complete
 ``orchestrator_prompt_tokens_total``               counter    ``timings.prompt_n`` (tokens processed), else the
                                                               answer's ``usage`` (Anthropic, Responses)
+``orchestrator_prompt_cached_tokens``              histogram  ``timings.cache_n``: prompt tokens per request from a
+                                                              slot's cache (a restore, a warm prefix, an earlier turn)
 ``orchestrator_completion_tokens_total``           counter    ``timings.predicted_n`` (tokens generated), else ``usage``
 ``orchestrator_decode_tokens_per_second``          histogram  ``timings.predicted_per_second`` (tok/s)
 ``orchestrator_draft_tokens_total``                counter    ``timings.draft_n`` (MTP tokens drafted)
@@ -28,6 +30,8 @@ metric                                             type       meaning
                                                               (``token_probs``: per-token probabilities asked for)
 ``orchestrator_instance_state``                    gauge      1 for each replica's current ``state``
 ``orchestrator_instance_restarts_total``           counter    restarts of each replica (supervisor)
+``orchestrator_kv_*``                              mixed      saved/restored slots, restore seconds, verification
+                                                              failures (``orchestrator.serve.prompt_cache``)
 =================================================  =========  ==========================================
 
 Requests that fail before a model is known (bad JSON, unknown model) count under
@@ -70,6 +74,7 @@ class ModelMetrics:
         self.ttft = parent.ttft.labels(model)
         self.duration = parent.duration.labels(model)
         self._prompt = parent.prompt_tokens.labels(model)
+        self._cached = parent.cached_tokens.labels(model)
         self._completion = parent.completion_tokens.labels(model)
         self._tps = parent.decode_tps.labels(model)
         self._drafted = parent.drafted.labels(model)
@@ -139,6 +144,9 @@ class ModelMetrics:
         prompt_n = timings.get("prompt_n")
         if isinstance(prompt_n, int) and prompt_n > 0:
             self._prompt.inc(prompt_n)
+        cache_n = timings.get("cache_n")
+        if isinstance(cache_n, int) and cache_n >= 0:
+            self._cached.observe(cache_n)
         predicted_n = timings.get("predicted_n")
         if isinstance(predicted_n, int) and predicted_n > 0:
             self._completion.inc(predicted_n)
@@ -187,6 +195,13 @@ class ProxyMetrics:
         )
         self.prompt_tokens = Counter(
             "orchestrator_prompt_tokens", "Prompt tokens processed (timings.prompt_n)", ["model"], registry=r
+        )
+        self.cached_tokens = Histogram(
+            "orchestrator_prompt_cached_tokens",
+            "Prompt tokens per request that came from a slot's cache (timings.cache_n)",
+            ["model"],
+            buckets=(0, 16, 256, 1024, 4096, 16384, 65536, 262144),
+            registry=r,
         )
         self.completion_tokens = Counter(
             "orchestrator_completion_tokens", "Tokens generated (timings.predicted_n)", ["model"], registry=r

@@ -19,4 +19,8 @@ Concern -> file:
 - the read side (delegated readers, the ``/status`` row): ``status.py``
 - reading llama-server's health answers and log lines (pure): ``readiness.py``
 - all instances, replica picking, waiting for readiness: ``supervisor.py``
+- prompt caches across stops: save before a stop, verified restore and warm prefixes before
+  ready: ``kv_persist.py``; the saved files (format, layout key, 0600, SHA-256, LRU disk
+  budget): ``kv_files.py``; llama-server's slot routes: ``slot_client.py``; which slot and
+  replica hold a prompt's longest prefix: ``affinity.py``
 """

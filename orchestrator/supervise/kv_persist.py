@@ -157,6 +157,10 @@ class KvPersistence:
                 warm = await asyncio.to_thread(self._warm_tokens, model)
             except Exception as err:  # a template or file problem must not stop the load
                 self._warn(st, model.name, f"warm prefixes not used: {err}", disable=False)
+        if len(warm) > min((i.spec.server.parallel for i in instances), default=len(warm)):
+            self._warn(
+                st, model.name, f"{len(warm)} warm prefixes but fewer slots (parallel): the last unused", disable=False
+            )
         persist = model.kv_persist and st.enabled
         if persist:
             await asyncio.to_thread(self.store.drop_unsealed, model.name)
