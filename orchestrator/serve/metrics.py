@@ -31,7 +31,7 @@ metric                                             type       meaning
 ``orchestrator_instance_state``                    gauge      1 for each replica's current ``state``
 ``orchestrator_instance_restarts_total``           counter    restarts of each replica (supervisor)
 ``orchestrator_kv_*``                              mixed      saved/restored slots, restore seconds, verification
-                                                              failures (``orchestrator.serve.prompt_cache``)
+                                                              failures (``orchestrator.supervise.kv_persist``)
 =================================================  =========  ==========================================
 
 Requests that fail before a model is known (bad JSON, unknown model) count under
@@ -59,6 +59,10 @@ NO_MODEL = "-"
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 _DRAFTING_OFF_HELP = "Requests run with MTP drafting turned off, by reason"
 _TPS_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000)
+
+
+_CACHED = ("orchestrator_prompt_cached_tokens", "Prompt tokens per request from a slot's cache (timings.cache_n)")
+_CACHED_BUCKETS = (0, 16, 256, 1024, 4096, 16384, 65536, 262144)
 
 
 class ModelMetrics:
@@ -196,13 +200,7 @@ class ProxyMetrics:
         self.prompt_tokens = Counter(
             "orchestrator_prompt_tokens", "Prompt tokens processed (timings.prompt_n)", ["model"], registry=r
         )
-        self.cached_tokens = Histogram(
-            "orchestrator_prompt_cached_tokens",
-            "Prompt tokens per request that came from a slot's cache (timings.cache_n)",
-            ["model"],
-            buckets=(0, 16, 256, 1024, 4096, 16384, 65536, 262144),
-            registry=r,
-        )
+        self.cached_tokens = Histogram(*_CACHED, ["model"], buckets=_CACHED_BUCKETS, registry=r)
         self.completion_tokens = Counter(
             "orchestrator_completion_tokens", "Tokens generated (timings.predicted_n)", ["model"], registry=r
         )
