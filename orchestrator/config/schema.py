@@ -35,6 +35,7 @@ from pydantic import (
 )
 from pydantic.json_schema import SkipJsonSchema
 
+from orchestrator.config.kv_types import WarmPrefix
 from orchestrator.config.model_paths import BUILTIN_MODELS
 from orchestrator.config.plan_flags import PLAN_ENV, PLAN_FLAGS
 from orchestrator.config.problems import UNIQUE_MSG, Lines, format_loc, located, nearest_line
@@ -114,11 +115,7 @@ class ServerConfig(_Strict):
         "hold", description="requests while no replica is ready: hold (up to timeouts.queue) or 503 + Retry-After"
     )
     timeouts: Timeouts = Field(default_factory=Timeouts)
-    kv_disk_budget: int = Field(
-        16 * 1024**3,
-        ge=0,
-        description="bytes of saved prompt caches (kv_persist) kept on disk; the least recently used go first",
-    )
+    kv_disk_budget: int = Field(16 << 30, ge=0, description="bytes of saved prompt caches kept on disk (LRU)")
 
 
 class BuildConfig(_Strict):
@@ -174,15 +171,6 @@ class SpeculativeConfig(_Strict):
         return self
 
 
-class WarmPrefixFile(_Strict):
-    """A warm prefix read from a file (UTF-8 text), relative to models.yaml."""
-
-    file: str = Field(min_length=1, description="text file whose content is the system message")
-
-
-WarmPrefix = Annotated[str, Field(min_length=1)] | WarmPrefixFile
-
-
 class ModelConfig(_Strict):
     """One model: one llama-server process per replica."""
 
@@ -231,16 +219,8 @@ class ModelConfig(_Strict):
     multimodal: bool = Field(False, description="accept image content (needs --mmproj in extra_args; MTP is text-only)")
     thinking: bool | None = Field(None, description="default enable_thinking for this model; null = the template's")
     on_reasoning_only: Literal["pass", "retry_without_thinking"] = "pass"
-    kv_persist: bool = Field(
-        True,
-        description="save each slot's prompt cache before a stop the orchestrator controls and restore it "
-        "(verified) when the same file with the same KV layout loads again",
-    )
-    warm_prefixes: list[WarmPrefix] = Field(
-        default_factory=list,
-        description="system messages (inline text or {file: path}) restored or prefilled into the slots at load, "
-        "so the first request that starts with one skips its prefill",
-    )
+    kv_persist: bool = Field(True, description="save slots before a stop, restore them (verified) at the next load")
+    warm_prefixes: list[WarmPrefix] = Field(default_factory=list, description="system messages warmed at load")
 
     @field_validator("path")
     @classmethod

@@ -40,6 +40,7 @@ Requests that fail before a model is known (bad JSON, unknown model) count under
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -200,7 +201,6 @@ class ProxyMetrics:
         self.prompt_tokens = Counter(
             "orchestrator_prompt_tokens", "Prompt tokens processed (timings.prompt_n)", ["model"], registry=r
         )
-        self.cached_tokens = Histogram(*_CACHED, ["model"], buckets=_CACHED_BUCKETS, registry=r)
         self.completion_tokens = Counter(
             "orchestrator_completion_tokens", "Tokens generated (timings.predicted_n)", ["model"], registry=r
         )
@@ -234,6 +234,11 @@ class ProxyMetrics:
         for name in models:
             self.model(name)
         r.register(_SupervisorCollector(supervisor, self))
+
+    @functools.cached_property
+    def cached_tokens(self) -> Histogram:
+        """Prompt tokens per request from a slot's cache (made with the first model's metrics)."""
+        return Histogram(*_CACHED, ["model"], buckets=_CACHED_BUCKETS, registry=self.registry)
 
     def model(self, name: str) -> ModelMetrics:
         """The bound metrics of model ``name`` (use :data:`NO_MODEL` when none is known)."""

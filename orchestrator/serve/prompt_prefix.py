@@ -17,8 +17,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from orchestrator.config.kv_types import WarmPrefixFile
 from orchestrator.config.model_paths import resolve_file
-from orchestrator.config.schema import Config, ModelConfig, WarmPrefixFile
+from orchestrator.config.schema import Config, ModelConfig
 from orchestrator.errors import UserError
 from orchestrator.models.runtime import load_vocab, render_chat
 from orchestrator.serve.request_repair import RepairPolicy, repair_request
