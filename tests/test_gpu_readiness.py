@@ -52,6 +52,7 @@ def test_offload_lines_are_judged() -> None:
     problem, warning = _watch("load_tensors: loading model tensors").verdict("all")
     assert problem is None and "not confirmed" in (warning or "")  # a log that says nothing: a warning
     assert _watch(no_gpu).verdict(None) == (None, None)  # a CPU instance may run on the CPU
+    assert _watch(*rpc_cpu).verdict("0") == (None, None)  # -ngl 0 keeps the weights on the host on purpose
     watch = _watch(no_gpu)
     watch.reset()
     for line in CUDA_LOAD:

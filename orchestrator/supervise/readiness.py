@@ -154,7 +154,7 @@ class OffloadWatch:
         Args:
             gpu_layers: the ``-ngl`` value (``"all"`` or a layer count); None = a CPU instance.
         """
-        if gpu_layers is None:
+        if gpu_layers in (None, "0"):  # a CPU instance, or weights kept on the host on purpose
             return None
         fix = "check the driver (`nvidia-smi`) and the build (`orchestrator doctor`)"
         if self.no_gpu is not None:
@@ -179,6 +179,6 @@ class OffloadWatch:
     def unconfirmed(self, gpu_layers: str | None) -> str | None:
         """A warning when a GPU instance's log never said where the weights went (no model
         buffer line: a build that logs less), else None."""
-        if gpu_layers is None or self.buffers or self.no_gpu is not None:
+        if gpu_layers in (None, "0") or self.buffers or self.no_gpu is not None:
             return None
         return "GPU offload not confirmed: llama-server logged no model buffer line; it may run on the CPU"
