@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -259,3 +260,28 @@ def test_cmake_configures_the_planned_cuda_build_with_the_real_nvcc(
     assert f"CUDAToolkit_BIN_DIR:PATH={root}/bin" in cache
     assert "GGML_NATIVE:BOOL=OFF" in cache
     assert "CMAKE_CUDA_ARCHITECTURES=120" in result.stdout
+
+
+def test_the_in_process_runtime_preloads_the_recorded_cuda_libraries(needs_cublas: tuple[Path, Path]) -> None:
+    """libllama loaded in-process (llama-cpp-python) needs the same runtime folders as the
+    children, but LD_LIBRARY_PATH cannot reach this process's loader any more: the recorded
+    libraries are loaded by path first, and the library that needs them then loads by soname."""
+    import ctypes
+
+    root, libdir = needs_cublas
+    cc = shutil.which(os.environ.get("CC", "cc"))
+    assert cc is not None
+    (root / "llama.c").write_text(
+        "int fake_cublas_version(void);\nint llama_probe(void) { return fake_cublas_version(); }\n"
+    )
+    libllama = root / "libfakellama.so"
+    subprocess.run(
+        [cc, "-shared", "-fPIC", "-o", libllama, root / "llama.c", f"-L{libdir}", "-l:libcublas.so.13"], check=True
+    )
+    probe = [sys.executable, "-c", f"import ctypes; print(ctypes.CDLL({str(libllama)!r}).llama_probe())"]
+    env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
+    failed = subprocess.run(probe, capture_output=True, text=True, env=env, check=False)
+    assert failed.returncode != 0 and "libcublas.so.13" in failed.stderr  # not findable by soname
+    info = native_build.BuildInfo(root, root / "llama-server", root, {"runtime_lib_dirs": [str(libdir)]})
+    assert native_build.preload_runtime_libraries(info) == [str(libdir / "libcublas.so.13")]
+    assert ctypes.CDLL(str(libllama)).llama_probe() == 13

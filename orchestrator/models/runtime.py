@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import UserError
-from orchestrator.native.build import locate
+from orchestrator.native.build import locate, preload_runtime_libraries
 
 log = logging.getLogger("orchestrator.llama")
 log.addHandler(logging.NullHandler())  # llama.cpp's chatter stays quiet unless logging is configured
@@ -59,9 +59,11 @@ def _llama_cpp() -> Any:
     """
     with _import_lock:
         if "llama_cpp" not in sys.modules:
-            lib_dir = locate().lib_dir
+            build = locate()
+            lib_dir = build.lib_dir
             os.environ["LLAMA_CPP_LIB_PATH"] = str(lib_dir)
             try:
+                preload_runtime_libraries(build)  # a CUDA build's libcudart/libcublas outside the loader's path
                 import llama_cpp
             except (OSError, RuntimeError) as err:
                 raise UserError(

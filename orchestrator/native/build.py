@@ -23,6 +23,7 @@ key (a patch edit) is mostly cache hits.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import fcntl
 import json
 import os
@@ -210,6 +211,27 @@ def server_version(server: Path, runtime_lib_dirs: list[str] | None = None) -> s
     lines = (result.stdout + result.stderr).splitlines()
     keep = [line for line in lines if line.startswith(("version:", "built with"))]
     return "\n".join(keep or lines).strip()
+
+
+# The CUDA runtime libraries a CUDA build links, in the order they depend on each other.
+RUNTIME_LIBRARIES = ("libcudart.so", "libcublasLt.so", "libcublas.so")
+
+
+def preload_runtime_libraries(build: BuildInfo) -> list[str]:
+    """Load the CUDA runtime libraries of ``build``'s recorded ``runtime_lib_dirs`` into this
+    process (``RTLD_GLOBAL``), so that libllama loaded in-process (``models.runtime``) finds them
+    by soname: ``LD_LIBRARY_PATH`` set after the process started does not reach the loader.
+
+    Returns the paths loaded. Raises ``OSError`` when a library there does not load.
+    """
+    loaded: list[str] = []
+    for folder in (build.manifest or {}).get("runtime_lib_dirs") or []:
+        for stem in RUNTIME_LIBRARIES:
+            found = sorted(Path(folder).glob(stem + ".*"), key=lambda p: len(p.name))
+            if found:
+                ctypes.CDLL(str(found[0]), mode=ctypes.RTLD_GLOBAL)
+                loaded.append(str(found[0]))
+    return loaded
 
 
 def loader_path(folders: list[str]) -> dict[str, str]:
