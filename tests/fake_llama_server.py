@@ -15,6 +15,7 @@ then 200 ``{"status": "ok"}``, reports ``--alias`` in ``/props``, and logs
   --quiet             log nothing while loading (so the load timeout is not extended)
   --dots              while loading, print only dots with no newline (llama.cpp's tensor
                       loading progress), so no complete log line arrives until the load ends
+  --slots-status N    answer /slots with this status (401: as with --api-key; 501: --no-slots)
   --spec-batch-failures N   once ready, log llama-server's "failed to process speculative
                       batch" N times, only while launched with --spec-type
 
@@ -46,6 +47,7 @@ def main() -> int:
     ap.add_argument("--dots", action="store_true")
     ap.add_argument("--spec-type", default=None)
     ap.add_argument("--spec-batch-failures", type=int, default=0)
+    ap.add_argument("--slots-status", type=int, default=200)
     args, _unknown = ap.parse_known_args()
 
     print("fake llama-server: starting", flush=True)
@@ -76,7 +78,7 @@ def main() -> int:
             elif self.path == "/health":
                 self._json(200, {"status": "ok"})
             elif self.path == "/slots":
-                self._json(200, [{"id": 0, "is_processing": False}])
+                self._json(args.slots_status, [{"id": 0, "is_processing": False}])
             elif self.path == "/props":
                 self._json(200, {"model_alias": alias, "model_path": "/nowhere/" + alias + ".gguf"})
             else:

@@ -23,6 +23,7 @@ from supervision_helpers import (
 )
 
 from orchestrator.config.schema import SpeculativeConfig
+from orchestrator.supervise.child_io import ChildProbe
 from orchestrator.supervise.readiness import Health, classify_health, failure_lines, parse_listening_port
 from orchestrator.supervise.supervisor import SERVING, Instance, ProcessState, Supervisor
 
@@ -451,5 +452,27 @@ def test_stop_during_backoff_ends_at_once(tmp_path: Path) -> None:
         await asyncio.wait_for(sup.stop(3), timeout=5)
         assert inst.state is ProcessState.STOPPED
         assert (tmp_path / "demo-0.log").read_text().count("===== orchestrator: launch #") == 2
+
+    asyncio.run(main())
+
+
+def test_main_loop_probe_falls_back_to_health_when_slots_is_refused(tmp_path: Path) -> None:
+    """/slots refused (an --api-key in extra_args, --no-slots): the probe asks /health instead of
+    reading the refusal as a stuck main loop (which would restart a healthy server every stall_timeout)."""
+
+    async def main() -> None:
+        sup = Supervisor([fake_spec("--slots-status", "401")], make_config(), log_dir=tmp_path, policy=fast_policy())
+        inst = sup.instances[0]
+        await sup.start()
+        try:
+            assert await sup.wait_all_ready(timeout=30), inst.message
+            assert inst.base_url is not None
+            probe = ChildProbe(1.0)
+            try:
+                assert await probe.main_loop_answers(inst.base_url) is Health.READY
+            finally:
+                await probe.aclose()
+        finally:
+            await sup.stop(3)
 
     asyncio.run(main())

@@ -148,20 +148,20 @@ class ChildProbe:
         inside one slot (measured: a sampler list that loops at 100% CPU). ``/slots`` is answered
         by a high-priority task that the main loop takes between two batches (``server-context.cpp``
         ``get_slots``), so it answers within one batch or not at all. A server started with
-        ``--no-slots`` answers 501 at once (a build without the route, 404): then ``/health`` is
-        all there is to ask.
+        ``--no-slots`` answers 501 at once (an ``--api-key`` 401, a build without the route 404),
+        from the HTTP thread: then ``/health`` is all there is to ask.
 
         Returns:
             ``Health.READY`` when the loop answered, ``UNREACHABLE`` when nothing answered within
-            the timeout, ``ERROR`` for another status.
+            the timeout; for a refused ``/slots``, what ``/health`` says.
         """
         try:
             resp = await self._client.get(f"{base_url}/slots")
         except httpx.HTTPError:
             return Health.UNREACHABLE
-        if resp.status_code in (404, 501):  # no /slots route, or --no-slots
+        if resp.status_code != 200:  # --no-slots (501), an --api-key in extra_args (401), no route (404)
             return await self.health(base_url)
-        return Health.READY if resp.status_code == 200 else Health.ERROR
+        return Health.READY
 
     @staticmethod
     def discover_port(pid: int, host: str) -> str | None:
