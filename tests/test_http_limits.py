@@ -65,8 +65,8 @@ def test_headers_under_the_limit_pass(stack: Stack) -> None:
 
 
 def test_slow_headers_get_408(stack: Stack) -> None:
+    started = time.monotonic()  # before connecting: the server's clock starts at the connection
     sock = connect(stack)
-    started = time.monotonic()
     sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n")
     status, doc = read_response(sock)
     assert status == 408 and doc["error"]["code"] == "request_timeout"  # type: ignore[index]
@@ -74,8 +74,8 @@ def test_slow_headers_get_408(stack: Stack) -> None:
 
 
 def test_slow_body_gets_408_in_the_api_shape(stack: Stack) -> None:
-    sock = connect(stack)
     started = time.monotonic()
+    sock = connect(stack)
     sock.sendall(
         b"POST /v1/messages HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{"
     )
