@@ -176,6 +176,7 @@ async def test_a_restore_that_does_not_verify_turns_persistence_off(
         st = kv.model(model.name)
         assert (st.restored, st.verify_failures, st.enabled) == (0, 1, False)
         assert st.warning is not None and "did not verify" in st.warning
+        assert any("did not verify" in w for w in inst.warnings)  # shown by `orchestrator status`
         assert not path.exists()
         await kv.save(model, [inst], "unload")  # off: nothing is saved any more
         assert not list((root / model.name).glob("*.bin"))

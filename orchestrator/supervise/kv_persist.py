@@ -124,6 +124,7 @@ class KvPersistence:
         dropped = await asyncio.to_thread(self.store.enforce_budget)
         if dropped:
             log.info("kv: disk budget: deleted %d least recently used slot files", len(dropped))
+        self._show_warning(st, instances)
 
     async def _save_instance(self, model: str, inst: Instance, st: ModelKv) -> None:
         assert inst.base_url is not None
@@ -172,6 +173,14 @@ class KvPersistence:
                 await self._restore_instance(model, inst, st, warm, persist=persist)
             except (SlotError, OSError) as err:
                 self._warn(st, model.name, f"restoring {inst.name}'s slots failed: {err}", disable=False)
+        self._show_warning(st, instances)
+
+    @staticmethod
+    def _show_warning(st: ModelKv, instances: list[Instance]) -> None:
+        """Put the model's persistence warning among its replicas' warnings (``status``, console)."""
+        if st.warning is not None:
+            for inst in instances:
+                inst.record_error("kv_persist", st.warning)
 
     async def _restore_instance(
         self, model: ModelConfig, inst: Instance, st: ModelKv, warm: list[list[int]], *, persist: bool
