@@ -303,6 +303,7 @@ def real_stack(
     models: list[dict[str, Any]] | None = None,
     wait: bool = True,
     policy: SupervisorPolicy | None = None,
+    peers: list[dict[str, Any]] | None = None,
 ) -> Stack:
     """The proxy in front of a real ``Supervisor`` running real llama-servers on ``model``.
 
@@ -311,9 +312,11 @@ def real_stack(
     ``models`` holds ModelConfig fields per model (default: one model ``demo`` with alias
     ``tiny``, 2 slots of 4096 tokens, embeddings on so ``/v1/embeddings`` can be passed through);
     ``policy`` replaces the fast supervisor policy.
+    ``peers`` holds PeerConfig fields per peer (models.yaml ``peers:``).
     """
     from supervision_helpers import fast_policy
 
+    from orchestrator.config.scaleout import PeerConfig
     from orchestrator.config.schema import ModelConfig, ServerConfig, Timeouts
     from orchestrator.launch.plan import plan_launch
     from orchestrator.native.capabilities import probe_capabilities
@@ -330,7 +333,11 @@ def real_stack(
                 "extra_args": ["--embeddings", "--pooling", "mean"],
             }
         ]
-    config = Config(server=ServerConfig(**server), models=[ModelConfig(path=str(model), **m) for m in models])
+    config = Config(
+        server=ServerConfig(**server),
+        models=[ModelConfig(path=str(model), **m) for m in models],
+        peers=[PeerConfig(**p) for p in peers or []],
+    )
     specs = plan_launch(config, gpus=[], build=build, capabilities=probe_capabilities(build), check_ports=False)
     stack = Stack(config, specs, tmp_path / "logs", policy=policy or fast_policy())
     try:

@@ -17,4 +17,5 @@ Concern -> file:
 - ``orchestrator status``, ``logs``, ``down`` (talk to a running ``up``): ``control.py``
 - formatting shared by ``up`` and ``status`` (uptime, state colours): ``format.py``
 - ``orchestrator doctor`` (one line per check, with the fix): ``doctor.py``
+- ``orchestrator worker`` (the RPC worker, its trust warning, devices and free memory): ``worker.py``
 """

@@ -117,6 +117,19 @@ def up(
 
 
 @app.command()
+def worker(
+    host: str = typer.Option("127.0.0.1", help="address to bind; anything but loopback is reachable by others"),
+    port: int = typer.Option(50052, help="TCP port (0: let the OS pick)"),
+    device: list[str] = typer.Option([], "--device", "-d", help="ggml device to expose (CUDA0, CPU); repeatable"),
+    threads: int | None = typer.Option(None, help="CPU threads of the worker"),
+) -> None:
+    """Run llama.cpp's RPC worker (ggml-rpc-server) so another machine's models can use this one's devices."""
+    from orchestrator.cli import worker as m
+
+    _run(lambda: m.run(host=host, port=port, devices=device, threads=threads))
+
+
+@app.command()
 def status(json_out: bool = typer.Option(False, "--json")) -> None:
     """Show the instances of the running orchestrator."""
     from orchestrator.cli import control as m

@@ -28,6 +28,20 @@ def _rows_from_status(doc: Any) -> list[dict[str, Any]]:
     return [r for r in doc if isinstance(r, dict)] if isinstance(doc, list) else []
 
 
+def fetch_peers(run: dict[str, Any], timeout: float = 5.0) -> dict[str, Any] | None:
+    """``GET <endpoint>/peers`` (peers, their health, where requests went); None when it does not answer."""
+    import httpx
+
+    headers = {"Authorization": f"Bearer {run['api_key']}"} if run.get("api_key") else {}
+    try:
+        resp = httpx.get(f"{run['endpoint']}/peers", headers=headers, timeout=timeout, trust_env=False)
+        resp.raise_for_status()
+        found: dict[str, Any] = resp.json()
+        return found
+    except (httpx.HTTPError, ValueError):
+        return None
+
+
 def fetch_status(run: dict[str, Any], timeout: float = 5.0) -> list[dict[str, Any]] | None:
     """``GET <endpoint>/status`` with the API key; None when it does not answer with JSON."""
     import httpx
@@ -61,12 +75,10 @@ def status(json_out: bool = False) -> int:
     if rows is None:
         source = "run.json (the endpoint did not answer)"
         rows = [{"name": name, **info} for name, info in (run.get("instances") or {}).items()]
+    peers = fetch_peers(run) if source == "endpoint" else None
     if json_out:
-        print(
-            json.dumps(
-                {"pid": run.get("pid"), "endpoint": run.get("endpoint"), "source": source, "instances": rows}, indent=2
-            )
-        )
+        out = {"pid": run.get("pid"), "endpoint": run.get("endpoint"), "source": source, "instances": rows}
+        print(json.dumps({**out, **({"peers": peers} if peers else {})}, indent=2))
         return 0
     console.print(f"orchestrator pid {run.get('pid')}, endpoint {run.get('endpoint')} (from {source})", markup=False)
     console.print(render_status(rows))
@@ -78,7 +90,19 @@ def status(json_out: bool = False) -> int:
             )
             for line in row.get("log_tail") or []:
                 console.print(f"  | {line}", markup=False)
+    _print_peers(console, peers)
     return 0
+
+
+def _print_peers(console: Any, peers: dict[str, Any] | None) -> None:
+    """Peers (health, models) and where requests went, when models.yaml has ``peers:``."""
+    if not peers or not peers.get("peers"):
+        return
+    for p in peers["peers"]:
+        health = {True: "up", False: f"DOWN ({p.get('last_error')})", None: "not checked yet"}[p.get("healthy")]
+        console.print(f"peer {p['name']} {p['url']}: {health}; models {', '.join(p['models']) or '-'}", markup=False)
+    routed = ", ".join(f"{r['model']} -> {r['target']}: {r['requests']}" for r in peers.get("routed", []))
+    console.print(f"requests routed: {routed or 'none yet'}", markup=False)
 
 
 def render_status(rows: list[dict[str, Any]]) -> Any:

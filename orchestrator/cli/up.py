@@ -70,6 +70,7 @@ def run_up(config_path: Path, dry_run: bool = False, force: bool = False) -> int
         force=force,
         check_ports=not dry_run,
         gpu_source=source,
+        rpc_free=_probe_workers(config),
     )
     if dry_run:
         console.print(f"GPUs: {source}" if not found else f"GPUs ({source}): " + ", ".join(g.name for g in found))
@@ -215,3 +216,22 @@ class UpDisplay:
         # soft_wrap: commands stay on their lines, so they can be pasted even from a pipe or log
         self.console.print(text, markup=markup, soft_wrap=True)
         sys.stdout.flush()
+
+
+def _probe_workers(config: Config) -> dict[str, int]:
+    """Free bytes of each RPC worker of models.yaml that answers now (for the fit check)."""
+    import asyncio
+
+    from orchestrator.native import rpc
+
+    endpoints = sorted({ep for m in config.models for ep in m.rpc})
+
+    async def probe_all() -> dict[str, int]:
+        found = await asyncio.gather(*(rpc.probe(ep, 3.0) for ep in endpoints), return_exceptions=True)
+        return {
+            ep: info.free_bytes
+            for ep, info in zip(endpoints, found, strict=True)
+            if isinstance(info, rpc.RpcWorkerInfo)
+        }
+
+    return asyncio.run(probe_all()) if endpoints else {}

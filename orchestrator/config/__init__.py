@@ -9,5 +9,6 @@ Concern -> file:
     located problems, ``ConfigError``              problems.py
     file paths: ``~``, relative, split parts       model_paths.py
     flags/env the launch plan owns                 plan_flags.py
+    peers, spillover, RPC worker addresses         scaleout.py
     in-place edits keeping comments (bench apply)  yaml_edit.py
 """

@@ -49,6 +49,7 @@ PLAN_FLAGS: dict[str, str] = {
     "-lv": "nothing (GPU instances log at verbosity 4: readiness reads where the weights went)",
     "--verbosity": "nothing (GPU instances log at verbosity 4: readiness reads where the weights went)",
     "--log-verbosity": "nothing (GPU instances log at verbosity 4: readiness reads where the weights went)",
+    "--rpc": "rpc",
 }
 
 # Child environment variables that would override the plan (llama.cpp reads LLAMA_ARG_*).
@@ -62,6 +63,7 @@ PLAN_ENV: dict[str, str] = {
     "LLAMA_ARG_DEVICE": "gpus",
     "LLAMA_ARG_HOST": "server.host",
     "LLAMA_ARG_PORT": "port",
+    "LLAMA_ARG_RPC": "rpc",
     "LLAMA_ARG_SPEC_TYPE": "speculative.type",
     "LLAMA_ARG_SPEC_DRAFT_N_MAX": "speculative.n_max",
     "LLAMA_ARG_SPEC_DRAFT_N_MIN": "speculative.n_min",

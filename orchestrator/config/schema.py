@@ -39,6 +39,7 @@ from orchestrator.config.kv_types import WarmPrefix
 from orchestrator.config.model_paths import BUILTIN_MODELS
 from orchestrator.config.plan_flags import PLAN_ENV, PLAN_FLAGS
 from orchestrator.config.problems import UNIQUE_MSG, Lines, format_loc, located, nearest_line
+from orchestrator.config.scaleout import PeerConfig, RpcEndpoint, SpilloverConfig
 
 SCHEMA_FILE = Path(__file__).resolve().parents[1] / "data" / "models.schema.json"
 SCHEMA_COMMENT = "# yaml-language-server: $schema=./orchestrator/data/models.schema.json"
@@ -221,6 +222,10 @@ class ModelConfig(_Strict):
     on_reasoning_only: Literal["pass", "retry_without_thinking"] = "pass"
     kv_persist: bool = Field(True, description="save slots before a stop, restore them (verified) at the next load")
     warm_prefixes: list[WarmPrefix] = Field(default_factory=list, description="system messages warmed at load")
+    rpc: list[RpcEndpoint] = Field(
+        default_factory=list, description="RPC workers (`orchestrator worker`) sharing the layers: host:port each"
+    )
+    spillover: SpilloverConfig | None = Field(None, description="send requests to a peer when busy or down")
 
     @field_validator("path")
     @classmethod
@@ -294,6 +299,7 @@ class Config(_Strict):
     server: ServerConfig = Field(default_factory=ServerConfig)
     build: BuildConfig = Field(default_factory=BuildConfig)
     models: list[ModelConfig] = Field(min_length=1, description="the models to serve")
+    peers: list[PeerConfig] = Field(default_factory=list, description="other endpoints serving models for us")
     path: SkipJsonSchema[Path | None] = Field(None, exclude=True)
 
     _lines: Lines = PrivateAttr(default_factory=dict)
@@ -308,6 +314,14 @@ class Config(_Strict):
                 if value in seen:
                     raise located(at, f"{value!r} is already used by {seen[value]}; {UNIQUE_MSG}")
                 seen[value] = label
+        peers = [p.name for p in self.peers]
+        for i, peer in enumerate(peers):
+            if peer in peers[:i]:
+                raise located(f"peers/{i}/name", f"{peer!r} is used by two peers; give each a name of its own")
+        for i, model in enumerate(self.models):
+            if model.spillover is not None and model.spillover.peer not in peers:
+                known = ", ".join(peers) or "none is configured"
+                raise located(f"models/{i}/spillover/peer", f"{model.spillover.peer!r} is not a peer ({known})")
         return self
 
     def set_lines(self, lines: Lines) -> None:
@@ -345,6 +359,8 @@ SECTION_NAMES: dict[type[BaseModel], str] = {
     BuildConfig: "build",
     ModelConfig: "a model entry (models[i])",
     SpeculativeConfig: "models[i].speculative",
+    PeerConfig: "a peer entry (peers[i])",
+    SpilloverConfig: "models[i].spillover",
 }
 
 

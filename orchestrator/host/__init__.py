@@ -6,6 +6,6 @@ models.yaml or llama.cpp.
 Concern -> file:
     GPUs and free memory (NVML, nvidia-smi)        gpus.py
     spawn/stop child process groups, no orphans    process.py
-    is a fixed port free, who holds it             ports.py
+    is a fixed port free, who holds it, pick one   ports.py
     ``run.json`` of a running orchestrator         statefile.py
 """

@@ -79,3 +79,16 @@ def port_holder(port: int) -> str:
             cmd = cmd[:117] + "..."
         names.append(f"pid {pid} ({cmd})")
     return ", ".join(names)
+
+
+def pick_free_port(host: str) -> int:
+    """A TCP port on ``host`` that was free a moment ago (the OS picks it).
+
+    Only for a child that cannot bind port 0 itself (ggml-rpc-server refuses ``--port 0``):
+    another process may take the port before the child binds it, so the caller must be ready to
+    pick again when the child fails to bind.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])

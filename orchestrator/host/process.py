@@ -165,3 +165,20 @@ def listening_ports(pid: int) -> list[int]:
     except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
         return []
     return sorted({c.laddr.port for c in conns if c.status == psutil.CONN_LISTEN and c.laddr})
+
+
+def connection_states(pid: int) -> list[tuple[str, int, str]]:
+    """``(remote ip, remote port, state)`` of each connected TCP socket of process ``pid``.
+
+    ``state`` is psutil's (``ESTABLISHED``, ``CLOSE_WAIT``: the other end closed, ...). Empty
+    when the process is gone or not readable.
+    """
+    import psutil
+
+    try:
+        proc = psutil.Process(pid)
+        conns = getattr(proc, "net_connections", None) or proc.connections
+        found = conns(kind="tcp")
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return []
+    return [(c.raddr.ip, c.raddr.port, c.status) for c in found if c.raddr]

@@ -45,6 +45,7 @@ class ServerArgs:
     speculation: Speculation | None = None
     tensor_split: str | None = None
     slot_save_path: Path | None = None  # kv_persist: where POST /slots/{id}?action=save writes
+    rpc: tuple[str, ...] = ()  # RPC workers (host:port) sharing the layers: --rpc a,b
     extra_args: tuple[str, ...] = ()
 
 
@@ -57,6 +58,7 @@ def render_argv(args: ServerArgs) -> tuple[str, ...]:
         *_speculation(args.speculation),
         *(("--tensor-split", args.tensor_split) if args.tensor_split else ()),
         *(("--slot-save-path", str(args.slot_save_path)) if args.slot_save_path else ()),
+        *(("--rpc", ",".join(args.rpc)) if args.rpc else ()),
         *args.extra_args,
     )
 

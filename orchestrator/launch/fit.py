@@ -53,6 +53,8 @@ class FitRequest:
         expert_layer_bytes: routed-expert bytes per block still on the GPU, for the
             ``--n-cpu-moe`` hint.
         n_cpu_moe: the ``--n-cpu-moe`` already in ``extra_args``.
+        remote_free: free bytes on the instance's RPC workers (models.yaml ``rpc:``), probed at
+            plan time; llama.cpp places layers there too, so only the rest must fit locally.
     """
 
     instance: str
@@ -64,6 +66,7 @@ class FitRequest:
     shares: tuple[float, ...] | None = None
     expert_layer_bytes: tuple[int, ...] = ()
     n_cpu_moe: int = 0
+    remote_free: int = 0
 
 
 def estimate_bytes(
@@ -182,8 +185,9 @@ def _needs(
             notes.setdefault(req.instance, []).append("memory need unknown: GPU fit not checked")
             continue
         shares = req.shares or tuple(1 / len(req.gpus) for _ in req.gpus)
+        local = max(0, req.bytes_needed - req.remote_free)  # the RPC workers hold the rest
         for index, fraction in zip(req.gpus, shares, strict=True):
-            mine = req.bytes_needed * fraction + req.overhead
+            mine = local * fraction + req.overhead
             need[index] = need.get(index, 0.0) + mine
             users.setdefault(index, []).append((req, mine))
     return need, users

@@ -65,6 +65,7 @@ def plan_launch(
     check_ports: bool = True,
     gpu_source: str = "",
     only: str | None = None,
+    rpc_free: dict[str, int] | None = None,
 ) -> list[InstanceSpec]:
     """Plan every llama-server: one per model replica.
 
@@ -80,6 +81,8 @@ def plan_launch(
             note on every CPU instance (a driver that failed must not go unnoticed).
         only: plan just the model of this name (the bench); other models keep their index, so
             messages name the right models.yaml line.
+        rpc_free: free bytes per RPC worker (``host:port``) that answered a probe; a model's
+            workers' memory counts in its fit check, a worker missing here counts 0 (noted).
     Returns:
         the specs, in models.yaml order, replica 0 first.
     Raises:
@@ -94,6 +97,9 @@ def plan_launch(
         if only is not None and model.name != only:
             continue
         planned = _plan_model(config, i, model, build, capabilities, facts or {})
+        unprobed = [ep for ep in model.rpc if ep not in (rpc_free or {})]
+        if unprobed:
+            planned.notes.append(f"RPC worker(s) {', '.join(unprobed)} not reachable now: not counted in the fit")
         if gpus and capabilities.backend != "cuda":
             planned.notes.append(
                 f"the native build is {capabilities.backend}-only, so it runs on CPU; build with --backend cuda"
@@ -103,7 +109,7 @@ def plan_launch(
             if cpu_note and not assigned:
                 spec = dataclasses.replace(spec, notes=(*spec.notes, cpu_note))
             specs.append(spec)
-            requests.append(_fit_request(config, planned, spec, usable))
+            requests.append(_fit_request(config, planned, spec, usable, rpc_free or {}))
     fit_notes = check_fit(requests, usable, force=force)
     specs = [dataclasses.replace(s, notes=s.notes + tuple(fit_notes.get(s.name, ()))) for s in specs]
     _check_ports(config, specs, check_ports)
@@ -193,14 +199,16 @@ def _replica(
         ctx_size=model.ctx_size,
         parallel=model.parallel,
         threads=model.threads,
-        gpu_layers=str(model.gpu_layers) if assigned else None,
+        gpu_layers=str(model.gpu_layers) if assigned or model.rpc else None,  # RPC devices take -ngl layers
         speculation=speculation,
         tensor_split=tensor_split(assigned, usable) if len(assigned) > 1 else None,
         slot_save_path=_slot_save_path(model),
+        rpc=tuple(model.rpc),
         extra_args=tuple(model.extra_args),
     )
     env = _env(build, backend, model, assigned)
-    return InstanceSpec(f"{model.name}-{r}", model.name, r, assigned, env, server, tuple(p.notes))
+    protocol = build.manifest.get("rpc_protocol") if model.rpc else None
+    return InstanceSpec(f"{model.name}-{r}", model.name, r, assigned, env, server, tuple(p.notes), protocol)
 
 
 def _slot_save_path(model: ModelConfig) -> Path | None:
@@ -213,7 +221,9 @@ def _slot_save_path(model: ModelConfig) -> Path | None:
     return path
 
 
-def _fit_request(config: Config, p: _Planned, spec: InstanceSpec, usable: list[GPU]) -> FitRequest:
+def _fit_request(
+    config: Config, p: _Planned, spec: InstanceSpec, usable: list[GPU], rpc_free: dict[str, int]
+) -> FitRequest:
     n_max = p.model.speculative.n_max if p.spec_type is not None else 0
     n_cpu_moe = cpu_moe_layers(p.model.extra_args, len(p.facts.expert_layer_bytes))
     need = estimate_bytes(
@@ -236,6 +246,7 @@ def _fit_request(config: Config, p: _Planned, spec: InstanceSpec, usable: list[G
         shares=split_shares(spec.gpus, spec.server.tensor_split, usable),
         expert_layer_bytes=p.facts.expert_layer_bytes,
         n_cpu_moe=n_cpu_moe,
+        remote_free=sum(rpc_free.get(endpoint, 0) for endpoint in p.model.rpc),
     )
 
 

@@ -30,6 +30,12 @@ class InstanceSpec:
     env: dict[str, str]
     server: ServerArgs
     notes: tuple[str, ...] = field(default=())
+    rpc_protocol: str | None = None  # the build's RPC protocol; a worker speaking another is refused
+
+    @property
+    def rpc(self) -> tuple[str, ...]:
+        """RPC workers (``host:port``) this server spreads its layers over; () = none."""
+        return self.server.rpc
 
     @property
     def argv(self) -> tuple[str, ...]:

@@ -3,6 +3,8 @@ and what the built llama-server can do.
 
 Owns everything between ``native/pin.toml`` + ``native/patches/`` and a runnable llama-server.
 Knows nothing of models.yaml, models or processes it supervises.
+The build also yields ``ggml-rpc-server`` (llama.cpp's RPC worker); ``rpc.py`` speaks enough of
+its protocol to ask a worker its version, devices and free memory.
 
 Concern -> file:
     pin, download, checksum, extract, patch   fetch.py
@@ -12,4 +14,5 @@ Concern -> file:
     running CMake + Ninja, the build log      make.py
     the build on disk: locate, install, runs  build.py
     server capabilities (``--help`` probe)    capabilities.py
+    RPC protocol: probe a ggml-rpc-server     rpc.py
 """

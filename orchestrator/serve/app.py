@@ -12,6 +12,7 @@ Routes:
 ``GET /v1/models``             configured models and aliases, with their state (``orchestrator.serve.info``)
 ``GET /health``                200 when every model has a serving replica, else 503 with details
 ``GET /status``                the supervisor's instance table (``Supervisor.snapshot()``) as JSON
+``GET /peers``                 peers, their health and models, and where requests went (``orchestrator.serve.peers``)
 ``GET /metrics``               Prometheus text (``orchestrator.serve.metrics``)
 ``POST /models/restart``       restart a model's replicas (``orchestrator.serve.model_control``)
 ``GET /``, ``/ui/...``         the web console (``orchestrator.serve.console``)
@@ -50,6 +51,7 @@ from orchestrator.serve.info import add_info_routes
 from orchestrator.serve.metrics import ProxyMetrics
 from orchestrator.serve.model_control import add_restart_route
 from orchestrator.serve.ollama_routes import OllamaApi
+from orchestrator.serve.peers import PeerRouter
 from orchestrator.serve.routing import Router
 from orchestrator.serve.upstream import UpstreamPool
 
@@ -70,17 +72,20 @@ def create_app(config: Config, supervisor: Supervisor) -> FastAPI:
 
     Returns:
         A FastAPI app; serve it with uvicorn. ``app.state`` has ``draining`` (bool), ``metrics``
-        (``ProxyMetrics``), ``pool`` (``UpstreamPool``) and ``router`` (``Router``).
+        (``ProxyMetrics``), ``pool`` (``UpstreamPool``), ``router`` (``Router``) and ``peers`` (``PeerRouter``).
     """
     pool = UpstreamPool(config.server.timeouts)
     metrics = ProxyMetrics(supervisor, [m.name for m in config.models])
     router = Router(config, supervisor)
     keys = ApiKeys(config.server.api_keys)
+    peers = PeerRouter(config, supervisor, metrics.registry, pool)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         console.start()
+        peers.start()
         yield
+        await peers.aclose()
         await console.stop()
         await restarts.aclose()
         await pool.aclose()
@@ -90,7 +95,8 @@ def create_app(config: Config, supervisor: Supervisor) -> FastAPI:
     app.state.metrics = metrics
     app.state.pool = pool
     app.state.router = router
-    fwd = Forwarder(config, router, pool, metrics, keys, draining=lambda: bool(app.state.draining))
+    app.state.peers = peers
+    fwd = Forwarder(config, router, pool, metrics, keys, draining=lambda: bool(app.state.draining), peers=peers)
     for api_route in ROUTES:
         app.router.routes.append(Route(api_route.path, fwd.endpoint(api_route), methods=["POST"]))
     OllamaApi(fwd).add_to(app)

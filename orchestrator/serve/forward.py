@@ -13,7 +13,7 @@ Each route is a raw ASGI endpoint (no pydantic, no Request/Response objects); on
    structured output, drafting off when per-token probabilities are asked for). When nothing
    changed the client's original bytes are forwarded untouched; otherwise the body is
    serialised once;
-5. take a serving replica, holding while none is ready (``server.when_loading: hold``); count it in flight;
+5. take a serving replica, held while none is ready (``when_loading: hold``), or a peer (``serve.peers``);
 6. send upstream (``orchestrator.serve.upstream``: keep-alive, retry once on a dead pooled socket);
 7. answer: non-streamed bodies are parsed for ``timings`` (metrics, ``Instance.record_timings``)
    and response repair (``orchestrator.serve.response_repair``), and passed on as the original
@@ -44,6 +44,7 @@ from orchestrator.serve.api_routes import ApiRoute, prepare_body
 from orchestrator.serve.body import ClientGone, dump_body, parse_body, read_body, to_utf8
 from orchestrator.serve.body_codec import decode_body
 from orchestrator.serve.metrics import NO_MODEL, ModelMetrics, ProxyMetrics
+from orchestrator.serve.peers import Peer, PeerRouter
 from orchestrator.serve.stream_repair import repair_for_stream
 from orchestrator.serve.streaming import SSE_HEADERS, RelayOutcome, relay_sse
 from orchestrator.serve.structured import schema_error
@@ -77,6 +78,7 @@ class Forwarder:
         metrics: the app's metrics.
         keys: API keys.
         draining: returns True once the app stops taking requests (``app.state.draining``).
+        peers: the peers, the spillover rule and where requests went (``orchestrator.serve.peers``).
     """
 
     def __init__(
@@ -87,8 +89,10 @@ class Forwarder:
         metrics: ProxyMetrics,
         keys: ApiKeys,
         draining: Callable[[], bool],
+        peers: PeerRouter,
     ) -> None:
         self.config = config
+        self.peers = peers  # peers, spillover, where requests went
         self.router = router
         self.pool = pool
         self.metrics = metrics
@@ -126,7 +130,7 @@ class _Refused(Exception):
     """The replica's port refused the connection: nothing was sent, another replica may take it."""
 
 
-def _stalled_error(instance: Instance, stalls_before: int) -> ApiError | None:
+def _stalled_error(instance: Instance | Peer, stalls_before: int) -> ApiError | None:
     """The error for a request cut off because its replica stalled and was killed, else None."""
     if instance.stalls == stalls_before:
         return None
@@ -177,7 +181,7 @@ class Endpoint:
             received = await read_body(headers, receive, fwd.max_body, fwd.body_timeout)
             raw = to_utf8(decode_body(headers, received, fwd.max_body), headers)
             body = parse_body(raw)
-            model = fwd.router.resolve(body.get("model"))
+            model = fwd.peers.resolve(fwd.router, body.get("model"))
             mm = fwd.metrics.model(model.name)
             prep = self._prepare(raw, body, model, mm)
             status = await self._run_watched(prep, mm, receive, send, started)
@@ -191,7 +195,7 @@ class Endpoint:
             mm.duration.observe(time.monotonic() - started)
 
     def _prepare(self, raw: bytes, body: dict[str, Any], model: ModelConfig, mm: ModelMetrics) -> _Prepared:
-        plan = prepare_body(self.route, body, model, self.fwd.policies[model.name])
+        plan = prepare_body(self.route, body, model, self.fwd.policies.get(model.name) or chat.RepairPolicy())
         for kind in plan.repairs:
             mm.repair(kind)
         if plan.drafting_off is not None:
@@ -242,20 +246,22 @@ class Endpoint:
                 task.cancel()
 
     async def _exchange(self, prep: _Prepared, mm: ModelMetrics, send: Send, watch: _Watch, started: float) -> int:
-        """Forward to a serving replica; one whose port refuses the connection (it died a moment
-        ago and the supervisor has not seen the exit yet) processed nothing, so the request goes
-        to the next serving replica (held while the model restarts) instead of failing."""
+        """Forward to a peer (``PeerRouter.route``) or a serving replica; one whose port refuses the
+        connection (it died a moment ago, unseen yet) processed nothing: the next replica gets it."""
         router = self.fwd.router
-        instance = await router.acquire(prep.model.name)
-        try:
-            return await self._exchange_on(instance, prep, mm, send, watch, started, refused_ok=True)
-        except _Refused:
-            instance = await router.reacquire(prep.model.name, instance)
-            return await self._exchange_on(instance, prep, mm, send, watch, started, refused_ok=False)
+        with self.fwd.peers.route(prep.model) as peer:
+            if peer is not None:
+                return await self._exchange_on(peer, prep, mm, send, watch, started, refused_ok=False)
+            instance = await router.acquire(prep.model.name)
+            try:
+                return await self._exchange_on(instance, prep, mm, send, watch, started, refused_ok=True)
+            except _Refused:
+                instance = await router.reacquire(prep.model.name, instance)
+                return await self._exchange_on(instance, prep, mm, send, watch, started, refused_ok=False)
 
     async def _exchange_on(
         self,
-        instance: Instance,
+        instance: Instance | Peer,
         prep: _Prepared,
         mm: ModelMetrics,
         send: Send,
@@ -308,7 +314,7 @@ class Endpoint:
             mm.in_flight.dec()
 
     def _finish_json(
-        self, prep: _Prepared, mm: ModelMetrics, instance: Instance, data: bytes, started: float, attempt: int
+        self, prep: _Prepared, mm: ModelMetrics, instance: Instance | Peer, data: bytes, started: float, attempt: int
     ) -> tuple[bytes, bytes | None]:
         """Account and repair a non-streamed answer.
 
@@ -353,7 +359,7 @@ class Endpoint:
         self,
         prep: _Prepared,
         mm: ModelMetrics,
-        instance: Instance,
+        instance: Instance | Peer,
         upstream: Any,
         response: httpx.Response,
         send: Send,

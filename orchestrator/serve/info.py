@@ -24,12 +24,14 @@ from orchestrator.supervise.supervisor import SERVING
 
 if TYPE_CHECKING:
     from orchestrator.config.schema import Config
+    from orchestrator.serve.peers import PeerRouter
     from orchestrator.supervise.supervisor import Supervisor
 
 
 def add_info_routes(app: FastAPI, config: Config, supervisor: Supervisor, keys: ApiKeys, metrics: ProxyMetrics) -> None:
     """Register the read-only routes on ``app`` (``app.state.draining`` turns ``/health`` to 503)."""
     created = int(time.time())
+    peer_router: PeerRouter = app.state.peers
 
     def guard(request: Request, required: bool = True) -> None:
         if required:
@@ -38,7 +40,7 @@ def add_info_routes(app: FastAPI, config: Config, supervisor: Supervisor, keys: 
     @app.get("/v1/models")
     async def list_models(request: Request) -> dict[str, Any]:
         guard(request)
-        data = model_entries(config, supervisor, created)
+        data = model_entries(config, supervisor, created) + peer_router.model_entries(created)
         last = data[-1]["id"] if data else None
         return {
             "object": "list",
@@ -52,7 +54,7 @@ def add_info_routes(app: FastAPI, config: Config, supervisor: Supervisor, keys: 
     async def retrieve_model(request: Request, model_id: str) -> dict[str, Any]:
         """OpenAI's ``models.retrieve``: one entry by name or alias, else 404 ``model_not_found``."""
         guard(request)
-        entries = model_entries(config, supervisor, created)
+        entries = model_entries(config, supervisor, created) + peer_router.model_entries(created)
         for entry in entries:
             if entry["id"] == model_id:
                 return entry
@@ -69,6 +71,11 @@ def add_info_routes(app: FastAPI, config: Config, supervisor: Supervisor, keys: 
     async def status(request: Request) -> JSONResponse:
         guard(request)
         return JSONResponse(supervisor.snapshot())
+
+    @app.get("/peers")
+    async def peers(request: Request) -> JSONResponse:
+        guard(request)
+        return JSONResponse(peer_router.snapshot())
 
     @app.get("/metrics")
     async def prometheus(request: Request) -> Response:

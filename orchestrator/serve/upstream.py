@@ -173,6 +173,7 @@ class Upstream:
         first_byte: longest wait for the response head (s).
         idle: longest silence between body chunks (s).
         event_hooks: httpx event hooks for both clients (tests record outgoing requests).
+        headers: sent with every request (a peer's ``Authorization``).
     """
 
     def __init__(
@@ -183,6 +184,7 @@ class Upstream:
         first_byte: float,
         idle: float,
         event_hooks: Mapping[str, list[Callable[..., Any]]] | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> None:
         self.base_url = base_url
         self.first_byte = first_byte
@@ -190,20 +192,24 @@ class Upstream:
         # Reads are bounded by asyncio timeouts (module docstring); httpx's own read timeout is off.
         timeout = httpx.Timeout(connect=connect, read=None, write=connect, pool=None)
         pooled = httpx.Limits(max_connections=None, max_keepalive_connections=64, keepalive_expiry=30.0)
+        # the lean transport speaks plain HTTP only; a peer behind TLS gets httpx's own
+        plain = base_url.startswith("http://")
         self.client = httpx.AsyncClient(
             base_url=base_url,
             timeout=timeout,
-            transport=asyncio_transport(pooled),
+            transport=asyncio_transport(pooled) if plain else httpx.AsyncHTTPTransport(limits=pooled),
             trust_env=False,
             event_hooks=dict(event_hooks or {}),
+            headers=dict(headers or {}),
         )
         fresh = httpx.Limits(max_connections=None, max_keepalive_connections=0)
         self._fresh = httpx.AsyncClient(
             base_url=base_url,
             timeout=timeout,
-            transport=asyncio_transport(fresh),
+            transport=asyncio_transport(fresh) if plain else httpx.AsyncHTTPTransport(limits=fresh),
             trust_env=False,
             event_hooks=dict(event_hooks or {}),
+            headers=dict(headers or {}),
         )
         #: Times a request was re-sent after a connection died before any response (for tests/metrics).
         self.retries = 0
@@ -338,6 +344,10 @@ class UpstreamPool:
         )
         self._by_key[key] = upstream
         return upstream
+
+    def add(self, key: str, upstream: Upstream) -> None:
+        """Use ``upstream`` (made by its owner, e.g. a peer with its own timeouts and key) for ``key``."""
+        self._by_key[key] = upstream
 
     def all(self) -> list[Upstream]:
         """Every upstream in use."""

@@ -23,4 +23,6 @@ Concern -> file:
   ready: ``kv_persist.py``; the saved files (format, layout key, 0600, SHA-256, LRU disk
   budget): ``kv_files.py``; llama-server's slot routes: ``slot_client.py``; which slot and
   replica hold a prompt's longest prefix: ``affinity.py``
+- a model's RPC workers (models.yaml ``rpc:``): wait for them, notice a lost one: ``rpc_workers.py``
+- ``orchestrator worker``: one supervised ``ggml-rpc-server``: ``worker.py``
 """

@@ -2,19 +2,16 @@
 
 Each ``Instance`` has exactly one writer of its state: its lifecycle task, a loop
 ``spawn -> wait ready -> verify -> watch -> on exit decide restart / backoff / failed`` (after
-llama-swap's ``process.go``) that changes state only through ``Lifecycle.transition``. Everything
-else (the proxy, ``up``, the bench) only reads fields, bumps counters, or sends requests to that
-loop through a queue (stop, relaunch without speculation).
+llama-swap's ``process.go``) that changes state only through ``Lifecycle.transition``. Others (proxy,
+``up``, bench) only read fields, bump counters, or queue requests to it (stop, relaunch without spec).
 
 Readiness follows the child (after Ollama ``llm/llama_server.go``): ``/health`` is polled every
-``SupervisorPolicy.poll_interval`` seconds, the child's liveness is checked on every poll, and
-the load deadline (``server.timeouts.load``) is counted from the child's last log line, so a
-child that keeps logging keeps its chance (up to ``load_cap_factor`` times the timeout).
+``SupervisorPolicy.poll_interval`` seconds, the child's liveness on every poll; the load deadline
+(``server.timeouts.load``) counts from the child's last log line (up to ``load_cap_factor`` x).
 
-``Instance`` owns one of each and delegates to them: ``Lifecycle`` (state and counters) and its
-``Inbox`` (requests to the loop), ``ChildProcess`` (spawn, exit, stop), ``ChildLog`` (log file,
-tails, pump), ``ChildProbe`` (``/health``, ``/props``, port discovery; one per lifecycle run) and
-``SpecWatch`` (drafting and acceptance).
+``Instance`` delegates to: ``Lifecycle`` (state, counters) and its ``Inbox`` (requests to the loop),
+``ChildProcess`` (spawn, exit, stop), ``ChildLog`` (log file, tails, pump), ``ChildProbe`` (``/health``,
+``/props``, port; one per run), ``SpecWatch`` (drafting, acceptance), ``WorkerGate`` (RPC workers).
 """
 
 from __future__ import annotations
@@ -37,6 +34,7 @@ from orchestrator.supervise.readiness import (
     parse_listening_port,
 )
 from orchestrator.supervise.responsiveness import Responsiveness, watch
+from orchestrator.supervise.rpc_workers import WorkerGate
 from orchestrator.supervise.spec_watch import Speculation, SpecWatch
 from orchestrator.supervise.states import Outcome, PhaseEnd, ProcessState, SupervisorPolicy
 from orchestrator.supervise.status import Part, status_row
@@ -101,6 +99,7 @@ class Instance:
         self._probe: ChildProbe | None = None
         self.offload = OffloadWatch()  # a GPU instance must really be on the GPU
         self._responsiveness = Responsiveness(self._warnings, self._notify)  # marked by the watch only
+        self.workers = WorkerGate(spec.rpc, spec.rpc_protocol) if spec.rpc else None  # models.yaml rpc:
 
     # ----------------------------------------------------------------- readers
 
@@ -255,6 +254,8 @@ class Instance:
         while True:
             if self._relaunch_requested and self.spec.spec_type is not None:
                 self._apply_spec_fallback()
+            if self.workers is not None and not await self.workers.before_launch(self.lifecycle, self._inbox.next):
+                return
             self.lifecycle.transition(ProcessState.LOADING, "loading model")
             try:
                 await self._launch()
@@ -277,9 +278,9 @@ class Instance:
             await self._kill(grace)
             self.lifecycle.transition(ProcessState.STOPPED, "stopped")
             return False
-        if end.outcome is Outcome.RELAUNCH_WITHOUT_SPEC:
+        if end.outcome in (Outcome.RELAUNCH_WITHOUT_SPEC, Outcome.WORKER_LOST):
             await self._kill(grace)
-            return True  # the loop relaunches: LOADING without the speculative flags
+            return True  # the loop relaunches: without the speculative flags, or once the workers answer
         if end.outcome in (Outcome.TIMEOUT, Outcome.MISMATCH, Outcome.NOT_ON_GPU):
             await self._kill(grace)
             self.lifecycle.transition(ProcessState.FAILED, end.detail)
@@ -378,7 +379,7 @@ class Instance:
         probe, url = self._probe, self.base_url
         return await watch(
             lambda: probe.main_loop_answers(url),
-            self._next_event,
+            self.workers.watching(self._next_event, self.lifecycle) if self.workers else self._next_event,
             self._responsiveness,
             self.policy,
             lambda: self.in_flight,

@@ -81,6 +81,7 @@ class Outcome(enum.Enum):
     MISMATCH = "mismatch"  # the server on the port is not our child serving our model
     NOT_ON_GPU = "not_on_gpu"  # a GPU instance whose server loaded on the CPU (no usable GPU)
     STALLED = "stalled"  # the main loop answered nothing (no /slots answer) for stall_timeout
+    WORKER_LOST = "worker_lost"  # an RPC worker of the server went away (supervise/rpc_workers.py)
 
 
 @dataclass(frozen=True)

@@ -45,8 +45,8 @@ class Part(Generic[T]):
 
 def status_row(inst: Instance) -> dict[str, Any]:
     """One JSON-serialisable row describing ``inst``: identity, state, pid/port, times (Unix s),
-    counters, speculation statistics (tokens, acceptance), warnings, exit code and message, and
-    the log tail while it is FAILED or RESTARTING."""
+    counters, speculation statistics (tokens, acceptance), warnings, exit code and message, the
+    log tail while it is FAILED or RESTARTING, and its RPC workers (``WorkerGate.snapshot``) or None."""
     port = int(inst.base_url.rsplit(":", 1)[1]) if inst.base_url else None
     rolling, rolling_n = inst.rolling_acceptance
     return {
@@ -80,4 +80,5 @@ def status_row(inst: Instance) -> dict[str, Any]:
         "message": inst.message,
         "log_path": str(inst.log_path),
         "log_tail": inst.log_tail(20) if inst.state in (ProcessState.FAILED, ProcessState.RESTARTING) else [],
+        "rpc": inst.workers.snapshot() if inst.workers is not None else None,  # workers, free memory, degraded
     }

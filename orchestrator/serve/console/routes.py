@@ -106,7 +106,11 @@ class Console:
         @app.get("/ui/api/live", include_in_schema=False)
         async def live(request: Request, since: int = 0) -> JSONResponse:
             self.access.check_data(request)
-            return JSONResponse(self.live(since), headers=HEADERS)
+            data = self.live(since)
+            peers = getattr(request.app.state, "peers", None)  # serve.peers.PeerRouter: peers, where requests went
+            if peers is not None:
+                data["peers"] = peers.snapshot()
+            return JSONResponse(data, headers=HEADERS)
 
         @app.get("/ui/api/logs/{instance}", include_in_schema=False)
         async def logs(request: Request, instance: str, offset: int | None = None) -> JSONResponse:
