@@ -54,6 +54,8 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from orchestrator.host.process import die_with_parent  # noqa: E402
+
 PARALLEL = 8
 # route -> (path, the event only a completed stream carries)
 ROUTES = {
@@ -126,6 +128,7 @@ class Child:
             text=True,
             env={**os.environ, **(env or {})},
             start_new_session=True,
+            preexec_fn=die_with_parent(),  # a kill -9 of this script takes the child along
         )
         self.lines: deque[str] = deque(maxlen=200)
         self._reader = threading.Thread(target=self._read, daemon=True)
@@ -302,6 +305,7 @@ class ConsolePoller:
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
+            preexec_fn=die_with_parent(),
         )
 
     def _say(self, word: str) -> None:

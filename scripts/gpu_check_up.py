@@ -19,6 +19,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from orchestrator.host.process import die_with_parent  # scripts/gpu_check.py puts the repo on sys.path
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -39,7 +41,7 @@ def run_bounded(argv: list[str], *, timeout: float, what: str, hint: str) -> Non
     Raises ``StepFailed`` when it fails or runs out of time (its process group is killed)."""
     if timeout <= 5:
         raise StepFailed(f"no time left for {what}; {hint}")
-    proc = subprocess.Popen(argv, env=child_env(), start_new_session=True)
+    proc = subprocess.Popen(argv, env=child_env(), start_new_session=True, preexec_fn=die_with_parent())
     try:
         code = proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -87,6 +89,7 @@ class RunningUp:
                 stdout=fh,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                preexec_fn=die_with_parent(),  # a kill -9 of this script takes `up` (and its children) along
             )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

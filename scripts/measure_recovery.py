@@ -35,6 +35,7 @@ from typing import Any
 
 import httpx
 
+from orchestrator.host.process import die_with_parent
 from orchestrator.supervise.states import SupervisorPolicy
 
 CHAT = {"model": "demo", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
@@ -149,7 +150,9 @@ def main() -> int:
         state = folder / "state"
         env = {**os.environ, "ORCHESTRATOR_STATE": str(state)}
         cmd = [sys.executable, "-m", "orchestrator.cli.app", "up", "--config", str(config)]
-        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=die_with_parent()
+        )
         try:
             url = wait_ready(proc, state)
             first = row(url)

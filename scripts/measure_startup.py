@@ -32,7 +32,7 @@ import httpx
 
 from orchestrator.config.load import load_config
 from orchestrator.host.gpus import detect_gpus
-from orchestrator.host.process import listening_ports
+from orchestrator.host.process import die_with_parent, listening_ports
 from orchestrator.launch.plan import plan_launch
 from orchestrator.native.build import locate
 from orchestrator.native.capabilities import probe_capabilities
@@ -52,7 +52,13 @@ def write_config(folder: Path, model: Path) -> Path:
 def time_bare(argv: list[str], env: dict[str, str]) -> float:
     """Seconds from spawning llama-server to its first ``/health`` 200."""
     started = time.monotonic()
-    proc = subprocess.Popen(argv, env={**os.environ, **env}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        argv,
+        env={**os.environ, **env},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        preexec_fn=die_with_parent(),
+    )
     try:
         with httpx.Client(trust_env=False, timeout=2) as client:
             while True:
@@ -83,6 +89,7 @@ def time_up(config: Path, state: Path) -> float:
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        preexec_fn=die_with_parent(),
     )
     try:
         while True:

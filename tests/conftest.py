@@ -132,7 +132,7 @@ class LlamaServer:
 def _start_server(
     bin_info: Any, log_path: Path, model: Path, args: tuple[str, ...], ctx: int, threads: int
 ) -> LlamaServer:
-    from orchestrator.host.process import _pdeathsig_preexec
+    from orchestrator.host.process import die_with_parent
     from orchestrator.supervise.readiness import failure_lines, parse_listening_port
 
     argv = [
@@ -154,7 +154,7 @@ def _start_server(
             stderr=subprocess.STDOUT,
             env=env,
             start_new_session=True,
-            preexec_fn=_pdeathsig_preexec(os.getpid()),
+            preexec_fn=die_with_parent(),
         )
     server = LlamaServer(argv=argv, process=proc, port=0, log_path=log_path)
     deadline = time.monotonic() + SERVER_START_TIMEOUT

@@ -3,7 +3,7 @@
 ``running_server(model, *flags)`` starts llama-server on an OS-picked port (``--port 0``;
 the port is read from its ``listening on http://127.0.0.1:PORT`` line), waits for
 ``/health`` 200 and yields the base URL. The child runs in its own session and the whole
-group is killed on exit, pass or fail.
+group is killed on exit, pass or fail; a ``kill -9`` of pytest kills it too (parent-death signal).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import httpx
 import pytest
 
 from orchestrator.errors import UserError
+from orchestrator.host.process import die_with_parent
 from orchestrator.native.build import BuildInfo, locate
 from orchestrator.supervise.readiness import parse_listening_port
 
@@ -41,7 +42,14 @@ def running_server(model: Path, *flags: str) -> Iterator[str]:
     """Serve ``model`` with llama-server (extra ``flags`` appended); yield ``http://127.0.0.1:PORT``."""
     build = native_build()
     argv = [str(build.server), "-m", str(model), "--host", "127.0.0.1", "--port", "0", "-t", "2", "-c", "1024", *flags]
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        argv,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        preexec_fn=die_with_parent(),  # a kill -9 of pytest takes the server with it
+    )
     tail: deque[str] = deque(maxlen=40)
     port: list[int] = []
 

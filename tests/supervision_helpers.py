@@ -17,6 +17,7 @@ from pathlib import Path
 import psutil
 
 from orchestrator.config.schema import Config, ModelConfig, ServerConfig, SpeculativeConfig, Timeouts
+from orchestrator.host.process import die_with_parent
 from orchestrator.launch.argv import ServerArgs, Speculation
 from orchestrator.launch.spec import InstanceSpec
 from orchestrator.supervise.supervisor import Instance, ProcessState, SupervisorPolicy
@@ -216,6 +217,7 @@ class RunningUp:
                 env=self.env(),
                 stdout=out,
                 stderr=subprocess.STDOUT,
+                preexec_fn=die_with_parent(),  # a kill -9 of pytest takes `up` (and so its children) along
             )
         deadline = time.monotonic() + self.timeout
         run_file = self.state / "run.json"

@@ -4,6 +4,7 @@ escalates, reaps, and reports the child's real exit status."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -131,3 +132,54 @@ def test_s06_kill_9_of_orchestrator_leaves_no_llama_server(tmp_path: Path, bin_i
         # run.json is stale now: status says nothing runs, and a new `up` may start
         result = up.cli("status")
         assert result.returncode == 1 and "no orchestrator is running" in result.stderr
+
+
+# A stand-in for pytest: starts a server through each test helper that spawns one, then sleeps.
+HELPERS_PARENT = textwrap.dedent(
+    """
+    import sys, time
+    from pathlib import Path
+    sys.path.insert(0, sys.argv[3])
+    import psutil
+    from native_server import running_server
+    from supervision_helpers import RunningUp, write_models_yaml
+
+    model, tmp = Path(sys.argv[1]), Path(sys.argv[2])
+    with running_server(model), RunningUp(write_models_yaml(tmp / "models.yaml", model), tmp / "state") as up:
+        assert up.instance_pids()
+        print(" ".join(str(p.pid) for p in psutil.Process().children(recursive=True)), flush=True)
+        time.sleep(300)
+    """
+)
+
+
+@pytest.mark.server
+@pytest.mark.slow
+def test_kill_9_of_pytest_leaves_nothing_the_test_helpers_started(tmp_path: Path, bin_info, demo_model) -> None:
+    """``running_server`` and ``RunningUp`` children die with a SIGKILLed test process.
+
+    Before, both were plain ``Popen`` children in their own sessions: a killed pytest left the
+    llama-server, and ``orchestrator up`` with its llama-server, running for good (ppid 1).
+    """
+    argv = [sys.executable, "-c", HELPERS_PARENT, str(demo_model), str(tmp_path), str(Path(__file__).parent)]
+    parent = subprocess.Popen(argv, stdout=subprocess.PIPE, env=child_env())
+    procs: list[psutil.Process] = []
+    try:
+        assert parent.stdout is not None
+        line = parent.stdout.readline()  # blocks until both are up (each helper has its own bound)
+        assert line, f"the helpers did not start (exit {parent.wait(timeout=30)})"
+        procs = [psutil.Process(int(pid)) for pid in line.split()]
+        names = sorted(p.name() for p in procs)
+        assert names.count("llama-server") == 2 and len(procs) == 3, names  # + `orchestrator up`
+        parent.kill()
+        parent.wait(timeout=10)
+        left = [p.pid for p in procs if not gone(p, timeout=15.0)]
+        assert not left, f"outlived the SIGKILLed test process: {left}"
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
+        for p in procs:
+            if p.is_running():
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(p.pid, signal.SIGKILL)

@@ -50,6 +50,17 @@ def _pdeathsig_preexec(parent_pid: int) -> Callable[[], None]:
     return preexec
 
 
+def die_with_parent() -> Callable[[], None]:
+    """A ``preexec_fn`` for ``subprocess.Popen``: the child is SIGKILLed when we die, even by ``kill -9``.
+
+    For helpers (tests, scripts) that start long-lived children with plain ``Popen``; ``spawn``
+    already does this. Call it, and start the child, from the thread that lives as long as the
+    child should: the kernel sends the signal when the *forking thread* exits (normally the main
+    thread). Linux only; a no-op elsewhere.
+    """
+    return _pdeathsig_preexec(os.getpid())
+
+
 async def spawn(
     argv: Sequence[str],
     *,
