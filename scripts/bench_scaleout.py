@@ -32,6 +32,8 @@ from pathlib import Path
 
 import httpx
 
+from orchestrator.host.process import die_with_parent
+
 ORCH = [sys.executable, "-m", "orchestrator.cli.app"]
 
 
@@ -39,7 +41,9 @@ ORCH = [sys.executable, "-m", "orchestrator.cli.app"]
 def worker(tmp: Path) -> Iterator[str]:
     """``orchestrator worker --port 0``; yields its ``host:port``."""
     env = {**os.environ, "ORCHESTRATOR_STATE": str(tmp / "worker-state")}
-    proc = subprocess.Popen([*ORCH, "worker", "--port", "0"], env=env, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [*ORCH, "worker", "--port", "0"], env=env, stderr=subprocess.PIPE, text=True, preexec_fn=die_with_parent()
+    )
     try:
         assert proc.stderr is not None
         for line in proc.stderr:
@@ -60,7 +64,13 @@ def up(tmp: Path, name: str, yaml: str) -> Iterator[str]:
     config.write_text(yaml)
     env = {**os.environ, "ORCHESTRATOR_STATE": str(state)}
     with open(tmp / f"{name}.out", "wb") as out:
-        proc = subprocess.Popen([*ORCH, "up", "-c", str(config)], env=env, stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [*ORCH, "up", "-c", str(config)],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            preexec_fn=die_with_parent(),
+        )
     try:
         deadline = time.monotonic() + 300
         while True:

@@ -22,6 +22,7 @@ from orchestrator.config.schema import Config, ModelConfig, ServerConfig, Specul
 from orchestrator.errors import UserError
 from orchestrator.host.gpus import GPU
 from orchestrator.host.ports import check_port_free
+from orchestrator.host.process import die_with_parent
 from orchestrator.launch.plan import plan_launch, plan_lines
 from orchestrator.launch.spec import with_draft_length, without_speculation
 from orchestrator.native import build as build_mod
@@ -498,6 +499,7 @@ def test_planned_command_really_serves_with_drafting(tmp_path: Path, real_build:
             stdout=sink,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            preexec_fn=die_with_parent(),
         )
     try:
         deadline = time.monotonic() + 120

@@ -19,6 +19,7 @@ from typing import Any
 import psutil
 import pytest
 
+from orchestrator.host.process import die_with_parent
 from orchestrator.native import rpc
 from orchestrator.native.build import RPC_SERVER, loader_path
 from orchestrator.supervise.states import ProcessState, SupervisorPolicy
@@ -146,7 +147,9 @@ def test_worker_command_warns_off_loopback_and_stops_its_child(bin_info: Any, tm
     _options(bin_info)  # skips without the binary
     env = {**os.environ, "ORCHESTRATOR_STATE": str(tmp_path / "state")}
     argv = [sys.executable, "-m", "orchestrator.cli.app", "worker", "--host", "0.0.0.0", "--port", "0"]
-    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, preexec_fn=die_with_parent()
+    )
     assert proc.stdout is not None
     lines: list[str] = []
     try:
