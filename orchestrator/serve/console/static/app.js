@@ -112,14 +112,19 @@ function updateCard(card, model) {
   if (!progress.hidden) progress.value = model.load_progress;
   renderFacts(card.querySelector('[data-role="facts"]'), model, replicas);
   renderReplicas(card.querySelector('[data-role="replicas"]'), replicas);
-  card.querySelector('[data-action="load"]').disabled = !LOADABLE.includes(st);
-  card.querySelector('[data-action="unload"]').disabled = !RUNNING.includes(st);
-  card.querySelector('[data-action="restart"]').disabled = !RUNNING.includes(st) && st !== "failed";
+  const remote = Array.isArray(model.peers) && !replicas.length; // served only by peer orchestrators
+  card.querySelector('[data-action="load"]').disabled = remote || !LOADABLE.includes(st);
+  card.querySelector('[data-action="unload"]').disabled = remote || !RUNNING.includes(st);
+  card.querySelector('[data-action="restart"]').disabled = remote || (!RUNNING.includes(st) && st !== "failed");
 }
 
 function renderFacts(facts, model, replicas) {
   facts.replaceChildren();
   const fact = (k, v) => facts.append(el("dt", { text: k }), el("dd", { text: v }));
+  if (Array.isArray(model.peers) && !replicas.length) {
+    fact("Served by", "peer " + model.peers.join(", "));
+    return;
+  }
   const gpus = [...new Set(replicas.flatMap((r) => r.gpus || []))];
   if (model.devices === undefined) fact("Device", gpus.length ? "GPU " + gpus.join(", ") : "CPU");
   const rss = replicas.map((r) => r.rss_bytes).filter((x) => x !== null && x !== undefined);
@@ -139,6 +144,31 @@ function renderReplicas(body, replicas) {
     for (const c of cells) row.append(el("td", { text: String(c) }));
     body.append(row);
   }
+}
+
+const PEER_COLUMNS = [["name", "peer"], ["url", "address"], ["healthy", "healthy"], ["models", "models"],
+  ["in_flight", "in flight"], ["requests", "requests"], ["api_key", "key"], ["last_error", "last error"]];
+
+/** Other orchestrators this one sends requests to (``peers:`` in models.yaml), when there are any. */
+function renderPeers(info) {
+  const peers = (info && info.peers) || [];
+  $("peers-section").hidden = !peers.length;
+  if (!peers.length) return;
+  const head = el("tr", {});
+  for (const [, label] of PEER_COLUMNS) head.append(el("th", { scope: "col", text: label }));
+  const body = el("tbody", {});
+  for (const peer of peers) {
+    const row = el("tr", { "data-peer": peer.name });
+    for (const [key] of PEER_COLUMNS) {
+      const v = peer[key];
+      const text = Array.isArray(v) ? v.join(", ") : typeof v === "boolean" ? (v ? "yes" : "no") : String(v ?? "–");
+      row.append(el("td", { text }));
+    }
+    body.append(row);
+  }
+  $("peers").replaceChildren(el("thead", {}, head), body);
+  const routed = (info.routed || []).map((r) => `${r.model} → ${r.target}: ${r.requests}`);
+  $("peers-routed").textContent = routed.length ? "requests sent: " + routed.join("; ") : "";
 }
 
 async function control(action, model) {
@@ -182,6 +212,7 @@ async function poll(once) {
     syncSelect($("chat-model"), state.models.map((m) => m.id));
     syncSelect($("log-instance"), state.instances.map((r) => r.name));
     charts.add(live.points, state.models.map((m) => m.id));
+    renderPeers(live.peers);
     await logTail.follow();
     connection("live", "· " + new Date().toLocaleTimeString());
   } catch (err) {
