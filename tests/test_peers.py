@@ -139,6 +139,24 @@ def test_spillover_when_the_local_queue_is_full(stack: Stack) -> None:
     assert routed[("demo", "local")] == before.get(("demo", "local"), 0) + 2  # the long one, then this one
 
 
+def test_spillover_while_the_local_model_is_down(stack: Stack) -> None:
+    before = _routed(stack).get(("demo", "peer:b"), 0)
+    stack.run(stack.supervisor.stop(5.0))  # the local replica is gone (when_down: true)
+    body = {"model": "demo", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+    started = time.monotonic()
+    resp = httpx.post(stack.url + "/v1/chat/completions", json=body, timeout=60)
+    assert resp.status_code == 200, resp.text
+    assert time.monotonic() - started < 30  # not held for the local model (server.timeouts.queue)
+    assert _routed(stack)[("demo", "peer:b")] == before + 1
+
+    async def restart() -> None:
+        for inst in stack.supervisor.instances:
+            inst.start()
+
+    stack.run(restart())
+    stack.wait_serving(120)
+
+
 def test_a_dead_peer_is_an_api_error_within_its_timeout(stack: Stack, peer: RunningUp) -> None:
     assert peer.proc is not None
     peer.proc.terminate()
