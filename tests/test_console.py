@@ -306,15 +306,21 @@ def _assert_readable(page: Any, scheme: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def up_with_key(tmp_path_factory: pytest.TempPathFactory, bin_info: Any, demo_model: Path) -> Iterator[RunningUp]:
+def up_with_key(
+    tmp_path_factory: pytest.TempPathFactory, bin_info: Any, demo_model: Path, up: RunningUp
+) -> Iterator[RunningUp]:
+    """An ``up`` with an API key, and the other ``up`` as its peer (the page shows peers)."""
     work = tmp_path_factory.mktemp("console-key")
-    config = write_models_yaml(work / "models.yaml", demo_model)
+    peer = f"peers:\n  - name: lab\n    url: {up.run['endpoint']}\n"
+    config = write_models_yaml(work / "models.yaml", demo_model, extra=peer)
     config.write_text(config.read_text().replace("server:\n", f"server:\n  api_keys: [{KEY}]\n", 1))
     with RunningUp(config, work / "state") as running:
         yield running
 
 
-def test_with_an_api_key_the_page_shows_only_the_key_prompt(up_with_key: RunningUp, open_page: Any) -> None:
+def test_with_an_api_key_the_page_shows_only_the_key_prompt(
+    up_with_key: RunningUp, up: RunningUp, open_page: Any
+) -> None:
     url = str(up_with_key.run["endpoint"])
     p = open_page(url)
     expect = _expect()
@@ -336,6 +342,9 @@ def test_with_an_api_key_the_page_shows_only_the_key_prompt(up_with_key: Running
     calls = [r for r in p.requests if "/ui/api/" in r.url or "/v1/" in r.url]
     authorised = [r for r in calls if r.headers.get("authorization") == f"Bearer {KEY}"]
     assert authorised, [r.url for r in calls]
+    peer = p.page.locator('#peers tr[data-peer="lab"]')
+    expect(peer).to_contain_text(str(up.run["endpoint"]))  # the other `up`, healthy, serving demo
+    expect(peer.locator("td").nth(2)).to_have_text("yes")
     assert all("cookie" not in r.headers for r in p.requests)
     assert p.context.cookies() == []
     # the only errors are the refused calls before and with the wrong key
