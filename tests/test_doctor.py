@@ -19,6 +19,23 @@ def test_port_comes_from_the_yaml_with_defaults(tmp_path: Path) -> None:
     assert doctor.configured_address(cfg) == ("127.0.0.1", 8080)
 
 
+def test_a_config_that_is_not_utf8_or_has_an_impossible_port_is_a_fail_line_not_a_traceback(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    cfg = tmp_path / "models.yaml"
+    cfg.write_bytes(b"\xff\xfeserver:\n")  # UTF-16 BOM: a file saved by the wrong editor setting
+    argv = [sys.executable, "-m", "orchestrator.cli.app", "doctor", "-c", str(cfg)]
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert "Traceback" not in result.stderr + result.stdout, result.stderr[-2000:]
+    assert result.returncode == 1
+    assert any(line.startswith("FAIL") and "config" in line and "UTF-8" in line for line in result.stdout.splitlines())
+    cfg.write_text("server:\n  port: 99999\n")
+    assert doctor.configured_address(cfg) == ("127.0.0.1", 8080)  # the config check names 99999
+    cfg.write_text("server:\n  port: true\n")
+    assert doctor.configured_address(cfg) == ("127.0.0.1", 8080)
+
+
 def test_a_busy_port_fails_with_a_fix(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))

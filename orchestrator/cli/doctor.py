@@ -239,14 +239,15 @@ def configured_address(config: Path) -> tuple[str, int]:
 
     try:
         data = YAML(typ="safe").load(config.read_text())
-    except (YAMLError, OSError):
+    except (YAMLError, OSError, ValueError):  # ValueError: not UTF-8 (the config check says so)
         return host, port
     server = data.get("server") if isinstance(data, dict) else None
     if isinstance(server, dict):
         if isinstance(server.get("host"), str):
             host = server["host"]
-        if isinstance(server.get("port"), int):
-            port = server["port"]
+        value = server.get("port")
+        if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 65535:
+            port = value  # an impossible port is the config check's to report, not "free"
     return host, port
 
 
