@@ -243,6 +243,28 @@ def test_prompts_file_and_bad_lines(tmp_path: Path) -> None:
         assert where in str(err.value) and what in str(err.value)
 
 
+def test_bench_user_mistakes_in_files_are_one_line_errors(tmp_path: Path, bin_info, demo_model) -> None:  # type: ignore[no-untyped-def]
+    """A prompts file that is not UTF-8 and an --out that cannot be created: exit 2 and the
+    option named, never a traceback (both were tracebacks)."""
+    import subprocess
+    import sys
+
+    cfg = tmp_path / "models.yaml"
+    cfg.write_text(f"models:\n  - name: d\n    path: {demo_model}\n")
+    latin1 = tmp_path / "p.jsonl"
+    latin1.write_bytes('{"domain": "a", "prompt": "caf\u00e9"}\n'.encode("latin-1"))
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    base = [sys.executable, "-m", "orchestrator.cli.app", "bench", "-c", str(cfg), "--k", "0", "--reps", "1"]
+    for extra, expected in [
+        (["--prompts-file", str(latin1)], "--prompts-file"),
+        (["--out", str(blocker / "results")], "--out: cannot create"),
+    ]:
+        result = subprocess.run([*base, *extra], capture_output=True, text=True, timeout=120)
+        assert "Traceback" not in result.stderr, result.stderr[-2000:]
+        assert result.returncode == 2 and expected in result.stderr, result.stderr
+
+
 def test_parse_k_list() -> None:
     assert parse_int_list("4, 0,2,2", option="--k") == [0, 2, 4]
     with pytest.raises(UserError):

@@ -80,6 +80,10 @@ def load_prompts_file(path: Path) -> list[Prompt]:
         text = path.read_text(encoding="utf-8")
     except OSError as err:
         raise UserError(f"--prompts-file: cannot read {path}: {err.strerror}") from None
+    except UnicodeDecodeError as err:
+        raise UserError(
+            f"--prompts-file: {path}: not UTF-8 text (byte {err.start})", hint="save the file as UTF-8 JSONL"
+        ) from None
     out: list[Prompt] = []
     for lineno, line in enumerate(text.splitlines(), start=1):
         if not line.strip():

@@ -20,6 +20,7 @@ from rich.table import Table
 from orchestrator.bench import sweep
 from orchestrator.bench.report import fmt_number
 from orchestrator.bench.summary import Summary
+from orchestrator.errors import UserError
 
 TABLE_COLUMNS: tuple[tuple[str, JustifyMethod], ...] = (
     ("domain", "left"),
@@ -82,7 +83,10 @@ def run_bench(
         temperature=temperature,
     )
     target = sweep.plan_target(config, model, n_max=max(options.ks), force=force)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)  # before the sweep: minutes of work must have somewhere to go
+    except OSError as err:
+        raise UserError(f"--out: cannot create {out}: {err.strerror}", hint="pass a writable folder") from None
     started = datetime.now(UTC)
     with _progress_bar() as progress:
         run = sweep.run_sweep(target, options, log_dir=out / "logs", progress=progress)
