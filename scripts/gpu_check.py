@@ -209,9 +209,9 @@ def measure(args: argparse.Namespace, up: RunningUp, qs: list[float], deadline: 
     for q in qs:
         name = model_name(q)
         if "direct" in args.path_list:
-            endpoints.append(gc.Endpoint("direct", q, up.instance_url(name), name))
+            endpoints.append(gc.Endpoint("direct", q, up.instance_url(name), name, up.instance_pid(name)))
         if "up" in args.path_list:
-            endpoints.append(gc.Endpoint("up", q, up.endpoint, name))
+            endpoints.append(gc.Endpoint("up", q, up.endpoint, name, up.instance_pid(name)))
 
     def done(rnd: int, seconds: float) -> None:
         print(f"   round {rnd} took {seconds:.1f} s ({deadline - time.monotonic():.0f} s left for it)", flush=True)

@@ -77,6 +77,11 @@ class RunningUp:
         """The base URL of replica 0 of ``model`` (its llama-server, not the proxy)."""
         return str(self.run["instances"][f"{model}-0"]["base_url"])
 
+    def instance_pid(self, model: str) -> int | None:
+        """The pid of replica 0 of ``model`` (its llama-server), when recorded."""
+        pid = self.run["instances"][f"{model}-0"].get("pid")
+        return int(pid) if pid else None
+
     def start(self, timeout: float) -> None:
         """Start and wait until every instance is ready. Raises ``StepFailed`` (with the log tail)."""
         self.state.mkdir(parents=True, exist_ok=True)

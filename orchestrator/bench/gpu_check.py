@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import httpx
+import psutil
 
 from orchestrator.models.traffic import Traffic
 
@@ -35,6 +36,7 @@ class Endpoint:
     q: float
     base_url: str
     model: str
+    server_pid: int | None = None  # the llama-server behind it: its CPU time per request is read
 
 
 @dataclass
@@ -52,6 +54,7 @@ class Sample:
     draft_n: int
     draft_n_accepted: int
     error: str | None = None
+    server_cpu_s: float | None = None  # CPU seconds llama-server used during the request (all threads)
 
 
 def request_body(ep: Endpoint, k: int, n_predict: int, prompt: str) -> dict[str, Any]:
@@ -70,6 +73,7 @@ def request_body(ep: Endpoint, k: int, n_predict: int, prompt: str) -> dict[str,
 
 async def one_request(client: httpx.AsyncClient, ep: Endpoint, k: int, n_predict: int, prompt: str, rnd: int) -> Sample:
     """Stream one completion and time it; HTTP and stream errors become a Sample with ``error``."""
+    cpu0 = _cpu_seconds(ep.server_pid)
     t0 = time.perf_counter()
     stamps: list[float] = []
     timings: dict[str, Any] = {}
@@ -88,6 +92,7 @@ async def one_request(client: httpx.AsyncClient, ep: Endpoint, k: int, n_predict
                 timings = event.get("timings") or timings
     except (httpx.HTTPError, ValueError) as err:
         return _failed(rnd, ep, k, f"{type(err).__name__}: {err}")
+    cpu1 = _cpu_seconds(ep.server_pid)
     n = int(timings.get("predicted_n") or len(stamps))
     # streamed chunks arrive in bursts when drafts are accepted, so the client's decode time is
     # the whole request's wall time less the prompt processing the server reports
@@ -103,7 +108,19 @@ async def one_request(client: httpx.AsyncClient, ep: Endpoint, k: int, n_predict
         ttft_s=(stamps[0] - t0) if stamps else 0.0,
         draft_n=int(timings.get("draft_n") or 0),
         draft_n_accepted=int(timings.get("draft_n_accepted") or 0),
+        server_cpu_s=cpu1 - cpu0 if cpu0 is not None and cpu1 is not None else None,
     )
+
+
+def _cpu_seconds(pid: int | None) -> float | None:
+    """User + system CPU seconds of process ``pid`` so far (None when unknown or gone)."""
+    if pid is None:
+        return None
+    try:
+        t = psutil.Process(pid).cpu_times()
+    except psutil.Error:
+        return None
+    return float(t.user + t.system)
 
 
 def _failed(rnd: int, ep: Endpoint, k: int, why: str) -> Sample:
@@ -173,6 +190,7 @@ def summarize(samples: list[Sample], traffic: Traffic | None, bandwidth: float |
     if any(s.round > 0 for s in good):
         good = [s for s in good if s.round > 0]
     base = {(s.round, s.path, s.q): s.client_tok_s for s in good if s.k == 0}
+    base_cpu = {(s.round, s.path, s.q): s.server_cpu_s / s.tokens for s in good if s.k == 0 and s.server_cpu_s}
     rows = []
     for path, q, k in sorted({(s.path, s.q, s.k) for s in good}):
         mine = [s for s in good if (s.path, s.q, s.k) == (path, q, k)]
@@ -187,6 +205,15 @@ def summarize(samples: list[Sample], traffic: Traffic | None, bandwidth: float |
             "k": k,
             "decode_tok_s": client,
             "server_tok_s": _spread([s.server_tok_s for s in mine]),
+            # CPU seconds per token: what a busy shared machine distorts least (wall time waits for others)
+            "server_cpu_ms_per_token": _spread([1e3 * s.server_cpu_s / s.tokens for s in mine if s.server_cpu_s]),
+            "cpu_speedup": _spread(
+                [
+                    base_cpu[(s.round, path, q)] / (s.server_cpu_s / s.tokens)
+                    for s in mine
+                    if s.server_cpu_s and base_cpu.get((s.round, path, q))
+                ]
+            ),
             "acceptance": acc,
             "tokens_per_step": tps,
             "speedup": _spread(ratios),

@@ -38,6 +38,12 @@ def _num(v: Any, fmt: str = "{:.1f}") -> str:
     return "-" if v is None else fmt.format(v)
 
 
+def _spread_text(sp: dict[str, Any] | None, fmt: str) -> str:
+    if not sp or sp.get("median") is None:
+        return "-"
+    return f"{fmt.format(sp['median'])} [{fmt.format(sp['min'])}-{fmt.format(sp['max'])}]"
+
+
 def steps_table(steps: list[dict[str, Any]]) -> str:
     """Where the time went: one line per step, with its share of the total (seconds)."""
     total = sum(s["seconds"] for s in steps) or 1.0
@@ -77,9 +83,10 @@ def markdown(doc: dict[str, Any]) -> str:
     out += ["", "## Decode speed", ""]
     out.append(
         "| path | acceptance (set) | K | decode tok/s median [min-max] | speedup vs K=0 [min-max] "
-        "| acceptance (measured) | tokens/step | bytes/token | of bandwidth bound | bandwidth-bound speedup |"
+        "| acceptance (measured) | tokens/step | bytes/token | of bandwidth bound | bandwidth-bound speedup "
+        "| llama-server CPU ms/token [min-max] | CPU-time speedup [min-max] |"
     )
-    out.append("|---|---|---|---|---|---|---|---|---|---|")
+    out.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in doc.get("rows") or []:
         d, s = r["decode_tok_s"], r["speedup"]
         out.append(
@@ -87,7 +94,9 @@ def markdown(doc: dict[str, Any]) -> str:
             f"| {_num(s['median'], '{:.3f}')} [{_num(s['min'], '{:.2f}')}-{_num(s['max'], '{:.2f}')}] "
             f"| {_num(r['acceptance'], '{:.3f}')} | {_num(r['tokens_per_step'], '{:.2f}')} "
             f"| {_num(r.get('bytes_per_token'), '{:,.0f}')} | {_num(r.get('bandwidth_fraction'), '{:.1%}')} "
-            f"| {_num(r.get('bandwidth_bound_speedup'), '{:.2f}')} |"
+            f"| {_num(r.get('bandwidth_bound_speedup'), '{:.2f}')} "
+            f"| {_spread_text(r.get('server_cpu_ms_per_token'), '{:.0f}')} "
+            f"| {_spread_text(r.get('cpu_speedup'), '{:.2f}')} |"
         )
     out += ["", "## Recommended draft length", ""]
     for acc, rec in (doc.get("recommended") or {}).items():
