@@ -65,6 +65,7 @@ def test_cpu_run_writes_complete_reports(tmp_path: Path, bin_info: Any, pinned_s
     for r in doc["rows"]:
         assert r["decode_tok_s"]["n"] == 1 and r["decode_tok_s"]["median"] > 0  # round 1 (round 0 is warm-up)
         assert r["bytes_per_token"] > 30e6 and r["bandwidth_fraction"] is None  # no bandwidth bound on CPU
+        assert r["server_cpu_ms_per_token"]["median"] > 0  # read from the llama-server process
         if r["k"]:
             assert 0 < r["acceptance"] <= 1 and 1 < r["tokens_per_step"] <= 1 + r["k"]
     assert set(doc["recommended"]) == {"0.90", "0.75"}
@@ -94,7 +95,7 @@ def test_time_limit_stops_cleanly_with_a_partial_report(tmp_path: Path, bin_info
 
 
 def _sample(rnd: int, path: str, q: float, k: int, tok_s: float, acc: tuple[int, int] = (0, 0)) -> gc.Sample:
-    return gc.Sample(rnd, path, q, k, 64, tok_s, tok_s, 0.01, acc[0], acc[1])
+    return gc.Sample(rnd, path, q, k, 64, tok_s, tok_s, 0.01, acc[0], acc[1], server_cpu_s=64 / tok_s)
 
 
 def test_summary_pairs_speedups_by_round_and_recommends_only_a_sure_k() -> None:
@@ -114,6 +115,8 @@ def test_summary_pairs_speedups_by_round_and_recommends_only_a_sure_k() -> None:
     assert k2["bytes_per_token"] == pytest.approx(tr.per_token(2, 2.8))
     assert k2["bandwidth_fraction"] == pytest.approx(k2["bytes_per_token"] * 150 / 1e6)
     assert k2["bandwidth_bound_speedup"] == pytest.approx(tr.trunk_step(1) / k2["bytes_per_token"])
+    assert k2["server_cpu_ms_per_token"]["median"] == pytest.approx(1e3 / 150)
+    assert k2["cpu_speedup"]["median"] == pytest.approx(1.5)
     rec = gc.recommend(rows)
     assert rec["0.90"]["k"] == 2
     slow = [s for s in samples if s.k != 2]  # K = 4 beats K = 0 in round 1 only: not sure
