@@ -218,7 +218,8 @@ def test_responses_agent_turn_and_system_items(stack: Stack, rec: Any) -> None:
         max_output_tokens=8,
         store=False,
     )
-    assert resp.status == "completed"
+    assert resp.usage is not None  # rendered and answered; cut at 8 tokens it is incomplete
+    assert resp.status == ("incomplete" if resp.usage.output_tokens == 8 else "completed")
     sent = rec.bodies("/v1/responses")[-1]
     assert sent["instructions"] == "You are Codex.\n\nFollow the repo rules.\n\nBe brief."
     assert [i.get("role") for i in sent["input"]] == ["user", None, None]
@@ -276,3 +277,62 @@ def test_stored_responses_are_a_clear_404(stack: Stack) -> None:
         oai(stack).responses.cancel("resp_1")
     count = oai(stack).responses.input_tokens.count(model="demo", input="U1")  # the real sub-route still wins
     assert count.input_tokens > 0
+
+
+def repairs(stack: Stack, kind: str) -> float:
+    for line in httpx.get(stack.url + "/metrics").text.splitlines():
+        if line.startswith("orchestrator_repairs_total{") and f'kind="{kind}"' in line:
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def test_anthropic_stop_sequence_is_the_stop_reason(stack: Stack) -> None:
+    """An answer ended by a stop sequence says ``stop_reason: stop_sequence``, whole and streamed
+    (llama-server says ``end_turn``, which reads as a finished turn)."""
+    client = claude(stack)
+    body: dict[str, Any] = {
+        "model": "demo",
+        "max_tokens": 12,
+        "messages": [{"role": "user", "content": "alpha bravo charlie delta echo foxtrot"}],
+        "extra_body": {"temperature": 0},
+    }
+    free = client.messages.create(**body).content[0].text  # type: ignore[union-attr]
+    stop = free.strip()[4:7]  # three characters from inside the answer
+    assert len(stop) == 3 and stop.strip() == stop, free
+    before = repairs(stack, "anthropic_stop_sequence")
+    whole = client.messages.create(**body, stop_sequences=[stop])
+    assert (whole.stop_reason, whole.stop_sequence) == ("stop_sequence", stop)
+    with client.messages.stream(**body, stop_sequences=[stop]) as stream:
+        streamed = stream.get_final_message()
+    assert (streamed.stop_reason, streamed.stop_sequence) == ("stop_sequence", stop)
+    assert repairs(stack, "anthropic_stop_sequence") == before + 2
+    cut = client.messages.create(**{**body, "max_tokens": 2}, stop_sequences=["\x00never"])
+    assert (cut.stop_reason, cut.stop_sequence) == ("max_tokens", None)  # untouched
+
+
+def test_responses_cut_by_max_output_tokens_is_incomplete(stack: Stack) -> None:
+    """An answer that used all of ``max_output_tokens`` is ``status: incomplete`` with the reason,
+    whole and streamed (llama-server says ``completed``)."""
+    client = oai(stack)
+    resp = client.responses.create(model="demo", input="U1 U2 U3", max_output_tokens=3, temperature=0)
+    assert resp.usage is not None and resp.usage.output_tokens == 3
+    assert resp.status == "incomplete"
+    assert resp.incomplete_details is not None and resp.incomplete_details.reason == "max_output_tokens"
+    with client.responses.stream(model="demo", input="U1 U2 U3", max_output_tokens=3, temperature=0) as stream:
+        final = stream.get_final_response()
+    assert final.status == "incomplete" and final.output_text == resp.output_text
+    assert final.incomplete_details is not None and final.incomplete_details.reason == "max_output_tokens"
+    # every event numbered, every text event indexed (llama-server sends neither; the SDK needs both)
+    raw = httpx.post(
+        stack.url + "/v1/responses",
+        headers={"authorization": f"Bearer {KEY}"},
+        json={"model": "demo", "input": "U1", "max_output_tokens": 3, "stream": True},
+    )
+    events = [json.loads(e.split("data: ", 1)[1]) for e in raw.text.strip().split("\n\n")]
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
+    deltas = [e for e in events if e["type"] == "response.output_text.delta"]
+    assert deltas and all((e["output_index"], e["content_index"]) == (0, 0) for e in deltas)
+    roomy = client.responses.create(model="demo", input="U1", max_output_tokens=4000, temperature=0)
+    assert roomy.usage is not None
+    if roomy.usage.output_tokens < 4000:
+        assert roomy.status == "completed" and roomy.incomplete_details is None

@@ -37,9 +37,9 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from orchestrator.errors import ApiError
+from orchestrator.serve import finish_fix, token_probs
 from orchestrator.serve import request_repair as chat
 from orchestrator.serve import response_repair as reasoning
-from orchestrator.serve import token_probs
 from orchestrator.serve.api_routes import ApiRoute, prepare_body
 from orchestrator.serve.body import ClientGone, dump_body, parse_body, read_body, to_utf8
 from orchestrator.serve.body_codec import decode_body
@@ -316,11 +316,9 @@ class Endpoint:
     def _finish_json(
         self, prep: _Prepared, mm: ModelMetrics, instance: Instance | Peer, data: bytes, started: float, attempt: int
     ) -> tuple[bytes, bytes | None]:
-        """Account and repair a non-streamed answer.
-
-        Returns ``(bytes for the client, None)``, or ``(_, body to resend)`` when the model's
-        ``on_reasoning_only: retry_without_thinking`` applies (first attempt only).
-        """
+        """Account and repair a non-streamed answer: returns ``(bytes for the client, None)``, or
+        ``(_, body to resend)`` when the model's ``on_reasoning_only: retry_without_thinking`` applies
+        (first attempt only)."""
         if self.route.answer == "plain":
             return data, None
         try:
@@ -341,7 +339,7 @@ class Endpoint:
         else:
             mm.usage(obj.get("usage"))
         if self.route.answer != "chat":
-            return data, None
+            return finish_fix.fix_answer(self.route.path, obj, prep.body, data, mm.repair), None
         fixed, kinds = reasoning.repair_response(obj, thinking=prep.thinking)
         for kind in kinds:
             mm.repair(kind)
@@ -381,8 +379,9 @@ class Endpoint:
             for kind in outcome.repairs:
                 mm.repair(kind)
 
-        chat_answer = self.route.answer == "chat"
-        repair: Any = repair_for_stream(prep.body, prep.thinking, prep.model.extra_args) if chat_answer else None
+        repair: Any = finish_fix.for_stream(self.route.path, prep.body)
+        if self.route.answer == "chat":
+            repair = repair_for_stream(prep.body, prep.thinking, prep.model.extra_args)
         if prep.trim_top:
             repair = token_probs.TrimStream(repair)
 

@@ -153,6 +153,9 @@ class _EventRewriter:
         return encode_event(last) if last is not None else b""
 
     def _event(self, event: bytes) -> bytes:
+        head, sep, data = event.partition(b"\n")
+        if sep and head.startswith(b"event:") and b"\n" not in data:
+            return head + sep + self._event(data)  # a named event (Anthropic, Responses): its one data line
         if not event.startswith(_DATA) or b"\n" in event:
             return event + b"\n\n"  # comments (":" pings), named events: not ours to touch
         payload = event[len(_DATA) :]

@@ -1,0 +1,137 @@
+"""Why an answer ended, where llama-server's Anthropic and Responses conversions say it wrong.
+
+Both are fixed in the answer, whole or streamed (the ``message_delta`` event, the
+``response.completed`` event), and counted as repairs:
+
+- Anthropic (``/v1/messages``): an answer ended by one of the request's ``stop_sequences`` has
+  ``stop_reason: "end_turn"`` next to ``stop_sequence: "<the sequence>"``: llama-server's
+  ``to_json_anthropic`` and ``to_json_anthropic_stream`` (``tools/server/server-task.cpp``) map a
+  stop word like an end-of-generation token. Anthropic's API says ``"stop_sequence"``; a client
+  that branches on ``stop_reason`` would take a cut answer for a finished turn.
+- Responses (``/v1/responses``): an answer cut by ``max_output_tokens`` has ``status: "completed"``
+  and no ``incomplete_details`` (llama-server writes ``completed`` always); OpenAI's API says
+  ``status: "incomplete"``, ``incomplete_details: {"reason": "max_output_tokens"}``. llama-server's
+  answer carries no stop type, so ``usage.output_tokens >= max_output_tokens`` is read as the cut
+  (an end-of-generation token sampled exactly at the last allowed position reads as a cut too). A
+  stream keeps its ``response.completed`` event name: clients and the relay wait for it.
+
+And one fix to every Responses stream event: llama-server's lack ``sequence_number``,
+``output_index`` and ``content_index``, which OpenAI's event schema requires; the ``openai`` SDK's
+``client.responses.stream()`` indexes its output list with them and fails on the first text
+delta (``TypeError: list indices must be integers or slices, not NoneType``). They are added,
+counted from the events themselves; a field the server sent is kept.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from orchestrator.serve.body import dump_body
+
+MESSAGES = "/v1/messages"
+RESPONSES = "/v1/responses"
+
+
+def fix_anthropic(message: dict[str, Any]) -> bool:
+    """Set ``stop_reason`` to ``stop_sequence`` where a stop sequence ended ``message`` (a whole
+    Message or a ``message_delta``'s ``delta``). Returns whether it changed."""
+    if message.get("stop_reason") == "end_turn" and isinstance(message.get("stop_sequence"), str):
+        message["stop_reason"] = "stop_sequence"
+        return True
+    return False
+
+
+def fix_response(response: dict[str, Any], max_output_tokens: Any) -> bool:
+    """Mark ``response`` incomplete when it used all ``max_output_tokens`` (tokens). Returns whether it changed."""
+    if response.get("status") != "completed" or type(max_output_tokens) is not int or max_output_tokens <= 0:
+        return False
+    usage = response.get("usage")
+    used = usage.get("output_tokens") if isinstance(usage, dict) else None
+    if type(used) is not int or used < max_output_tokens:
+        return False
+    response["status"] = "incomplete"
+    response["incomplete_details"] = {"reason": "max_output_tokens"}
+    return True
+
+
+def _fix(path: str, obj: dict[str, Any], request: dict[str, Any]) -> str | None:
+    """Fix a whole answer (or a streamed event) of ``path`` in place; the repair kind, or None."""
+    if path == MESSAGES:
+        delta = obj.get("delta") if obj.get("type") == "message_delta" else obj
+        return "anthropic_stop_sequence" if isinstance(delta, dict) and fix_anthropic(delta) else None
+    if path == RESPONSES:
+        response = obj.get("response") if obj.get("type") == "response.completed" else obj
+        if isinstance(response, dict) and fix_response(response, request.get("max_output_tokens")):
+            return "responses_incomplete"
+    return None
+
+
+def fix_answer(
+    path: str, obj: dict[str, Any], request: dict[str, Any], data: bytes, count: Callable[[str], Any]
+) -> bytes:
+    """The bytes to send for the whole answer ``obj`` (parsed from ``data``) to ``request`` on ``path``.
+
+    ``count`` is called with the repair kind when one applied.
+    """
+    kind = _fix(path, obj, request)
+    if kind is None:
+        return data
+    count(kind)
+    return dump_body(obj)
+
+
+_ITEM_EVENTS = ("response.output_item.", "response.function_call_arguments.")
+_PART_EVENTS = ("response.content_part.", "response.output_text.", "response.reasoning_text.")
+
+
+class FinishStream:
+    """A stream repair (the protocol of ``stream_repair.StreamRepair``): the event that ends the
+    answer, and (Responses) the indexes every event should carry."""
+
+    def __init__(self, path: str, request: dict[str, Any]) -> None:
+        self.path, self.request = path, request
+        self.marker = b'"stop_sequence":"' if path == MESSAGES else b"data: "
+        self.sequence = 0
+        self.item = -1  # output_index of the current output item
+        self.part = -1  # content_index of the current part of that item
+
+    def needs_parse(self, raw: bytes) -> bool:
+        """Whether ``raw`` may hold an event to fix (holds for every substring of such bytes)."""
+        return self.path == RESPONSES or self.marker in raw
+
+    def repair(self, chunk: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+        """A fixed copy of ``chunk`` and the repair kinds, or ``chunk`` itself and none."""
+        import copy
+
+        fixed = copy.deepcopy(chunk)
+        kind = _fix(self.path, fixed, self.request)
+        numbered = self.path == RESPONSES and self._number(fixed)
+        if kind is None and not numbered:
+            return chunk, []
+        return fixed, [kind] if kind is not None else []
+
+    def _number(self, event: dict[str, Any]) -> bool:
+        """Add the missing ``sequence_number``, ``output_index``, ``content_index`` to ``event``."""
+        kind = str(event.get("type", ""))
+        if kind == "response.output_item.added":
+            self.item, self.part = self.item + 1, -1
+        elif kind == "response.content_part.added":
+            self.part += 1
+        before = len(event)
+        event.setdefault("sequence_number", self.sequence)
+        self.sequence += 1
+        if kind.startswith(_ITEM_EVENTS + _PART_EVENTS):
+            event.setdefault("output_index", max(self.item, 0))
+        if kind.startswith(_PART_EVENTS):
+            event.setdefault("content_index", max(self.part, 0))
+        return len(event) != before
+
+    def finish(self) -> dict[str, Any] | None:
+        """Nothing is held back."""
+        return None
+
+
+def for_stream(path: str, request: dict[str, Any]) -> FinishStream | None:
+    """The stream repair for ``path`` (None for routes whose finish needs no fix)."""
+    return FinishStream(path, request) if path in (MESSAGES, RESPONSES) else None
