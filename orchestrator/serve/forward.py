@@ -3,10 +3,8 @@
 Each route is a raw ASGI endpoint (no pydantic, no Request/Response objects); one request goes:
 
 1. refuse while draining (503 + Retry-After), check the API key (401);
-2. read the body (``orchestrator.serve.body``): over ``server.max_body_bytes`` is 413
-   (Content-Length first, then counted while reading), ``Content-Encoding`` undone
-   (``orchestrator.serve.body_codec``; the limit applies to the decoded size too), not a JSON
-   object is 400;
+2. read the body (``orchestrator.serve.body``; ``body_codec`` undoes ``Content-Encoding``): over
+   ``server.max_body_bytes`` (declared, received or decoded) is 413, not a JSON object 400;
 3. route by ``model`` (``orchestrator.serve.routing``): 400 / 404 ``model_not_found``;
 4. check and repair the request for its route (``orchestrator.serve.api_routes.prepare_body``:
    chat, Anthropic and Responses repair with the model's policy, ``speculative`` flattening,
@@ -14,7 +12,8 @@ Each route is a raw ASGI endpoint (no pydantic, no Request/Response objects); on
    changed the client's original bytes are forwarded untouched; otherwise the body is
    serialised once;
 5. take a serving replica, held while none is ready (``when_loading: hold``), or a peer (``serve.peers``);
-6. send upstream (``orchestrator.serve.upstream``: keep-alive, retry once on a dead pooled socket);
+6. send upstream (``orchestrator.serve.upstream``: keep-alive, retry once on a dead pooled socket;
+   a replica that answered nothing hands the request on to the next one, once);
 7. answer: non-streamed bodies are parsed for ``timings`` (metrics, ``Instance.record_timings``)
    and response repair (``orchestrator.serve.response_repair``), and passed on as the original
    bytes unless repaired; streams are relayed event by event (``orchestrator.serve.streaming``,
@@ -48,7 +47,15 @@ from orchestrator.serve.peers import Peer, PeerRouter
 from orchestrator.serve.stream_repair import repair_for_stream
 from orchestrator.serve.streaming import SSE_HEADERS, RelayOutcome, relay_sse
 from orchestrator.serve.structured import schema_error
-from orchestrator.serve.upstream import UpstreamPool, UpstreamTimeout, from_upstream_status, to_api_error
+from orchestrator.serve.upstream import (
+    NOTHING_ANSWERED,
+    NothingAnswered,
+    UpstreamPool,
+    UpstreamTimeout,
+    from_upstream_status,
+    stalled_error,
+    to_api_error,
+)
 
 if TYPE_CHECKING:
     from orchestrator.config.schema import Config, ModelConfig
@@ -124,19 +131,6 @@ class _Prepared:
         self.thinking = thinking
         self.model = model
         self.trim_top = False  # empty the answer's top_logprobs lists (token_probs.widen)
-
-
-class _Refused(Exception):
-    """The replica's port refused the connection: nothing was sent, another replica may take it."""
-
-
-def _stalled_error(instance: Instance | Peer, stalls_before: int) -> ApiError | None:
-    """The error for a request cut off because its replica stalled and was killed, else None."""
-    if instance.stalls == stalls_before:
-        return None
-    stall = next((w for w in instance.warnings if w.startswith("stalled")), "stalled")
-    message = f"llama-server stopped making progress on this request and was restarted ({stall})"
-    return ApiError(502, message, code="upstream_stalled")
 
 
 class _Watch:
@@ -246,8 +240,8 @@ class Endpoint:
                 task.cancel()
 
     async def _exchange(self, prep: _Prepared, mm: ModelMetrics, send: Send, watch: _Watch, started: float) -> int:
-        """Forward to a peer (``PeerRouter.route``) or a serving replica; one whose port refuses the
-        connection (it died a moment ago, unseen yet) processed nothing: the next replica gets it."""
+        """Forward to a peer (``PeerRouter.route``) or a serving replica; one that answered nothing
+        (it just died) hands the request on to the next serving one (held while it restarts), once."""
         router = self.fwd.router
         with self.fwd.peers.route(prep.model) as peer:
             if peer is not None:
@@ -255,8 +249,12 @@ class Endpoint:
             instance = await router.acquire(prep.model.name)
             try:
                 return await self._exchange_on(instance, prep, mm, send, watch, started, refused_ok=True)
-            except _Refused:
-                instance = await router.reacquire(prep.model.name, instance)
+            except NothingAnswered as refused:
+                cause, stalls = refused.args
+                stalled = stalled_error(instance.stalls - stalls, instance.warnings)
+                if stalled is not None or not await router.left_serving(instance):
+                    raise stalled or to_api_error(cause) from None  # alive: it closed on purpose
+                instance = await router.acquire(prep.model.name)
                 return await self._exchange_on(instance, prep, mm, send, watch, started, refused_ok=False)
 
     async def _exchange_on(
@@ -280,9 +278,10 @@ class Endpoint:
             for attempt in (1, 2):
                 try:
                     response = await upstream.open("POST", self.path, content, UPSTREAM_HEADERS, on_retry=mm.retry)
-                except httpx.ConnectError:
+                except NOTHING_ANSWERED as exc:
+                    # no response head even on a fresh connection: the replica just died
                     if refused_ok and attempt == 1:
-                        raise _Refused() from None
+                        raise NothingAnswered(exc, stalls) from None
                     raise
                 try:
                     if response.status_code >= 400:
@@ -308,7 +307,7 @@ class Endpoint:
             await send({"type": "http.response.body", "body": data, "more_body": False})
             return 200
         except (UpstreamTimeout, httpx.TransportError) as exc:
-            raise _stalled_error(instance, stalls) or to_api_error(exc) from None
+            raise stalled_error(instance.stalls - stalls, instance.warnings) or to_api_error(exc) from None
         finally:
             instance.in_flight -= 1
             mm.in_flight.dec()
@@ -386,7 +385,7 @@ class Endpoint:
             repair = token_probs.TrimStream(repair)
 
         def map_error(exc: UpstreamTimeout | httpx.TransportError) -> ApiError:
-            return _stalled_error(instance, stalls) or to_api_error(exc)
+            return stalled_error(instance.stalls - stalls, instance.warnings) or to_api_error(exc)
 
         outcome = await relay_sse(
             upstream.iter_body(response),

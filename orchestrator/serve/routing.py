@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 RETRY_AFTER = 5.0
 # Seconds to wait for the supervisor to notice that a replica whose port refused a connection
 # died (it reaps the child within a loop turn; this only bounds the wait).
-REFUSED_WAIT = 2.0
+REFUSED_WAIT = 1.0
 
 
 class Router:
@@ -90,21 +90,18 @@ class Router:
             )
         return model
 
-    async def reacquire(self, model: str, failed: Instance) -> Instance:
-        """Another serving replica of ``model`` after ``failed`` refused a connection.
+    async def left_serving(self, failed: Instance) -> bool:
+        """Whether ``failed``, which answered nothing, left the serving states within ``REFUSED_WAIT`` s.
 
-        Waits (at most ``REFUSED_WAIT`` s) until the supervisor has seen ``failed`` leave the
-        serving states, so that it is not picked again, then acquires as :meth:`acquire` does
-        (holding while the model restarts).
-
-        Raises:
-            ApiError: as :meth:`acquire`.
+        True means it died (the supervisor reaps a dead child within a loop turn) and the request
+        may go to the next serving replica; False means it is alive and closed the connection on
+        purpose, so the request is not resent.
         """
         deadline = time.monotonic() + REFUSED_WAIT
         while failed.state in SERVING and (left := deadline - time.monotonic()) > 0:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.supervisor.changed.wait(), timeout=left)
-        return await self.acquire(model)
+        return failed.state not in SERVING
 
     async def acquire(self, model: str) -> Instance:
         """Return a serving replica of ``model`` (by name), holding the caller if none serves yet.

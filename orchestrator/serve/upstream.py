@@ -43,9 +43,16 @@ from orchestrator.serve.transport import asyncio_transport
 # write hit a closed socket (WriteError). ConnectError is not here: a fresh connection that cannot
 # connect will not connect on a retry either.
 NO_RESPONSE_ERRORS: tuple[type[Exception], ...] = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
+# ... and with a refused connection: the request was answered by nothing (the instance just died).
+NOTHING_ANSWERED: tuple[type[Exception], ...] = (httpx.ConnectError, *NO_RESPONSE_ERRORS)
 
 # Seconds a client is told to wait when the instance cannot be reached (it is likely restarting).
 UNREACHABLE_RETRY_AFTER = 5.0
+
+
+class NothingAnswered(Exception):
+    """The replica answered nothing (refused the connection, closed it before any response head);
+    ``args``: the transport error, and the replica's stall count when the request was sent."""
 
 
 class UpstreamTimeout(Exception):
@@ -96,6 +103,20 @@ def to_api_error(exc: BaseException) -> ApiError:
     if isinstance(exc, httpx.TransportError):
         return ApiError(502, f"error talking to llama-server ({type(exc).__name__})", code="upstream_error")
     raise TypeError(f"not a transport failure: {exc!r}") from exc
+
+
+def stalled_error(new_stalls: int, warnings: list[str]) -> ApiError | None:
+    """The error for a request cut off because its replica stalled and was killed, else None.
+
+    Args:
+        new_stalls: stalls of the replica since the request was sent (``Instance.stalls``).
+        warnings: the replica's warnings (the stall's reason is one of them).
+    """
+    if new_stalls <= 0:
+        return None
+    stall = next((w for w in warnings if w.startswith("stalled")), "stalled")
+    message = f"llama-server stopped making progress on this request and was restarted ({stall})"
+    return ApiError(502, message, code="upstream_stalled")
 
 
 def from_upstream_status(status: int, body: bytes) -> ApiError:
