@@ -28,6 +28,9 @@ from orchestrator.config.schema import Config
 from orchestrator.launch.spec import InstanceSpec
 from orchestrator.serve.app import create_app
 from orchestrator.serve.http_limits import uvicorn_config
+from orchestrator.supervise.budget import budget_for
+from orchestrator.supervise.model_state import SchedulerPolicy
+from orchestrator.supervise.scheduler import ModelScheduler
 from orchestrator.supervise.supervisor import ProcessState, Supervisor, SupervisorPolicy
 
 T = TypeVar("T")
@@ -68,14 +71,22 @@ class Stack:
     """
 
     def __init__(
-        self, config: Config, specs: list[InstanceSpec], log_dir: Path, policy: SupervisorPolicy | None = None
+        self,
+        config: Config,
+        specs: list[InstanceSpec],
+        log_dir: Path,
+        policy: SupervisorPolicy | None = None,
+        scheduler_policy: SchedulerPolicy | None = None,
     ) -> None:
         self.config = config
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, name="proxy-stack", daemon=True)
         self._thread.start()
         self.supervisor: Supervisor = self.run(self._make_supervisor(specs, config, log_dir, policy))
-        self.app = create_app(config, self.supervisor)
+        self.scheduler = ModelScheduler(
+            self.supervisor, config, budget_for(config.server, gpu_indices=[]), scheduler_policy
+        )
+        self.app = create_app(config, self.supervisor, self.scheduler)
         self.recorder = Recorder(self.supervisor)
         self.app.state.pool.event_hooks["request"].append(self.recorder)
         self._server: uvicorn.Server | None = None
@@ -145,6 +156,7 @@ class Stack:
             if self._serve_task is not None:
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(self._serve_task, 10)
+            await self.scheduler.close(3.0)
             await self.supervisor.stop(3.0)
 
         try:

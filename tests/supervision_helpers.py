@@ -13,7 +13,9 @@ import sys
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
+import httpx
 import psutil
 
 from orchestrator.config.schema import Config, ModelConfig, ServerConfig, SpeculativeConfig, Timeouts
@@ -187,8 +189,10 @@ class RunningUp:
     killed if still alive, so a failing test leaks nothing.
     """
 
-    def __init__(self, config: Path, state: Path, timeout: float = 180.0) -> None:
-        self.config, self.state, self.timeout = config, state, timeout
+    def __init__(self, config: Path, state: Path, timeout: float = 180.0, *, until: str = "instances") -> None:
+        """``until``: ``"instances"`` waits until every instance serves; ``"health"`` until ``/health``
+        answers 200 (models loaded at start settled; on-demand ones stay unloaded)."""
+        self.config, self.state, self.timeout, self.until = config, state, timeout, until
         self.out = state / "up.out"
         self.proc: subprocess.Popen[bytes] | None = None
         self.run: dict[str, object] = {}
@@ -229,7 +233,7 @@ class RunningUp:
             except (OSError, ValueError):
                 self.run = {}
             insts = self.run.get("instances") or {}
-            if insts and all(i.get("state") in ("ready", "degraded") for i in insts.values()):  # type: ignore[union-attr]
+            if self._ready(insts):
                 for pid in self.instance_pids():
                     with contextlib.suppress(psutil.NoSuchProcess):
                         self._children.append(psutil.Process(pid))
@@ -237,6 +241,16 @@ class RunningUp:
             if time.monotonic() > deadline:
                 raise AssertionError(f"not ready after {self.timeout} s:\n{self.out.read_text()}")
             time.sleep(0.1)
+
+    def _ready(self, insts: Any) -> bool:
+        if self.until == "health":
+            if not self.run.get("endpoint"):
+                return False
+            try:
+                return httpx.get(f"{self.run['endpoint']}/health", timeout=5, trust_env=False).status_code == 200
+            except httpx.HTTPError:
+                return False
+        return bool(insts) and all(i.get("state") in ("ready", "degraded") for i in insts.values())
 
     def instance_pids(self) -> list[int]:
         return [i["pid"] for i in (self.run.get("instances") or {}).values() if i.get("pid")]  # type: ignore[union-attr]

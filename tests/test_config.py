@@ -233,8 +233,8 @@ def test_missing_required_keys_point_at_the_entry(tmp_path: Path) -> None:
         ("", "is empty"),
         ("# only a comment\n", "is empty"),
         ("- a\n- b\n", "top level must be a mapping"),
-        ("models: []\n", "models: should have at least 1 item"),
-        ("server: {port: 1}\n", "models: required key missing"),
+        ("models: []\n", "models: is empty; list at least one model, or folders of GGUFs in models_dirs"),
+        ("server: {port: 1}\n", "models: is empty; list at least one model, or folders of GGUFs in models_dirs"),
         ("path: /tmp/x\nmodels: [{name: a, path: a.gguf}]\n", "unknown key `path`"),
     ],
 )

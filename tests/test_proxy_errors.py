@@ -192,10 +192,10 @@ def test_cors_is_off_by_default_and_on_when_configured(tmp_path: Path) -> None:
 def test_unexpected_exception_is_a_500_in_the_openai_shape(proxy: tuple[Stack, FakeUpstream]) -> None:
     stack, fake = proxy
 
-    def broken(model: str) -> None:
-        raise RuntimeError("bug in pick")
+    async def broken(model: str) -> None:
+        raise RuntimeError("bug in acquire")
 
-    stack.supervisor.pick = broken  # type: ignore[method-assign]
+    stack.scheduler.acquire = broken  # type: ignore[method-assign,assignment]
     assert_error(httpx.post(stack.url + "/v1/chat/completions", json=CHAT), 500, "server_error", code="internal_error")
     assert fake.connections == 0
 

@@ -229,7 +229,7 @@ def test_ops_routes(stack: Stack) -> None:
     health = httpx.get(stack.url + "/health")
     assert health.status_code == 200
     assert health.json()["models"]["demo"]["ready"] is True
-    status = httpx.get(stack.url + "/status").json()
+    status = httpx.get(stack.url + "/status").json()["instances"]
     assert [row["name"] for row in status] == ["demo-0"] and status[0]["state"] == "ready"
     models = client(stack).models.list()
     assert [(m.id, (m.model_extra or {})["state"]) for m in models.data] == [("demo", "ready"), ("tiny", "ready")]

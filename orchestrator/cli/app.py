@@ -138,6 +138,38 @@ def status(json_out: bool = typer.Option(False, "--json")) -> None:
 
 
 @app.command()
+def ps(json_out: bool = typer.Option(False, "--json")) -> None:
+    """Show the models: state, device, memory, idle time, time until unload."""
+    from orchestrator.cli import models as m
+
+    _run(lambda: m.ps(json_out=json_out))
+
+
+@app.command()
+def load(name: str = typer.Argument(..., help="model name or alias")) -> None:
+    """Load a model now (evicting idle ones if memory is short) and wait until it serves."""
+    from orchestrator.cli import models as m
+
+    _run(lambda: m.load(name))
+
+
+@app.command()
+def unload(name: str = typer.Argument(..., help="model name or alias")) -> None:
+    """Unload a model once its requests in flight have finished."""
+    from orchestrator.cli import models as m
+
+    _run(lambda: m.unload(name))
+
+
+@app.command()
+def reload() -> None:
+    """Re-read models.yaml in the running orchestrator (also done on file change and on SIGHUP)."""
+    from orchestrator.cli import models as m
+
+    _run(m.reload)
+
+
+@app.command()
 def logs(
     name: str = typer.Argument(..., help="instance name, e.g. demo-0"),
     follow: bool = typer.Option(False, "--follow", "-f"),

@@ -25,7 +25,11 @@ from orchestrator.host import statefile
 
 if TYPE_CHECKING:
     from orchestrator.config.schema import Config
+    from orchestrator.host.gpus import GPU
     from orchestrator.launch.spec import InstanceSpec
+    from orchestrator.native.build import BuildInfo
+    from orchestrator.native.capabilities import ServerCapabilities
+    from orchestrator.serve.reload import Prepare
     from orchestrator.supervise.supervisor import Supervisor
 
 
@@ -45,6 +49,7 @@ def run_up(config_path: Path, dry_run: bool = False, force: bool = False) -> int
     """
     from orchestrator.config.load import load_config
     from orchestrator.host import gpus
+    from orchestrator.launch import discover
     from orchestrator.launch import plan as launch
     from orchestrator.native import build
     from orchestrator.native.capabilities import probe_capabilities
@@ -62,6 +67,9 @@ def run_up(config_path: Path, dry_run: bool = False, force: bool = False) -> int
     if not dry_run:
         statefile.claim()
     capabilities = probe_capabilities(build_info)
+    config, notes = discover.expand(config)
+    for note in notes:
+        console.print(f"models_dirs: {note}", markup=False, soft_wrap=True)
     specs = launch.plan_launch(
         config,
         gpus=found,
@@ -78,7 +86,25 @@ def run_up(config_path: Path, dry_run: bool = False, force: bool = False) -> int
         return 0
     from orchestrator.serve.run import serve_up
 
-    return serve_up(config, specs, lambda supervisor: UpDisplay(console, supervisor, config))
+    prepare = _preparer(found, build_info, capabilities, force)
+    return serve_up(config, specs, lambda supervisor: UpDisplay(console, supervisor, config), prepare)
+
+
+def _preparer(found: list[GPU], build_info: BuildInfo, capabilities: ServerCapabilities, force: bool) -> Prepare:
+    """What a reload runs: read models.yaml, add ``models_dirs``, plan with the same build and GPUs
+    (no port check: the running instances hold their fixed ports)."""
+    from orchestrator.config.load import load_config
+    from orchestrator.launch import discover
+    from orchestrator.launch.plan import plan_launch
+
+    def prepare(path: Path) -> tuple[Config, list[InstanceSpec], list[str]]:
+        fresh, notes = discover.expand(load_config(path))
+        plan = plan_launch(
+            fresh, gpus=found, build=build_info, capabilities=capabilities, force=force, check_ports=False
+        )
+        return fresh, plan, notes
+
+    return prepare
 
 
 def render_plan(specs: list[InstanceSpec]) -> Group:

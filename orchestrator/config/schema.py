@@ -36,6 +36,7 @@ from pydantic import (
 from pydantic.json_schema import SkipJsonSchema
 
 from orchestrator.config.kv_types import WarmPrefix
+from orchestrator.config.lifecycle_types import ModelLifecycle, ServerLifecycle
 from orchestrator.config.model_paths import BUILTIN_MODELS
 from orchestrator.config.plan_flags import PLAN_ENV, PLAN_FLAGS
 from orchestrator.config.problems import UNIQUE_MSG, Lines, format_loc, located, nearest_line
@@ -82,7 +83,9 @@ class Timeouts(_Strict):
     load: float = Field(
         600, gt=0, description="supervisor: /health must answer 200 within this (s); extended while the child logs"
     )
-    queue: float = Field(300, gt=0, description="proxy: how long a request waits for a ready replica (s)")
+    queue: float = Field(
+        300, gt=0, description="proxy: how long a request waits for its model to load or a replica to serve (s)"
+    )
     client_header: float = Field(
         10, gt=0, description="proxy: a client's request headers must arrive within this (s), else 408"
     )
@@ -94,10 +97,16 @@ class Timeouts(_Strict):
         gt=0,
         description="supervisor: llama-server's main loop answering nothing this long is a stall: kill, restart (s)",
     )
+    keepalive: float = Field(
+        5, gt=0, description="a held streaming request gets an SSE comment line this often while it waits (s)"
+    )
+    drain: float = Field(
+        300, gt=0, description="unload/reload: how long a model's in-flight requests get to finish before it stops (s)"
+    )
     shutdown_grace: float = Field(10, ge=0, description="in-flight requests get this long on SIGINT/SIGTERM (s)")
 
 
-class ServerConfig(_Strict):
+class ServerConfig(ServerLifecycle, _Strict):
     """The orchestrator's own OpenAI-compatible endpoint."""
 
     host: str = Field("127.0.0.1", description="address the proxy binds; children always bind 127.0.0.1")
@@ -172,7 +181,7 @@ class SpeculativeConfig(_Strict):
         return self
 
 
-class ModelConfig(_Strict):
+class ModelConfig(ModelLifecycle, _Strict):
     """One model: one llama-server process per replica."""
 
     name: str = Field(
@@ -298,7 +307,8 @@ class Config(_Strict):
 
     server: ServerConfig = Field(default_factory=ServerConfig)
     build: BuildConfig = Field(default_factory=BuildConfig)
-    models: list[ModelConfig] = Field(min_length=1, description="the models to serve")
+    models: list[ModelConfig] = Field(default_factory=list, description="the models to serve")
+    models_dirs: list[str] = Field(default_factory=list, description="folders whose GGUFs become on-demand models")
     peers: list[PeerConfig] = Field(default_factory=list, description="other endpoints serving models for us")
     path: SkipJsonSchema[Path | None] = Field(None, exclude=True)
 
@@ -306,6 +316,8 @@ class Config(_Strict):
 
     @model_validator(mode="after")
     def _unique_names(self) -> Config:
+        if not self.models and not self.models_dirs:
+            raise located("models", "is empty; list at least one model, or folders of GGUFs in models_dirs")
         seen: dict[str, str] = {}
         for i, model in enumerate(self.models):
             for at, label, value in [(f"models/{i}/name", f"models[{i}].name", model.name)] + [

@@ -19,12 +19,17 @@ numbers and, for a MoE model, the ``--n-cpu-moe`` that would make it fit.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import psutil
 
 from orchestrator.errors import UserError
 from orchestrator.host.gpus import GPU
 from orchestrator.models.facts import ModelFacts
+
+if TYPE_CHECKING:
+    from orchestrator.config.schema import Config
+    from orchestrator.launch.spec import InstanceSpec
 from orchestrator.models.memory import estimate_memory
 
 GIB = 2**30
@@ -237,3 +242,30 @@ def _check_cpu_ram(requests: list[FitRequest], notes: dict[str, list[str]], forc
                 f"CPU instances need about {gib(total_cpu)} but {gib(memory.available)} RAM is available; "
                 "expect swapping or an out-of-memory kill"
             )
+
+
+def check_fit_per_model(
+    config: Config, specs: list[InstanceSpec], requests: list[FitRequest], gpus: list[GPU], force: bool
+) -> dict[str, list[str]]:
+    """``check_fit`` for each model alone: the model scheduler swaps models that do not fit together.
+    A model loaded on demand is never refused here: its requests get 503 ``model_too_large`` with
+    the numbers instead (models found in ``models_dirs`` may be of any size).
+
+    Returns:
+        notes per instance name. Raises ``UserError`` as ``check_fit``.
+    """
+    notes: dict[str, list[str]] = {}
+    model_of = {s.name: s.model for s in specs}
+    for model in config.models:
+        mine = [r for r in requests if model_of.get(r.instance) == model.name]
+        for name, lines in check_fit(mine, gpus, force=force or model.load == "on_demand").items():
+            notes.setdefault(name, []).extend(lines)
+    return notes
+
+
+def instance_memory(request: FitRequest) -> int | None:
+    """The model scheduler's estimate for one instance (bytes): its need plus, on each of its GPUs,
+    the overhead the fit check counts (CUDA context, compute buffers); None when unknown."""
+    if not request.bytes_needed:
+        return None
+    return request.bytes_needed + (request.overhead * len(request.gpus) if request.gpus else 0)

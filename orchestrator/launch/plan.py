@@ -9,8 +9,9 @@ flags and the command line, and refuses (``UserError``) before anything is start
 - a fixed port is taken (the message names the process holding it);
 - ``ctx_size`` is beyond ``parallel`` x the GGUF's trained context (unless
   ``allow_ctx_beyond_trained``);
-- the model does not fit the assigned GPUs' free memory, or CPU instances need more than the
-  machine's RAM (unless ``force``).
+- a model loaded at start does not fit the assigned GPUs' free memory on its own, or CPU
+  instances need more than the machine's RAM (unless ``force``; models that only fit one at a
+  time are swapped by the scheduler).
 
 Planning is pure apart from reading GGUF headers and checking fixed ports: it starts no
 process. The caller probes the server once (``native.capabilities.probe_capabilities``) and
@@ -31,7 +32,7 @@ from orchestrator.host.gpus import GPU
 from orchestrator.host.ports import check_port_free
 from orchestrator.launch.argv import ServerArgs, Speculation
 from orchestrator.launch.files import check_not_fork, facts_at, model_files
-from orchestrator.launch.fit import FitRequest, check_fit, estimate_bytes, gpu_overhead
+from orchestrator.launch.fit import FitRequest, check_fit_per_model, estimate_bytes, gpu_overhead, instance_memory
 from orchestrator.launch.placement import Placer, placements, tensor_split
 from orchestrator.launch.spec import CHILD_HOST, InstanceSpec
 from orchestrator.models.facts import ModelFacts
@@ -108,9 +109,9 @@ def plan_launch(
             spec = _replica(config, planned, r, assigned, usable, build, capabilities.backend)
             if cpu_note and not assigned:
                 spec = dataclasses.replace(spec, notes=(*spec.notes, cpu_note))
-            specs.append(spec)
-            requests.append(_fit_request(config, planned, spec, usable, rpc_free or {}))
-    fit_notes = check_fit(requests, usable, force=force)
+            requests.append(request := _fit_request(config, planned, spec, usable, rpc_free or {}))
+            specs.append(dataclasses.replace(spec, memory=instance_memory(request)))
+    fit_notes = check_fit_per_model(config, specs, requests, usable, force)
     specs = [dataclasses.replace(s, notes=s.notes + tuple(fit_notes.get(s.name, ()))) for s in specs]
     _check_ports(config, specs, check_ports)
     return specs

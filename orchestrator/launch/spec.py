@@ -31,6 +31,7 @@ class InstanceSpec:
     server: ServerArgs
     notes: tuple[str, ...] = field(default=())
     rpc_protocol: str | None = None  # the build's RPC protocol; a worker speaking another is refused
+    memory: int | None = None  # estimated bytes (weights, KV, recurrent state; + compute headroom on GPU)
 
     @property
     def rpc(self) -> tuple[str, ...]:

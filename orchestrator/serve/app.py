@@ -9,9 +9,12 @@ Routes:
 ``POST /v1/messages`` ...      Anthropic, Responses and pass-through routes
                                (``orchestrator.serve.api_routes`` lists them all)
 ``/api/...``                   the Ollama API (``orchestrator.serve.ollama_routes``)
-``GET /v1/models``             configured models and aliases, with their state (``orchestrator.serve.info``)
-``GET /health``                200 when every model has a serving replica, else 503 with details
-``GET /status``                the supervisor's instance table (``Supervisor.snapshot()``) as JSON
+``GET /v1/models``             configured models and aliases, with their state and memory per device
+                               (``orchestrator.serve.info``)
+``POST /models/load``          ``{"model": NAME}``: load it (evicting idle models), wait until ready
+``POST /models/unload``        ``{"model": NAME}``: drain and stop it (``orchestrator.serve.model_routes``)
+``GET /health``                200 unless a model failed or is still loading at start (503 + details)
+``GET /status``                instances, models (lifecycle state, memory, idle time), device memory
 ``GET /peers``                 peers, their health and models, and where requests went (``orchestrator.serve.peers``)
 ``GET /metrics``               Prometheus text (``orchestrator.serve.metrics``)
 ``POST /models/restart``       restart a model's replicas (``orchestrator.serve.model_control``)
@@ -50,10 +53,14 @@ from orchestrator.serve.forward import Forwarder
 from orchestrator.serve.info import add_info_routes
 from orchestrator.serve.metrics import ProxyMetrics
 from orchestrator.serve.model_control import add_restart_route
+from orchestrator.serve.model_routes import add_model_routes
 from orchestrator.serve.ollama_routes import OllamaApi
 from orchestrator.serve.peers import PeerRouter
 from orchestrator.serve.routing import Router
 from orchestrator.serve.upstream import UpstreamPool
+from orchestrator.supervise.budget import budget_for
+from orchestrator.supervise.control import ModelControl
+from orchestrator.supervise.scheduler import ModelScheduler
 
 if TYPE_CHECKING:
     from orchestrator.config.schema import Config
@@ -62,21 +69,25 @@ if TYPE_CHECKING:
 log = logging.getLogger("orchestrator.serve.app")
 
 
-def create_app(config: Config, supervisor: Supervisor) -> FastAPI:
+def create_app(config: Config, supervisor: Supervisor, scheduler: ModelScheduler | None = None) -> FastAPI:
     """Build the proxy app for ``config``, forwarding to ``supervisor``'s instances.
 
     Args:
         config: the validated models.yaml.
-        supervisor: owns the llama-server instances (``pick``, ``wait_for_replica``,
-            ``for_model``, ``snapshot``, ``instances``).
+        supervisor: owns the llama-server instances (``for_model``, ``snapshot``, ``instances``).
+        scheduler: loads, unloads and evicts models (``orchestrator up`` passes its own); by
+            default one over ``supervisor`` with the memory budget from ``config.server``.
 
     Returns:
         A FastAPI app; serve it with uvicorn. ``app.state`` has ``draining`` (bool), ``metrics``
-        (``ProxyMetrics``), ``pool`` (``UpstreamPool``), ``router`` (``Router``) and ``peers`` (``PeerRouter``).
+        (``ProxyMetrics``), ``pool`` (``UpstreamPool``), ``router`` (``Router``), ``peers`` (``PeerRouter``)
+        and ``scheduler`` (``ModelScheduler``).
     """
+    if scheduler is None:
+        scheduler = ModelScheduler(supervisor, config, budget_for(config.server))
     pool = UpstreamPool(config.server.timeouts)
-    metrics = ProxyMetrics(supervisor, [m.name for m in config.models])
-    router = Router(config, supervisor)
+    metrics = ProxyMetrics(supervisor, [m.name for m in config.models], scheduler)
+    router = Router(config, supervisor, scheduler)
     keys = ApiKeys(config.server.api_keys)
     peers = PeerRouter(config, supervisor, metrics.registry, pool)
 
@@ -95,8 +106,9 @@ def create_app(config: Config, supervisor: Supervisor) -> FastAPI:
     app.state.metrics = metrics
     app.state.pool = pool
     app.state.router = router
-    app.state.peers = peers
-    fwd = Forwarder(config, router, pool, metrics, keys, draining=lambda: bool(app.state.draining), peers=peers)
+    app.state.peers, app.state.scheduler = peers, scheduler
+    draining = lambda: bool(app.state.draining)  # noqa: E731
+    app.state.forwarder = fwd = Forwarder(config, router, pool, metrics, keys, draining=draining, peers=peers)
     for api_route in ROUTES:
         app.router.routes.append(Route(api_route.path, fwd.endpoint(api_route), methods=["POST"]))
     OllamaApi(fwd).add_to(app)
@@ -109,11 +121,12 @@ def create_app(config: Config, supervisor: Supervisor) -> FastAPI:
             allow_methods=["GET", "POST", "OPTIONS"],
             allow_headers=["*"],
         )
-    add_info_routes(app, config, supervisor, keys, metrics)
-    restarts = add_restart_route(app, config, supervisor, router, keys)
+    add_info_routes(app, config, supervisor, keys, metrics, scheduler)
+    app.state.control = control = ModelControl(scheduler)
+    add_model_routes(app, router, control, keys)
+    restarts = add_restart_route(app, supervisor, control, router, keys)
     # last: the console's routes (and its catch-all under /ui/) come after every API route
-    console = mount_console(app, config, supervisor, metrics, keys)
-    app.state.console = console
+    app.state.console = console = mount_console(app, config, supervisor, metrics, keys, scheduler)
     return app
 
 

@@ -11,7 +11,7 @@ Each route is a raw ASGI endpoint (no pydantic, no Request/Response objects); on
    structured output, drafting off when per-token probabilities are asked for). When nothing
    changed the client's original bytes are forwarded untouched; otherwise the body is
    serialised once;
-5. take a serving replica, held while none is ready (``when_loading: hold``), or a peer (``serve.peers``);
+5. a peer (``serve.peers``), or a lease on a replica, held while the model loads (``serve.holding``);
 6. send upstream (``orchestrator.serve.upstream``: keep-alive, retry once on a dead pooled socket;
    a replica that answered nothing hands the request on to the next one, once);
 7. answer: non-streamed bodies are parsed for ``timings`` (metrics, ``Instance.record_timings``)
@@ -42,6 +42,7 @@ from orchestrator.serve import response_repair as reasoning
 from orchestrator.serve.api_routes import ApiRoute, prepare_body
 from orchestrator.serve.body import ClientGone, dump_body, parse_body, read_body, to_utf8
 from orchestrator.serve.body_codec import decode_body
+from orchestrator.serve.holding import end_held_stream, hold_for_lease, next_lease
 from orchestrator.serve.metrics import NO_MODEL, ModelMetrics, ProxyMetrics
 from orchestrator.serve.peers import Peer, PeerRouter
 from orchestrator.serve.stream_repair import repair_for_stream
@@ -98,19 +99,16 @@ class Forwarder:
         draining: Callable[[], bool],
         peers: PeerRouter,
     ) -> None:
-        self.config = config
+        self.router, self.pool, self.metrics, self.keys, self.draining = router, pool, metrics, keys, draining
         self.peers = peers  # peers, spillover, where requests went
-        self.router = router
-        self.pool = pool
-        self.metrics = metrics
-        self.keys = keys
-        self.draining = draining
-        self.max_body = config.server.max_body_bytes
+        self.update(config)
+
+    def update(self, config: Config) -> None:
+        """Take a new config (a reload): body limits and each model's repair policy change in place."""
+        self.config, self.max_body = config, config.server.max_body_bytes
         self.body_timeout = config.server.timeouts.client_body
         self.policies = {
-            m.name: chat.RepairPolicy(
-                system_messages=m.system_messages, multimodal=m.multimodal, thinking_default=m.thinking
-            )
+            m.name: chat.RepairPolicy(m.system_messages, multimodal=m.multimodal, thinking_default=m.thinking)
             for m in config.models
         }
 
@@ -134,13 +132,12 @@ class _Prepared:
 
 
 class _Watch:
-    """Flags shared with the disconnect watcher."""
+    """Flags shared with the disconnect watcher (and ``head_sent``: a held stream's head went out)."""
 
-    __slots__ = ("disconnected", "finished")
+    __slots__ = ("disconnected", "finished", "head_sent")
 
     def __init__(self) -> None:
-        self.finished = False
-        self.disconnected = False
+        self.finished = self.disconnected = self.head_sent = False
 
 
 class Endpoint:
@@ -242,20 +239,23 @@ class Endpoint:
     async def _exchange(self, prep: _Prepared, mm: ModelMetrics, send: Send, watch: _Watch, started: float) -> int:
         """Forward to a peer (``PeerRouter.route``) or a serving replica; one that answered nothing
         (it just died) hands the request on to the next serving one (held while it restarts), once."""
-        router = self.fwd.router
+        router, keepalive = self.fwd.router, self.fwd.config.server.timeouts.keepalive if prep.stream else None
         with self.fwd.peers.route(prep.model) as peer:
             if peer is not None:
                 return await self._exchange_on(peer, prep, mm, send, watch, started, refused_ok=False)
-            instance = await router.acquire(prep.model.name)
             try:
-                return await self._exchange_on(instance, prep, mm, send, watch, started, refused_ok=True)
-            except NothingAnswered as refused:
-                cause, stalls = refused.args
-                stalled = stalled_error(instance.stalls - stalls, instance.warnings)
-                if stalled is not None or not await router.left_serving(instance):
-                    raise stalled or to_api_error(cause) from None  # alive: it closed on purpose
-                instance = await router.acquire(prep.model.name)
-                return await self._exchange_on(instance, prep, mm, send, watch, started, refused_ok=False)
+                lease = await hold_for_lease(router, prep.model.name, send, keepalive, watch)
+                try:
+                    return await self._exchange_on(lease.instance, prep, mm, send, watch, started, refused_ok=True)
+                except NothingAnswered as refused:
+                    lease = await next_lease(router, prep.model.name, lease, refused)
+                    return await self._exchange_on(lease.instance, prep, mm, send, watch, started, refused_ok=False)
+                finally:
+                    lease.release()
+            except ApiError as error:  # a held stream's head is out: the error becomes its last event
+                if not watch.head_sent:
+                    raise
+                return await end_held_stream(send, error, self.route.flavor)
 
     async def _exchange_on(
         self,
@@ -364,7 +364,8 @@ class Endpoint:
         started: float,
         stalls: int,
     ) -> int:
-        await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
+        if not watch.head_sent:
+            await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
 
         def finished(outcome: RelayOutcome) -> None:
             watch.finished = True

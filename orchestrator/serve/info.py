@@ -10,6 +10,7 @@ Anthropic's paging fields (``has_more``, ``first_id``, ``last_id``).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI, Request
@@ -19,17 +20,27 @@ from orchestrator.errors import ApiError
 from orchestrator.serve.auth import ApiKeys
 from orchestrator.serve.metrics import CONTENT_TYPE, ProxyMetrics
 from orchestrator.serve.routing import RETRY_AFTER
-from orchestrator.supervise.restart_policy import can_recover
 from orchestrator.supervise.supervisor import SERVING
 
 if TYPE_CHECKING:
     from orchestrator.config.schema import Config
     from orchestrator.serve.peers import PeerRouter
+    from orchestrator.supervise.scheduler import ModelScheduler
     from orchestrator.supervise.supervisor import Supervisor
 
 
-def add_info_routes(app: FastAPI, config: Config, supervisor: Supervisor, keys: ApiKeys, metrics: ProxyMetrics) -> None:
-    """Register the read-only routes on ``app`` (``app.state.draining`` turns ``/health`` to 503)."""
+def add_info_routes(
+    app: FastAPI,
+    config: Config,
+    supervisor: Supervisor,
+    keys: ApiKeys,
+    metrics: ProxyMetrics,
+    scheduler: ModelScheduler,
+) -> None:
+    """Register the read-only routes on ``app`` (``app.state.draining`` turns ``/health`` to 503).
+
+    The model list follows ``app.state.router.config``, so a reloaded models.yaml shows at once.
+    """
     created = int(time.time())
     peer_router: PeerRouter = app.state.peers
 
@@ -37,10 +48,43 @@ def add_info_routes(app: FastAPI, config: Config, supervisor: Supervisor, keys: 
         if required:
             keys.check(request.scope["headers"])
 
+    def entries_now() -> list[dict[str, Any]]:
+        local = model_entries(app.state.router.config, supervisor, scheduler, created)
+        return local + peer_router.model_entries(created)
+
+    _add_model_list(app, entries_now, guard)
+
+    # HEAD too: uptime checkers and load balancers probe with it
+    @app.api_route("/health", methods=["GET", "HEAD"])
+    async def health(request: Request) -> JSONResponse:
+        guard(request, config.server.auth_health)
+        return health_response(supervisor, scheduler, draining=bool(app.state.draining))
+
+    @app.get("/status")
+    async def status(request: Request) -> JSONResponse:
+        guard(request)
+        return JSONResponse(status_body(supervisor, scheduler))
+
+    @app.get("/peers")
+    async def peers(request: Request) -> JSONResponse:
+        guard(request)
+        return JSONResponse(peer_router.snapshot())
+
+    @app.get("/metrics")
+    async def prometheus(request: Request) -> Response:
+        guard(request, config.server.auth_metrics)
+        return Response(metrics.render(), media_type=CONTENT_TYPE)
+
+
+def _add_model_list(
+    app: FastAPI, entries_now: Callable[[], list[dict[str, Any]]], guard: Callable[[Request], None]
+) -> None:
+    """``GET /v1/models`` (OpenAI's and Anthropic's list shape) and ``GET /v1/models/{id}``."""
+
     @app.get("/v1/models")
     async def list_models(request: Request) -> dict[str, Any]:
         guard(request)
-        data = model_entries(config, supervisor, created) + peer_router.model_entries(created)
+        data = entries_now()
         last = data[-1]["id"] if data else None
         return {
             "object": "list",
@@ -54,45 +98,30 @@ def add_info_routes(app: FastAPI, config: Config, supervisor: Supervisor, keys: 
     async def retrieve_model(request: Request, model_id: str) -> dict[str, Any]:
         """OpenAI's ``models.retrieve``: one entry by name or alias, else 404 ``model_not_found``."""
         guard(request)
-        entries = model_entries(config, supervisor, created) + peer_router.model_entries(created)
+        entries = entries_now()
         for entry in entries:
             if entry["id"] == model_id:
                 return entry
         names = ", ".join(e["id"] for e in entries)
         raise ApiError(404, f"model {model_id!r} not found; available: {names}", param="model", code="model_not_found")
 
-    # HEAD too: uptime checkers and load balancers probe with it
-    @app.api_route("/health", methods=["GET", "HEAD"])
-    async def health(request: Request) -> JSONResponse:
-        guard(request, config.server.auth_health)
-        return health_response(config, supervisor, draining=bool(app.state.draining))
 
-    @app.get("/status")
-    async def status(request: Request) -> JSONResponse:
-        guard(request)
-        return JSONResponse(supervisor.snapshot())
-
-    @app.get("/peers")
-    async def peers(request: Request) -> JSONResponse:
-        guard(request)
-        return JSONResponse(peer_router.snapshot())
-
-    @app.get("/metrics")
-    async def prometheus(request: Request) -> Response:
-        guard(request, config.server.auth_metrics)
-        return Response(metrics.render(), media_type=CONTENT_TYPE)
-
-
-def model_entries(config: Config, supervisor: Supervisor, created: int) -> list[dict[str, Any]]:
-    """The ``/v1/models`` list: one entry per model name and per alias, with state and replicas.
+def model_entries(
+    config: Config, supervisor: Supervisor, scheduler: ModelScheduler, created: int
+) -> list[dict[str, Any]]:
+    """The ``/v1/models`` list: one entry per model name and per alias, with its lifecycle state
+    (``unloaded``, ``loading``, ``ready``, ``unloading``, ``failed``; in ``status.value`` as
+    llama.cpp's router spells it), memory per device (bytes) and replicas.
 
     ``created`` is the Unix time (seconds) the app was built, OpenAI's ``created`` field.
     """
     data = []
     created_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(created))
+    rows = {row["model"]: row for row in scheduler.snapshot()}
     for model in config.models:
         replicas = supervisor.for_model(model.name)
-        state = model_state(replicas)
+        row = rows.get(model.name, {})
+        state = row.get("state", model_state(replicas))
         for name in (model.name, *model.aliases):
             entry: dict[str, Any] = {
                 "id": name,
@@ -103,6 +132,9 @@ def model_entries(config: Config, supervisor: Supervisor, created: int) -> list[
                 "display_name": name,
                 "created_at": created_at,
                 "state": state,
+                "status": {"value": {"ready": "loaded", "unloading": "loaded"}.get(state, state)},
+                "memory": row.get("memory", {}),
+                "pinned": model.pinned,
                 "replicas": [{"name": i.name, "state": i.state.value} for i in replicas],
             }
             entry["aliases" if name == model.name else "alias_of"] = (
@@ -112,28 +144,46 @@ def model_entries(config: Config, supervisor: Supervisor, created: int) -> list[
     return data
 
 
-def health_response(config: Config, supervisor: Supervisor, *, draining: bool) -> JSONResponse:
-    """200 ``ok`` when every model has a serving replica that answers and the app is not draining,
-    else 503 (``draining`` or ``unavailable``); per-model details either way.
+def status_body(supervisor: Supervisor, scheduler: ModelScheduler) -> dict[str, Any]:
+    """``GET /status``: instances (``Supervisor.snapshot``), models (``ModelScheduler.snapshot``: state,
+    memory, idle time, time until unload), device memory, swaps, and the last reload's problem."""
+    return {
+        "instances": supervisor.snapshot(),
+        "models": scheduler.snapshot(),
+        "memory": scheduler.memory(),
+        "swaps": scheduler.swaps,
+        "config_error": scheduler.config_error,
+    }
 
-    A replica whose llama-server stopped answering (``Instance.responsive``) does not count as
-    ready: it cannot answer a request. The 503 carries ``Retry-After`` only while every model
-    that is not ready can recover by itself (loading, restarting, a stall being restarted); for
-    a failed or stopped model a retry cannot help.
+
+def health_response(supervisor: Supervisor, scheduler: ModelScheduler, *, draining: bool) -> JSONResponse:
+    """200 ``ok`` unless the app is draining, a model failed, a model is still loading at start, or
+    a loaded model has no replica that answers; else 503 (``draining`` or ``unavailable``), with
+    per-model details either way.
+
+    A model that is unloaded (it loads on its first request) or loading for a request does not
+    make the endpoint unhealthy: a load balancer must not drop it during a swap. A replica whose
+    llama-server stopped answering (``Instance.responsive``) does not count as ready. The 503
+    carries ``Retry-After`` only while no model failed: for a failed model a retry cannot help.
     """
     models = {}
-    for model in config.models:
-        replicas = supervisor.for_model(model.name)
-        models[model.name] = {
-            "ready": any(i.state in SERVING and i.responsive for i in replicas),
-            "state": model_state(replicas),
+    bad: list[str] = []
+    for row in scheduler.snapshot():
+        replicas = supervisor.for_model(row["model"])
+        ready = any(i.state in SERVING and i.responsive for i in replicas)
+        models[row["model"]] = {
+            "ready": ready,
+            "state": row["state"],
             "replicas": {i.name: i.state.value for i in replicas},
             "unresponsive": [i.name for i in replicas if i.state in SERVING and not i.responsive],
         }
-    ok = all(m["ready"] for m in models.values()) and not draining
+        if row["state"] == "failed" or (row["state"] == "loading" and row["startup"]):
+            bad.append(row["state"])
+        elif row["state"] == "ready" and not ready:
+            bad.append("restarting")
+    ok = not bad and not draining
     status = "ok" if ok else ("draining" if draining else "unavailable")
-    recoverable = all(m["ready"] or can_recover(str(m["state"])) for m in models.values())
-    headers = None if ok or not recoverable else {"Retry-After": str(int(RETRY_AFTER))}
+    headers = None if ok or "failed" in bad else {"Retry-After": str(int(RETRY_AFTER))}
     return JSONResponse({"status": status, "models": models}, status_code=200 if ok else 503, headers=headers)
 
 

@@ -32,6 +32,19 @@ metric                                             type       meaning
 ``orchestrator_instance_restarts_total``           counter    restarts of each replica (supervisor)
 ``orchestrator_kv_*``                              mixed      saved/restored slots, restore seconds, verification
                                                               failures (``orchestrator.supervise.kv_persist``)
+``orchestrator_model_loads_total``                 counter    loads that reached ready
+``orchestrator_model_load_failures_total``         counter    loads that failed
+``orchestrator_model_load_seconds``                histogram  load start -> every replica serves (s)
+``orchestrator_model_unloads_total``               counter    unloads by ``reason``: ttl, memory (an
+                                                              eviction for another model), request,
+                                                              reload, shutdown
+``orchestrator_model_swaps_total``                 counter    evictions made to fit another model
+``orchestrator_queue_wait_seconds``                histogram  how long a request was held (load, swap)
+``orchestrator_queued_requests``                   gauge      requests held now
+``orchestrator_model_state``                       gauge      1 for each model's lifecycle ``state``
+``orchestrator_loaded_bytes``                      gauge      estimated bytes our models hold, per
+                                                              ``device`` (``cpu`` or a GPU index)
+``orchestrator_memory_capacity_bytes``             gauge      the budget per ``device``
 =================================================  =========  ==========================================
 
 Requests that fail before a model is known (bad JSON, unknown model) count under
@@ -49,9 +62,12 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
+from orchestrator.supervise.model_state import ModelState
 from orchestrator.supervise.supervisor import ProcessState
 
 if TYPE_CHECKING:
+    from orchestrator.supervise.model_state import ModelEvent
+    from orchestrator.supervise.scheduler import ModelScheduler
     from orchestrator.supervise.supervisor import Supervisor
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
@@ -60,6 +76,7 @@ NO_MODEL = "-"
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 _DRAFTING_OFF_HELP = "Requests run with MTP drafting turned off, by reason"
 _TPS_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000)
+_LOAD_BUCKETS = (0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600)
 
 
 _CACHED = ("orchestrator_prompt_cached_tokens", "Prompt tokens per request from a slot's cache (timings.cache_n)")
@@ -177,9 +194,10 @@ class ProxyMetrics:
             shows in ``/metrics`` from the start).
     """
 
-    def __init__(self, supervisor: Supervisor, models: list[str]) -> None:
+    def __init__(self, supervisor: Supervisor, models: list[str], scheduler: ModelScheduler | None = None) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
+        self.scheduler = _SchedulerMetrics(r, scheduler) if scheduler is not None else None
         self.requests = Counter(
             "orchestrator_requests", "Requests by endpoint and HTTP status", ["model", "endpoint", "status"], registry=r
         )
@@ -234,6 +252,8 @@ class ProxyMetrics:
         for name in models:
             self.model(name)
         r.register(_SupervisorCollector(supervisor, self))
+        if scheduler is not None:
+            r.register(_SchedulerCollector(scheduler))
 
     @functools.cached_property
     def cached_tokens(self) -> Histogram:
@@ -288,3 +308,73 @@ class _SupervisorCollector(Collector):
             if m.drafted_total:
                 rate.add_metric([m.model], m.accepted_total / m.drafted_total)
         yield rate
+
+
+class _SchedulerMetrics:
+    """Counters and histograms fed by the lifecycle's events (``ModelScheduler.listeners``)."""
+
+    def __init__(self, r: CollectorRegistry, scheduler: ModelScheduler) -> None:
+        self.loads = Counter("orchestrator_model_loads", "Model loads that reached ready", ["model"], registry=r)
+        self.failures = Counter("orchestrator_model_load_failures", "Model loads that failed", ["model"], registry=r)
+        self.load_seconds = Histogram(
+            "orchestrator_model_load_seconds",
+            "Load start until every replica serves (s)",
+            ["model"],
+            buckets=_LOAD_BUCKETS,
+            registry=r,
+        )
+        self.unloads = Counter("orchestrator_model_unloads", "Model unloads by reason", ["model", "reason"], registry=r)
+        self.swaps = Counter("orchestrator_model_swaps", "Evictions made to fit another model", registry=r)
+        self.queue_wait = Histogram(
+            "orchestrator_queue_wait_seconds",
+            "How long a request was held for a load or a swap (s)",
+            ["model"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        scheduler.listeners.append(self.on_event)
+
+    def on_event(self, event: ModelEvent) -> None:
+        if event.kind == "loaded":
+            self.loads.labels(event.model).inc()
+            if event.seconds is not None:
+                self.load_seconds.labels(event.model).observe(event.seconds)
+        elif event.kind == "load_failed":
+            self.failures.labels(event.model).inc()
+        elif event.kind == "unloaded":
+            self.unloads.labels(event.model, event.reason or "-").inc()
+            if event.reason == "memory":
+                self.swaps.inc()
+        elif event.kind == "waited" and event.seconds is not None:
+            self.queue_wait.labels(event.model).observe(event.seconds)
+
+
+class _SchedulerCollector(Collector):
+    """Reads the lifecycle's models and device memory when ``/metrics`` is scraped."""
+
+    def __init__(self, scheduler: ModelScheduler) -> None:
+        self._scheduler = scheduler
+
+    def collect(self) -> Iterator[Any]:
+        queued = GaugeMetricFamily("orchestrator_queued_requests", "Requests held now", labels=["model"])
+        state = GaugeMetricFamily(
+            "orchestrator_model_state", "1 for the current lifecycle state of each model", labels=["model", "state"]
+        )
+        for m in self._scheduler.models.values():
+            queued.add_metric([m.name], float(len(m.waiters)))
+            for s in ModelState:
+                state.add_metric([m.name, s.value], 1.0 if m.state is s else 0.0)
+        yield queued
+        yield state
+        loaded = GaugeMetricFamily(
+            "orchestrator_loaded_bytes", "Estimated bytes our models hold per device", labels=["device"]
+        )
+        capacity = GaugeMetricFamily(
+            "orchestrator_memory_capacity_bytes", "Memory budget per device (bytes)", labels=["device"]
+        )
+        for device, info in self._scheduler.memory().items():
+            loaded.add_metric([device], float(info["used"]))
+            if info["capacity"] is not None:
+                capacity.add_metric([device], float(info["capacity"]))
+        yield loaded
+        yield capacity

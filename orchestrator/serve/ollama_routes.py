@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
 NDJSON = "application/x-ndjson"
 _ROUTES = {r.path: r for r in ROUTES}
-# keep_alive has no effect yet: a model stays loaded while `orchestrator up` runs
+# keep_alive has no effect: a model unloads after its models.yaml ttl (orchestrator.supervise.scheduler)
 _NEVER = "2318-08-17T00:00:00Z"
 
 
@@ -116,7 +116,7 @@ class OllamaApi:
         path, oai = ollama.generate_request(body)
         if not body.get("prompt") and not body.get("images"):
             model = self.fwd.router.resolve(oai["model"])
-            await self.fwd.router.acquire(model.name)  # Ollama's "load the model" request
+            (await self.fwd.router.acquire(model.name)).release()  # Ollama's "load the model" request
             return JSONResponse(
                 {"model": model.name, "created_at": ollama.now(), "response": "", "done": True, "done_reason": "load"}
             )
@@ -161,6 +161,7 @@ class OllamaApi:
         mm = fwd.metrics.model(model.name)
         status = 500
         instance = None
+        lease = None
         handed = False  # a stream releases the replica itself when it ends
         try:
             plan = prepare_body(_ROUTES[path], oai, model, fwd.policies[model.name])
@@ -169,7 +170,8 @@ class OllamaApi:
             if plan.drafting_off is not None:
                 mm.drafting_off(plan.drafting_off)
             body = plan.body if plan.body is not None else oai
-            instance = await fwd.router.acquire(model.name)
+            lease = await fwd.router.acquire(model.name)
+            instance = lease.instance
             instance.in_flight += 1
             mm.in_flight.inc()
             upstream = fwd.pool.get(instance.base_url or "", instance.name)
@@ -182,7 +184,7 @@ class OllamaApi:
             status = 200
             if body.get("stream"):
                 handed = True
-                lines = self._stream(upstream, response, model.name, (started, generate, plan.trim_top), instance, mm)
+                lines = self._stream(upstream, response, model.name, (started, generate, plan.trim_top), lease, mm)
                 return StreamingResponse(lines, media_type=NDJSON)
             try:
                 data = json.loads(await upstream.read_body(response))
@@ -201,6 +203,8 @@ class OllamaApi:
             if instance is not None and not handed:
                 instance.in_flight -= 1
                 mm.in_flight.dec()
+            if lease is not None and not handed:
+                lease.release()
 
     @staticmethod
     def _whole(
@@ -218,7 +222,7 @@ class OllamaApi:
         return ollama.answer(data, model, started, generate=generate)
 
     async def _stream(
-        self, upstream: Any, response: httpx.Response, model: str, how: tuple[float, bool, bool], inst: Any, mm: Any
+        self, upstream: Any, response: httpx.Response, model: str, how: tuple[float, bool, bool], lease: Any, mm: Any
     ) -> AsyncIterator[bytes]:
         started, generate, trim_top = how
         translator = ollama.StreamTranslator(model, started, generate=generate)
@@ -243,6 +247,7 @@ class OllamaApi:
         except (UpstreamTimeout, httpx.TransportError) as exc:
             yield ollama.error_line(to_api_error(exc))
         finally:
-            inst.in_flight -= 1
+            lease.instance.in_flight -= 1
             mm.in_flight.dec()
+            lease.release()
             await response.aclose()

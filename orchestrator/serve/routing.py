@@ -4,13 +4,13 @@
   the only configured model is used; with several models that is a 400.
 - An unknown name is a 404 ``model_not_found`` whose message lists the names that exist.
 - Among the model's replicas, the one serving with the fewest requests in flight wins
-  (``Supervisor.pick``). A replica that is loading, restarting or failed never gets a request
+  (``ManagedModel.pick``). A replica that is loading, restarting or failed never gets a request
   (readiness is llama-server's ``/health``, which the supervisor follows).
-- With no replica serving, ``server.when_loading: hold`` (default) waits up to
-  ``server.timeouts.queue`` seconds for one (``Supervisor.wait_for_replica``); ``reject``
-  answers 503 at once. Either way the 503 carries ``Retry-After``, but only while a replica can
-  still recover (loading, restarting): for a model whose replicas all failed or stopped a
-  retry cannot help, so that 503 has none.
+- With no replica serving, ``server.when_loading: hold`` (default) holds the request up to
+  ``server.timeouts.queue`` seconds while the model loads (``ModelScheduler.acquire``: load on
+  demand, eviction, queue limit); ``reject`` answers 503 at once (and starts the load). The 503
+  carries ``Retry-After`` only while the model can still come up by itself: for a failed model
+  (or one too large for the memory budget) a retry cannot help, so that 503 has none.
 """
 
 from __future__ import annotations
@@ -21,15 +21,18 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.errors import ApiError
+from orchestrator.supervise.scheduler import RETRY_AFTER as SCHEDULER_RETRY_AFTER
 from orchestrator.supervise.states import SERVING
 
 if TYPE_CHECKING:
     from orchestrator.config.schema import Config, ModelConfig
+    from orchestrator.supervise.managed import Lease
+    from orchestrator.supervise.scheduler import ModelScheduler
     from orchestrator.supervise.supervisor import Instance, Supervisor
 
 # Seconds a client is told to wait before retrying while no replica serves. A model load takes
 # seconds to minutes; a short hint keeps clients polling without hammering.
-RETRY_AFTER = 5.0
+RETRY_AFTER = SCHEDULER_RETRY_AFTER
 # Seconds to wait for the supervisor to notice that a replica whose port refused a connection
 # died (it reaps the child within a loop turn; this only bounds the wait).
 REFUSED_WAIT = 1.0
@@ -44,9 +47,14 @@ class Router:
         supervisor: owns the instances and their states.
     """
 
-    def __init__(self, config: Config, supervisor: Supervisor) -> None:
-        self.config = config
+    def __init__(self, config: Config, supervisor: Supervisor, scheduler: ModelScheduler) -> None:
         self.supervisor = supervisor
+        self.scheduler = scheduler
+        self.update(config)
+
+    def update(self, config: Config) -> None:
+        """Take a new config (a reload): names and aliases change in place."""
+        self.config = config
         self.models: dict[str, ModelConfig] = {}
         for model in config.models:
             self.models[model.name] = model
@@ -103,41 +111,16 @@ class Router:
                 await asyncio.wait_for(self.supervisor.changed.wait(), timeout=left)
         return failed.state not in SERVING
 
-    async def acquire(self, model: str) -> Instance:
-        """Return a serving replica of ``model`` (by name), holding the caller if none serves yet.
+    async def acquire(self, model: str) -> Lease:
+        """A lease on a serving replica of ``model`` (by name), holding the caller while it loads.
 
-        Args:
-            model: a configured model name (not an alias; see :meth:`resolve`).
-
-        Returns:
-            The replica with the fewest requests in flight. The caller increments its
-            ``in_flight`` around the upstream request.
+        The model scheduler (``ModelScheduler.acquire``) loads an unloaded model, evicting idle
+        ones when memory is short; the caller releases the lease when the request is over.
 
         Raises:
-            ApiError: 503 ``model_loading`` with ``Retry-After`` when no replica serves and
-                ``when_loading`` is ``reject``, or none became ready within ``timeouts.queue``
-                seconds; 503 ``model_unavailable`` without ``Retry-After`` when no replica can
-                recover (all failed or stopped).
+            ApiError: 429 beyond the model's queue limit; 503 ``model_loading`` with
+                ``Retry-After`` (``when_loading: reject``, or not ready within ``timeouts.queue``);
+                503 ``model_unavailable`` / ``model_load_failed`` / ``model_too_large`` with the
+                reason and no ``Retry-After`` (retrying cannot help until a person acts).
         """
-        instance = self.supervisor.pick(model)
-        if instance is not None:
-            return instance
-        server = self.config.server
-        if server.when_loading == "hold":
-            instance = await self.supervisor.wait_for_replica(model, server.timeouts.queue)
-            if instance is not None:
-                return instance
-        states = sorted({i.state.value for i in self.supervisor.for_model(model)})
-        if states and all(s in ("failed", "stopped") for s in states):
-            raise ApiError(
-                503,
-                f"model {model!r} is not running (replicas: {', '.join(states)}); see `orchestrator status`",
-                code="model_unavailable",  # no Retry-After: retrying cannot help until a person acts
-            )
-        waited = f" after waiting {server.timeouts.queue:g} s" if server.when_loading == "hold" else ""
-        raise ApiError(
-            503,
-            f"model {model!r} is not ready yet{waited} (replicas: {', '.join(states) or 'none'}); retry later",
-            code="model_loading",
-            retry_after=RETRY_AFTER,
-        )
+        return await self.scheduler.acquire(model)

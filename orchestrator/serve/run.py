@@ -30,7 +30,11 @@ from orchestrator.host import statefile
 from orchestrator.host.ports import check_port_free
 from orchestrator.serve.app import create_app
 from orchestrator.serve.http_limits import uvicorn_config
-from orchestrator.supervise.supervisor import RUNNING, SERVING, TERMINAL, Supervisor
+from orchestrator.serve.reload import ConfigReloader, Prepare, Reloading
+from orchestrator.supervise.budget import budget_for
+from orchestrator.supervise.model_state import ModelState
+from orchestrator.supervise.scheduler import ModelScheduler
+from orchestrator.supervise.supervisor import RUNNING, SERVING, Supervisor
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -70,13 +74,20 @@ class Display(Protocol):
         """Everything stopped cleanly."""
 
 
-def serve_up(config: Config, specs: list[InstanceSpec], display: Callable[[Supervisor], Display]) -> int:
+def serve_up(
+    config: Config,
+    specs: list[InstanceSpec],
+    display: Callable[[Supervisor], Display],
+    prepare: Prepare | None = None,
+) -> int:
     """Serve ``specs`` behind one endpoint until SIGINT/SIGTERM.
 
     Args:
         config: the validated config.
         specs: the launch plan (``orchestrator.launch.plan.plan_launch``).
         display: makes the ``Display`` for the supervisor of this run.
+        prepare: reads, expands and plans ``config.path`` again; with it, models.yaml is reloaded
+            on change, on SIGHUP and on ``POST /reload`` (``orchestrator.serve.reload``).
 
     Returns:
         0 after a clean shutdown; 1 when every instance failed to start or the HTTP server died.
@@ -87,7 +98,7 @@ def serve_up(config: Config, specs: list[InstanceSpec], display: Callable[[Super
     sock = _bind_proxy_socket(config)
     try:
         with asyncio.Runner(loop_factory=_loop_factory()) as runner:
-            return runner.run(_serve(config, specs, sock, display))
+            return runner.run(_serve(config, specs, sock, display, prepare))
     finally:
         sock.close()
 
@@ -204,29 +215,43 @@ class _Signals:
 
 
 async def _serve(
-    config: Config, specs: list[InstanceSpec], sock: socket.socket, make_display: Callable[[Supervisor], Display]
+    config: Config,
+    specs: list[InstanceSpec],
+    sock: socket.socket,
+    make_display: Callable[[Supervisor], Display],
+    prepare: Prepare | None,
 ) -> int:
     started = time.time()
     supervisor = Supervisor(specs, config, log_dir=statefile.log_dir())
-    app = create_app(config, supervisor)
+    gpu_indices = sorted({g for s in specs for g in s.gpus})
+    scheduler = ModelScheduler(supervisor, config, budget_for(config.server, gpu_indices=gpu_indices))
+    app = create_app(config, supervisor, scheduler)
     app.state.draining = False
     server = _make_server(app, config)
     url = endpoint_url(config, sock.getsockname()[1])
     display = make_display(supervisor)
     me = os.getpid()
-    with _Signals(app) as signals:
+    if prepare is not None and config.path is not None:
+        app.state.reloader = ConfigReloader(
+            Path(config.path), prepare, app.state.control, app.state.router, app.state.forwarder, display.note
+        )
+    with _Signals(app) as signals, Reloading(getattr(app.state, "reloader", None)):
         try:
             _publish(config, supervisor, url, started)
             serve_task = asyncio.get_running_loop().create_task(server.serve(sockets=[sock]), name="uvicorn")
-            await supervisor.start()
-            display.loading(url, len(specs), supervisor.log_dir)
+            notes = await scheduler.start()
+            loading = sum(len(m.instances) for m in scheduler.models.values() if m.state is ModelState.LOADING)
+            display.loading(url, loading, supervisor.log_dir)
+            for note in notes:
+                display.note(note)
             display.start()
-            exit_code = await _watch(config, supervisor, url, started, display, serve_task, signals.stop)
+            exit_code = await _watch(config, scheduler, url, started, display, serve_task, signals.stop)
             await _drain(config, supervisor, display, signals)
             server.should_exit = True
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(serve_task, timeout=config.server.timeouts.shutdown_grace + 5)
             display.note("stopping llama-server instances")
+            await scheduler.close(supervisor.policy.stop_grace)
             await supervisor.stop(supervisor.policy.stop_grace)
         finally:
             supervisor.kill_now()
@@ -238,15 +263,17 @@ async def _serve(
 
 async def _watch(
     config: Config,
-    supervisor: Supervisor,
+    scheduler: ModelScheduler,
     url: str,
     started: float,
     display: Display,
     serve_task: asyncio.Task[None],
     stop: asyncio.Event,
 ) -> int:
-    """Publish and show every change until a stop signal (0), or until the HTTP server dies or no
-    instance could start (1). Announces readiness once every instance has settled."""
+    """Publish and show every change until a stop signal (0), or until the HTTP server dies or
+    nothing can serve (1: every model loaded at start failed and none loads on demand). Announces
+    readiness once the models loaded at start have settled."""
+    supervisor = scheduler.supervisor
     loop = asyncio.get_running_loop()
     announced = False
     stop_task = loop.create_task(stop.wait())
@@ -257,24 +284,41 @@ async def _watch(
                 {changed, stop_task, serve_task}, timeout=2.0, return_when=asyncio.FIRST_COMPLETED
             )
             changed.cancel()
-            _publish(config, supervisor, url, started)
-            display.refresh()
             if serve_task in done:
                 display.note(f"the HTTP server stopped unexpectedly: {serve_task.exception()!r}")
                 return 1
-            states = [i.state for i in supervisor.instances]
-            if not announced and all(s in SERVING or s in TERMINAL for s in states):
+            # the banner goes out before run.json says the instances serve (scripts wait on run.json)
+            if not announced and _settled(scheduler):
                 announced = True
-                for inst in supervisor.instances:
-                    if inst.state not in SERVING:
-                        display.failed(inst.name, inst.message)
-                if not any(s in SERVING for s in states):
-                    display.none_started()
+                if not _announce(scheduler, display, url, started):
                     return 1
-                display.ready(url, time.time() - started)
+            _publish(config, supervisor, url, started)
+            display.refresh()
         return 0
     finally:
         stop_task.cancel()
+
+
+def _settled(scheduler: ModelScheduler) -> bool:
+    """Every model loaded at start serves or failed (its replicas all serve counts: the scheduler
+    marks it READY a moment later)."""
+    return not any(
+        m.state is ModelState.LOADING and m.startup and not all(i.state in SERVING for i in m.instances)
+        for m in scheduler.models.values()
+    )
+
+
+def _announce(scheduler: ModelScheduler, display: Display, url: str, started: float) -> bool:
+    """Say which models failed at start, then "ready"; False when nothing at all can serve."""
+    models = list(scheduler.models.values())
+    for m in models:
+        if m.state is ModelState.FAILED:
+            display.failed(m.name, m.reason)
+    if not any(m.state is not ModelState.FAILED for m in models):
+        display.none_started()
+        return False
+    display.ready(url, time.time() - started)
+    return True
 
 
 async def _drain(config: Config, supervisor: Supervisor, display: Display, signals: _Signals) -> None:

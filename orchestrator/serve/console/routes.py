@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from orchestrator.config.schema import Config
     from orchestrator.serve.auth import ApiKeys
     from orchestrator.serve.metrics import ProxyMetrics
+    from orchestrator.supervise.scheduler import ModelScheduler
     from orchestrator.supervise.supervisor import Supervisor
 
 _TYPES = {".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8"}
@@ -74,6 +75,7 @@ class Console:
         self.access = ConsoleAccess(config, keys)
         self.history = History(config, supervisor, metrics)
         self.files = _load_static()
+        self.scheduler: ModelScheduler | None = None  # set by mount_console: lifecycle rows for the page
         if bench_dirs is None:
             bench_dirs = [Path.cwd() / "results"]
             if config.path:
@@ -160,14 +162,24 @@ class Console:
             "interval_s": self.history.interval,
             "seq": self.history.last_seq,
             "instances": rows,
+            "models": self.scheduler.snapshot() if self.scheduler is not None else [],
             "points": self.history.since(since),
         }
 
 
 def mount_console(
-    app: FastAPI, config: Config, supervisor: Supervisor, metrics: ProxyMetrics, keys: ApiKeys
+    app: FastAPI,
+    config: Config,
+    supervisor: Supervisor,
+    metrics: ProxyMetrics,
+    keys: ApiKeys,
+    scheduler: ModelScheduler | None = None,
 ) -> Console:
-    """Build the console for ``app`` and add its routes; start it with ``Console.start()``."""
+    """Build the console for ``app`` and add its routes; start it with ``Console.start()``.
+
+    With a ``scheduler``, the page's poll carries each model's lifecycle row (``models``).
+    """
     console = Console(config, supervisor, metrics, keys)
+    console.scheduler = scheduler
     console.mount(app)
     return console

@@ -1,0 +1,128 @@
+"""Rules the model scheduler applies, as functions of the models' records (``ManagedModel``): who
+holds memory and may be evicted, whose TTL ran out, what a held request waits for, the memory
+table per device. ``ModelScheduler._schedule`` calls them; none changes a model."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from orchestrator.errors import ApiError
+from orchestrator.supervise.budget import Holder, MemoryBudget
+from orchestrator.supervise.model_state import ModelState
+from orchestrator.supervise.states import RUNNING, SERVING, STARTING, TERMINAL, ProcessState
+
+if TYPE_CHECKING:
+    from orchestrator.config.schema import ServerConfig
+    from orchestrator.supervise.managed import ManagedModel
+
+
+def holders(models: Iterable[ManagedModel], exclude: ManagedModel) -> list[Holder]:
+    """Every model that holds memory (loaded, loading, stopping) but ``exclude``, as the budget sees it.
+
+    Evictable: READY, not pinned, and loaded by the scheduler (replicas someone else started are
+    only followed). Busy: ``ManagedModel.busy``.
+    """
+    return [
+        Holder(
+            model=m.name,
+            need=m.need,
+            last_used=m.last_used,
+            busy=m.busy(),
+            evictable=m.state is ModelState.READY and not m.config.pinned and not m.adopted,
+            pinned=m.config.pinned,
+        )
+        for m in models
+        if m is not exclude and m.holds_memory
+    ]
+
+
+def expired(models: Iterable[ManagedModel], server: ServerConfig, now: float) -> list[ManagedModel]:
+    """READY models idle (nothing in flight or held) for at least their TTL (``now``: monotonic s)."""
+    out = []
+    for m in models:
+        ttl = m.ttl(server)
+        if ttl is None or m.state is not ModelState.READY or m.adopted or m.in_flight or m.waiters:
+            continue
+        if now - m.last_used >= ttl:
+            out.append(m)
+    return out
+
+
+def waiting_for(m: ManagedModel) -> str:
+    """What a held request for ``m`` is waiting for, in words (for 503 messages and SSE comments)."""
+    if m.state is ModelState.LOADING:
+        return "loading"
+    if m.state is ModelState.READY:
+        if m.closing:
+            return "another model is waiting for its memory"
+        return "no replica serving: " + ", ".join(f"{i.name} {i.state.value}" for i in m.instances)
+    if m.state is ModelState.UNLOADING:
+        return "unloading"
+    return m.reason or m.state.value
+
+
+def follow_replicas(m: ManagedModel, *, idle: bool) -> tuple[ModelState, str | None] | None:
+    """The state ``m`` should take after its replicas changed outside a load or unload (``idle``:
+    no load, unload or restart task runs for it), or None.
+
+    Replicas started by someone else (tests, tools) make it LOADING, then READY once all serve,
+    or FAILED when they all failed before the scheduler ever ran the model; READY with every
+    replica gone is FAILED (a crash loop, a load timeout) or UNLOADED (stopped).
+    """
+    states = [i.state for i in m.instances]
+    if not states or not idle:
+        return None
+    if m.state is ModelState.UNLOADED and m.task is None and all(s is ProcessState.FAILED for s in states):
+        return ModelState.FAILED, replica_failure(m)
+    if m.state in (ModelState.UNLOADED, ModelState.FAILED) and any(s in RUNNING or s in STARTING for s in states):
+        return ModelState.LOADING, "loading"
+    if m.adopted and m.state is ModelState.LOADING:
+        if all(s in SERVING for s in states):
+            return ModelState.READY, None
+        if all(s in TERMINAL for s in states):
+            return ModelState.FAILED, replica_failure(m)
+    if m.state is ModelState.READY and all(s in TERMINAL for s in states):
+        if all(s is ProcessState.STOPPED for s in states):
+            return ModelState.UNLOADED, "its replicas were stopped"
+        return ModelState.FAILED, replica_failure(m)
+    return None
+
+
+def load_failed_error(m: ManagedModel) -> ApiError:
+    """The 503 for requests held by a load that failed (no Retry-After: it would fail again)."""
+    return ApiError(503, f"model {m.name!r} failed to load: {m.reason}", code="model_load_failed")
+
+
+def unavailable_error(m: ManagedModel) -> ApiError:
+    """The 503 for a request to a FAILED model: the reason and what to do, no Retry-After."""
+    return ApiError(
+        503,
+        f"model {m.name!r} failed: {m.reason}; fix it, then `orchestrator load {m.name}` (or edit models.yaml)",
+        code="model_unavailable",
+    )
+
+
+def replica_failure(m: ManagedModel) -> str:
+    """Why a model's replicas are gone: the first failed or restarting replica's message."""
+    for inst in m.instances:
+        if inst.state in (ProcessState.FAILED, ProcessState.RESTARTING):
+            return f"{inst.name}: {inst.message}"
+    return "its replicas stopped"
+
+
+def memory_table(models: Iterable[ManagedModel], budget: MemoryBudget) -> dict[str, dict[str, Any]]:
+    """Per device: ``capacity`` (bytes or None = unknown), ``used`` (our estimate, bytes), ``models``
+    holding memory there, and ``source`` (where the capacity comes from, in words)."""
+    models = list(models)
+    out: dict[str, dict[str, Any]] = {}
+    for device in sorted(set(budget.overrides) | {d for m in models for d in m.need}):
+        there = [m for m in models if m.holds_memory and m.need.get(device)]
+        used = sum(m.need[device] for m in there)
+        out[device] = {
+            "capacity": budget.capacity(device, used),
+            "used": used,
+            "models": [m.name for m in there],
+            "source": budget.describe(device, used),
+        }
+    return out
