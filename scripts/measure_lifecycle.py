@@ -81,13 +81,14 @@ def time_cold_first_token(endpoint: str, model: str) -> float:
     body = {"model": model, "stream": True, "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}
     started = time.monotonic()
     with httpx.stream("POST", f"{endpoint}/v1/chat/completions", json=body, timeout=300, trust_env=False) as r:
-        for line in r.iter_lines():
+        lines = r.iter_lines()
+        for line in lines:
             if line.startswith("data: {") and '"content"' in line:
                 elapsed = time.monotonic() - started
                 break
         else:
             raise SystemExit("the stream ended without a token")
-        for _ in r.iter_lines():
+        for _ in lines:  # read the stream to its end
             pass
     httpx.post(f"{endpoint}/models/unload", json={"model": model}, timeout=120, trust_env=False).raise_for_status()
     return elapsed
