@@ -245,6 +245,29 @@ def test_restart_from_the_keyboard_replaces_the_process(up: RunningUp, open_page
     assert p.errors == [], p.errors
 
 
+def test_unload_then_load_changes_the_state_on_the_page(up: RunningUp, open_page: Any) -> None:
+    p = open_page(str(up.run["endpoint"]))
+    expect = _expect()
+    card = _card(p.page)
+    expect(card).to_have_attribute("data-state", "ready")
+    load = card.get_by_role("button", name="Load", exact=True)
+    unload = card.get_by_role("button", name="Unload", exact=True)
+    expect(load).to_be_disabled()
+    unload.click()
+    expect(card).to_have_attribute("data-state", "unloaded")
+    expect(_replica_cell(p.page, 2)).to_have_text("\u2013")  # an en dash: no process, no pid
+    expect(load).to_be_enabled()
+    expect(unload).to_be_disabled()
+    load.click()
+    expect(card).to_have_attribute("data-state", "ready")
+    expect(_replica_cell(p.page, 2)).to_have_text(re.compile(r"^\d+$"))
+    expect(p.page.locator("#control-msg")).to_contain_text("load demo: ready")
+    # the lifecycle's figures: idle time and the time until the idle unload (ttl, 30 min by default)
+    expect(card.locator(".facts")).to_contain_text("Idle for")
+    expect(card.locator(".facts")).to_contain_text("Unloads in")
+    assert p.errors == [], p.errors
+
+
 def test_screenshots_at_laptop_and_phone_width(up: RunningUp, open_page: Any) -> None:
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     for name, viewport, scheme in (("laptop", LAPTOP, "light"), ("phone", PHONE, "dark")):
