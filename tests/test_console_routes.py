@@ -217,7 +217,8 @@ def test_history_turns_counter_deltas_into_rates(tmp_path: Path) -> None:
     assert m["acceptance"] == pytest.approx(0.8)
     assert m["tokens_per_step"] == pytest.approx(80 / (80 - 48))  # steps = generated - accepted
     assert m["in_flight"] == 3 and m["queued"] == 2  # one slot (parallel 1), no replica serving
-    history.sample()
+    history.waiting = lambda: {"demo": 4}  # held by the lifecycle while the model loads
+    assert history.sample()["models"]["demo"]["queued"] == 6
     assert [p["seq"] for p in history.since(0)] == [1, 2, 3]  # the ring keeps `size` points
     history.sample()
     assert [p["seq"] for p in history.since(2)] == [3, 4] and history.last_seq == 4

@@ -18,7 +18,9 @@ One point per model, every field None when nothing happened in the interval:
                      (the definition of ``orchestrator.bench.stats``), only when drafting
 ``ttft_s``           mean time to first token of the requests finished (seconds)
 ``in_flight``        requests being forwarded at the sample time
-``queued``           of those, how many exceed the serving replicas' slots (``parallel``)
+``queued``           requests waiting: held for a model that is loading or swapping in (the
+                     lifecycle's waiters, when ``waiting`` is given) plus those in flight beyond
+                     the serving replicas' slots (``parallel``)
 ===================  ===================================================================
 """
 
@@ -29,6 +31,7 @@ import collections
 import contextlib
 import itertools
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -73,6 +76,9 @@ class History:
         metrics: the app's ``ProxyMetrics``; only read.
         interval: seconds between samples.
         size: samples kept (older ones are dropped).
+
+    ``waiting``, when set, returns the requests held per model (name -> count) outside any slot,
+    e.g. by the lifecycle while the model loads; read once per sample.
     """
 
     def __init__(
@@ -93,6 +99,7 @@ class History:
         self._last: _Totals | None = None
         #: Resident memory (bytes) of each running instance's process at the last sample.
         self.rss: dict[str, int] = {}
+        self.waiting: Callable[[], dict[str, int]] | None = None
 
     def _totals(self) -> dict[str, dict[str, float]]:
         out: dict[str, dict[str, float]] = {}
@@ -114,6 +121,7 @@ class History:
         if last is None:
             return None
         dt = max(now - last.at, 1e-6)
+        held = self.waiting() if self.waiting is not None else {}
         models = {}
         for name, slots in self._slots.items():
             cur, prev = totals.get(name, {}), last.values.get(name, {})
@@ -129,7 +137,7 @@ class History:
                 "tokens_per_step": _ratio(d.get("generated"), steps) if d.get("drafted") else None,
                 "ttft_s": _ratio(d.get("ttft_sum"), d.get("ttft_n")),
                 "in_flight": in_flight,
-                "queued": max(0, in_flight - slots * max(serving, 1)),
+                "queued": held.get(name, 0) + max(0, in_flight - slots * max(serving, 1)),
             }
         point = {"seq": next(self._seq), "t": time.time(), "models": models}
         self._points.append(point)

@@ -181,5 +181,7 @@ def mount_console(
     """
     console = Console(config, supervisor, metrics, keys)
     console.scheduler = scheduler
+    if scheduler is not None:
+        console.history.waiting = lambda: {r["model"]: int(r.get("queued") or 0) for r in scheduler.snapshot()}
     console.mount(app)
     return console

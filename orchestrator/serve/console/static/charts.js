@@ -10,7 +10,7 @@ const CHARTS = [
   { key: "tokens_per_step", title: "Tokens per draft step", unit: "tokens", fmt: (x) => num(x, 2) },
   { key: "rps", title: "Requests", unit: "per second", fmt: (x) => num(x, 2) },
   { key: "ttft_s", title: "Time to first token", unit: "ms", fmt: (x) => num(x * 1000, 0), scale: 1000 },
-  { key: "queued", title: "Queue depth", unit: "waiting for a slot (in flight)", fmt: (x) => num(x, 0),
+  { key: "queued", title: "Queue depth", unit: "waiting for a slot or a load (dashed: in flight)", fmt: (x) => num(x, 0),
     extra: "in_flight" },
 ];
 const PALETTE = ["#2f7fd8", "#d8612f", "#2fa86a", "#a23fc4", "#c49a1f", "#d83f7f"];
