@@ -2,6 +2,7 @@
 
 - cache root: downloads, extracted pinned sources, native builds, generated demo models.
   ``$ORCHESTRATOR_CACHE`` or ``$XDG_CACHE_HOME/orchestrator`` or ``~/.cache/orchestrator``.
+- saved prompt caches (``kv_persist``): ``$ORCHESTRATOR_KV`` or ``<cache root>/kv``.
 - state dir: what a running ``orchestrator up`` publishes for ``status``/``logs``/``down``
   (pid file, status JSON, per-instance logs). ``$ORCHESTRATOR_STATE`` or
   ``$XDG_STATE_HOME/orchestrator`` or ``~/.local/state/orchestrator``.
@@ -39,8 +40,10 @@ def demo_model_dir() -> Path:
 
 
 def kv_root() -> Path:
-    """Directory of every model's saved prompt caches (``kv_persist``), one folder per model."""
-    return cache_root() / "kv"
+    """Directory of every model's saved prompt caches (``kv_persist``), one folder per model:
+    ``$ORCHESTRATOR_KV`` or ``<cache root>/kv``."""
+    env = os.environ.get("ORCHESTRATOR_KV")
+    return Path(env).expanduser() if env else cache_root() / "kv"
 
 
 def kv_dir(model: str) -> Path:

@@ -36,6 +36,13 @@ def _missing(what: str) -> None:
     pytest.skip(what)
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _saved_prompt_caches(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Saved slots (``kv_persist``) of every test go to a session folder, never the user's cache,
+    so one test's saved prompts are never restored into another's llama-server."""
+    os.environ["ORCHESTRATOR_KV"] = str(tmp_path_factory.mktemp("kv"))
+
+
 @pytest.fixture(scope="session")
 def bin_info() -> Any:
     """The native build (``BuildInfo``); skips when there is none."""

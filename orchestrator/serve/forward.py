@@ -12,6 +12,7 @@ Each route is a raw ASGI endpoint (no pydantic, no Request/Response objects); on
    changed the client's original bytes are forwarded untouched; otherwise the body is
    serialised once;
 5. a peer (``serve.peers``), or a lease on a replica, held while the model loads (``serve.holding``);
+   a long chat prompt goes to the replica and ``id_slot`` holding its prefix (``serve.prompt_cache``);
 6. send upstream (``orchestrator.serve.upstream``: keep-alive, retry once on a dead pooled socket;
    a replica that answered nothing hands the request on to the next one, once);
 7. answer: non-streamed bodies are parsed for ``timings`` (metrics, ``Instance.record_timings``)
@@ -240,16 +241,16 @@ class Endpoint:
         """Forward to a peer (``PeerRouter.route``) or a serving replica; one that answered nothing
         (it just died) hands the request on to the next serving one (held while it restarts), once."""
         router, keepalive = self.fwd.router, self.fwd.config.server.timeouts.keepalive if prep.stream else None
-        with self.fwd.peers.route(prep.model) as peer:
+        with self.fwd.peers.route(prep.model) as peer, await router.affinity(self.kind, prep.model, prep.body) as a:
             if peer is not None:
                 return await self._exchange_on(peer, prep, mm, send, watch, started, refused_ok=False)
             try:
-                lease = await hold_for_lease(router, prep.model.name, send, keepalive, watch)
+                lease = await hold_for_lease(router, prep.model.name, send, keepalive, watch, a.preference)
                 try:
-                    return await self._exchange_on(lease.instance, prep, mm, send, watch, started, refused_ok=True)
+                    return await self._exchange_on(*a.on(lease, prep), mm, send, watch, started, refused_ok=True)
                 except NothingAnswered as refused:
                     lease = await next_lease(router, prep.model.name, lease, refused)
-                    return await self._exchange_on(lease.instance, prep, mm, send, watch, started, refused_ok=False)
+                    return await self._exchange_on(*a.on(lease, prep), mm, send, watch, started, refused_ok=False)
                 finally:
                     lease.release()
             except ApiError as error:  # a held stream's head is out: the error becomes its last event

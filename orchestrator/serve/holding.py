@@ -21,7 +21,7 @@ from orchestrator.serve.upstream import NothingAnswered, stalled_error, to_api_e
 
 if TYPE_CHECKING:
     from orchestrator.serve.routing import Router
-    from orchestrator.supervise.managed import Lease
+    from orchestrator.supervise.managed import Lease, Prefer
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 
@@ -56,20 +56,23 @@ class Held(Protocol):
     head_sent: bool
 
 
-async def hold_for_lease(router: Router, model: str, send: Send, keepalive: float | None, held: Held) -> Lease:
+async def hold_for_lease(
+    router: Router, model: str, send: Send, keepalive: float | None, held: Held, prefer: Prefer | None = None
+) -> Lease:
     """A lease on a replica of ``model``, holding while it loads (the caller releases it).
 
     Args:
         keepalive: seconds between SSE comment lines for a streaming request; None = not a stream.
         held: ``held.head_sent`` is set once the stream's head went out; after that an error can
             only be an event (``end_held_stream``).
+        prefer: the replica preference (prefix affinity), if any.
 
     Raises:
         ApiError: as ``ModelScheduler.acquire`` (429, 503 with the reason).
     """
     if keepalive is None:
-        return await router.acquire(model)
-    task = asyncio.ensure_future(router.acquire(model))
+        return await router.acquire(model, prefer)
+    task = asyncio.ensure_future(router.acquire(model, prefer))
     try:
         while not (await asyncio.wait({task}, timeout=keepalive))[0]:
             if not held.head_sent:

@@ -25,6 +25,7 @@ from orchestrator.supervise.supervisor import SERVING
 if TYPE_CHECKING:
     from orchestrator.config.schema import Config
     from orchestrator.serve.peers import PeerRouter
+    from orchestrator.serve.prompt_cache import PromptCache
     from orchestrator.supervise.scheduler import ModelScheduler
     from orchestrator.supervise.supervisor import Supervisor
 
@@ -63,7 +64,7 @@ def add_info_routes(
     @app.get("/status")
     async def status(request: Request) -> JSONResponse:
         guard(request)
-        return JSONResponse(status_body(supervisor, scheduler))
+        return JSONResponse(status_body(supervisor, scheduler, app.state.router.prompt_cache))
 
     @app.get("/peers")
     async def peers(request: Request) -> JSONResponse:
@@ -144,12 +145,18 @@ def model_entries(
     return data
 
 
-def status_body(supervisor: Supervisor, scheduler: ModelScheduler) -> dict[str, Any]:
+def status_body(supervisor: Supervisor, scheduler: ModelScheduler, kv: PromptCache | None = None) -> dict[str, Any]:
     """``GET /status``: instances (``Supervisor.snapshot``), models (``ModelScheduler.snapshot``: state,
-    memory, idle time, time until unload), device memory, swaps, and the last reload's problem."""
+    memory, idle time, time until unload; with ``kv``, each model's ``kv`` block: persistence on,
+    its warning, saved/restored slots, restore seconds, verification failures), device memory,
+    swaps, and the last reload's problem."""
+    models = scheduler.snapshot()
+    for row in models:
+        if kv is not None:
+            row["kv"] = kv.status(row["model"])
     return {
         "instances": supervisor.snapshot(),
-        "models": scheduler.snapshot(),
+        "models": models,
         "memory": scheduler.memory(),
         "swaps": scheduler.swaps,
         "config_error": scheduler.config_error,

@@ -21,12 +21,14 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.errors import ApiError
+from orchestrator.serve.prompt_cache import NO_AFFINITY, Affinity
 from orchestrator.supervise.scheduler import RETRY_AFTER as SCHEDULER_RETRY_AFTER
 from orchestrator.supervise.states import SERVING
 
 if TYPE_CHECKING:
     from orchestrator.config.schema import Config, ModelConfig
-    from orchestrator.supervise.managed import Lease
+    from orchestrator.serve.prompt_cache import PromptCache
+    from orchestrator.supervise.managed import Lease, Prefer
     from orchestrator.supervise.scheduler import ModelScheduler
     from orchestrator.supervise.supervisor import Instance, Supervisor
 
@@ -50,6 +52,7 @@ class Router:
     def __init__(self, config: Config, supervisor: Supervisor, scheduler: ModelScheduler) -> None:
         self.supervisor = supervisor
         self.scheduler = scheduler
+        self.prompt_cache: PromptCache | None = None  # prefix affinity (``orchestrator.serve.prompt_cache``)
         self.update(config)
 
     def update(self, config: Config) -> None:
@@ -98,6 +101,11 @@ class Router:
             )
         return model
 
+    async def affinity(self, kind: str, model: ModelConfig, body: dict[str, Any]) -> Affinity:
+        """Where a request should go by its prompt's prefix (``PromptCache.route``); ``NO_AFFINITY``
+        without a prompt cache."""
+        return await self.prompt_cache.route(kind, model, body) if self.prompt_cache else NO_AFFINITY
+
     async def left_serving(self, failed: Instance) -> bool:
         """Whether ``failed``, which answered nothing, left the serving states within ``REFUSED_WAIT`` s.
 
@@ -111,7 +119,7 @@ class Router:
                 await asyncio.wait_for(self.supervisor.changed.wait(), timeout=left)
         return failed.state not in SERVING
 
-    async def acquire(self, model: str) -> Lease:
+    async def acquire(self, model: str, prefer: Prefer | None = None) -> Lease:
         """A lease on a serving replica of ``model`` (by name), holding the caller while it loads.
 
         The model scheduler (``ModelScheduler.acquire``) loads an unloaded model, evicting idle
@@ -123,4 +131,4 @@ class Router:
                 503 ``model_unavailable`` / ``model_load_failed`` / ``model_too_large`` with the
                 reason and no ``Retry-After`` (retrying cannot help until a person acts).
         """
-        return await self.scheduler.acquire(model)
+        return await self.scheduler.acquire(model, prefer)

@@ -99,9 +99,6 @@ class KvPersistence:
         self._warm_tokens = warm_tokens
         self._client = client or SlotClient()
 
-    async def aclose(self) -> None:
-        await self._client.aclose()
-
     def model(self, name: str) -> ModelKv:
         """The state of model ``name`` (created enabled for a model added by a reload)."""
         return self.state.setdefault(name, ModelKv(enabled=True))

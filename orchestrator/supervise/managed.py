@@ -24,14 +24,20 @@ def model_need(instances: list[Instance]) -> dict[str, int]:
     return need_per_device([(i.spec.gpus, i.spec.memory) for i in instances])
 
 
+#: ``prefer(serving)``: the replica a request should go to (prefix affinity), or None for any.
+Prefer = Callable[[list["Instance"]], "Instance | None"]
+
+
 class Waiter:
-    """A request held until its model can take it. ``since``: monotonic arrival time (s)."""
+    """A request held until its model can take it. ``since``: monotonic arrival time (s);
+    ``prefer``: its replica preference, if any."""
 
-    __slots__ = ("future", "since")
+    __slots__ = ("future", "prefer", "since")
 
-    def __init__(self) -> None:
+    def __init__(self, prefer: Prefer | None = None) -> None:
         self.future: asyncio.Future[Lease] = asyncio.get_running_loop().create_future()
         self.since = time.monotonic()
+        self.prefer = prefer
 
 
 class Lease:
@@ -131,11 +137,14 @@ class ManagedModel:
         """Replicas that may take a request now (serving, not draining)."""
         return [i for i in self.instances if i.state in SERVING and i.responsive and i.name not in self.draining]
 
-    def pick(self) -> Instance | None:
-        """The serving replica with the fewest granted requests (then fewest total), or None."""
+    def pick(self, prefer: Prefer | None = None) -> Instance | None:
+        """The serving replica ``prefer`` names (prefix affinity), else the one with the fewest
+        granted requests (then fewest total), or None."""
         serving = self.serving()
         if not serving:
             return None
+        if prefer is not None and (chosen := prefer(serving)) is not None:
+            return chosen
         return min(serving, key=lambda i: (self.leases.get(i.name, 0), i.requests))
 
     def eligible(self, waiter: Waiter) -> bool:

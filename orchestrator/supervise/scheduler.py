@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from orchestrator.errors import ApiError
 from orchestrator.supervise.budget import MemoryBudget
-from orchestrator.supervise.managed import Lease, ManagedModel, Waiter, model_need
+from orchestrator.supervise.managed import Lease, ManagedModel, Prefer, Waiter, model_need
 from orchestrator.supervise.model_rules import (
     expired,
     follow_replicas,
@@ -154,9 +154,9 @@ class ModelScheduler:
 
     # ----------------------------------------------------------------- the proxy's side
 
-    async def acquire(self, name: str) -> Lease:
-        """A lease on a serving replica of model ``name``, holding the caller while it loads or waits
-        for memory (at most ``server.timeouts.queue`` s).
+    async def acquire(self, name: str, prefer: Prefer | None = None) -> Lease:
+        """A lease on a serving replica of model ``name`` (the one ``prefer`` names, if any), holding
+        the caller while it loads or waits for memory (at most ``server.timeouts.queue`` s).
 
         Raises:
             ApiError: 429 when the model already holds ``queue_limit`` requests; 503 ``model_loading``
@@ -168,7 +168,7 @@ class ModelScheduler:
         self._ensure_running()
         self._reconcile(m)
         if m.state is ModelState.READY and not m.closing and not m.waiters:
-            inst = m.pick()
+            inst = m.pick(prefer)
             if inst is not None:
                 return self._grant(m, inst, 0.0)
         server = self.config.server
@@ -189,13 +189,13 @@ class ModelScheduler:
                 code="queue_full",
                 retry_after=RETRY_AFTER,
             )
-        return await self.hold(m, server.timeouts.queue)
+        return await self.hold(m, server.timeouts.queue, prefer)
 
-    async def hold(self, m: ManagedModel, timeout: float) -> Lease:
+    async def hold(self, m: ManagedModel, timeout: float, prefer: Prefer | None = None) -> Lease:
         """Hold a request for ``m`` until it is granted (the model loads, a swap happens), at most
         ``timeout`` s; then 503 ``model_loading`` saying what it waited for."""
         self._ensure_running()
-        waiter = Waiter()
+        waiter = Waiter(prefer)
         m.waiters.append(waiter)
         self._schedule()
         try:
@@ -286,7 +286,7 @@ class ModelScheduler:
             return
         now = time.monotonic()
         for waiter in m.grantable():
-            inst = m.pick()
+            inst = m.pick(waiter.prefer)
             if inst is None:
                 return
             m.waiters.remove(waiter)

@@ -20,17 +20,19 @@ class SlotError(Exception):
 
 
 class SlotClient:
-    """One HTTP client for the slot routes of any number of llama-servers (by base URL)."""
+    """The slot routes of any number of llama-servers (by base URL). Each call has its own
+    connection: the calls are rare (loads and stops) and may come after the proxy's pools closed."""
 
     def __init__(self, timeout: float = SLOT_TIMEOUT) -> None:
-        self._client = httpx.AsyncClient(trust_env=False, timeout=timeout)
+        self._timeout = timeout
 
-    async def aclose(self) -> None:
-        await self._client.aclose()
+    def _client(self) -> httpx.AsyncClient:
+        return httpx.AsyncClient(trust_env=False, timeout=self._timeout)
 
     async def _post(self, url: str, body: dict[str, Any]) -> dict[str, Any]:
         try:
-            resp = await self._client.post(url, json=body)
+            async with self._client() as client:
+                resp = await client.post(url, json=body)
             data = resp.json()
         except (httpx.HTTPError, ValueError) as err:
             raise SlotError(f"{url}: {type(err).__name__}: {err}") from None
@@ -42,7 +44,8 @@ class SlotClient:
     async def slots(self, base_url: str) -> list[dict[str, Any]]:
         """``GET /slots``: one object per slot (``id``, ``n_ctx``, ``is_processing``, ...)."""
         try:
-            resp = await self._client.get(f"{base_url}/slots")
+            async with self._client() as client:
+                resp = await client.get(f"{base_url}/slots")
             data = resp.json()
         except (httpx.HTTPError, ValueError) as err:
             raise SlotError(f"{base_url}/slots: {type(err).__name__}: {err}") from None

@@ -1,0 +1,191 @@
+"""The proxy's side of prompt-cache persistence and prefix affinity.
+
+``PromptCache`` owns the ``KvPersistence`` of one ``orchestrator up`` and joins it to the model
+lifecycle: its ``before_stop`` hook saves a model's slots before every stop the orchestrator
+controls (idle unload, eviction, reload, shutdown), its ``before_ready`` hook restores
+(verified) and warms them before the model is marked ready. Warm prefixes are rendered here,
+through the proxy's own request repair (``orchestrator.serve.prompt_prefix``).
+
+Prefix affinity (``route``): for a chat request to a model with several slots or replicas, the
+prompt is rendered and tokenized in-process, ``SlotHoldings.choose`` names the replica and
+slot holding its longest prefix, the scheduler is asked for that replica, and ``id_slot`` is
+added to the body. Metrics: ``orchestrator_kv_*`` (see ``KvCollector``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from orchestrator.errors import ApiError, UserError
+from orchestrator.paths import kv_root
+from orchestrator.serve.body import dump_body
+from orchestrator.serve.prompt_prefix import chat_tokens, policy_for, warm_tokens_for
+from orchestrator.supervise.affinity import Choice, Replica, SlotHoldings
+from orchestrator.supervise.kv_files import KvStore
+from orchestrator.supervise.kv_persist import KvPersistence
+
+if TYPE_CHECKING:
+    from orchestrator.config.schema import Config, ModelConfig
+    from orchestrator.supervise.instance import Instance
+    from orchestrator.supervise.managed import Lease, ManagedModel, Prefer
+    from orchestrator.supervise.scheduler import ModelScheduler
+    from orchestrator.supervise.supervisor import Supervisor
+
+log = logging.getLogger("orchestrator.kv")
+P = TypeVar("P", bound="Prepared")
+
+
+class Prepared(Protocol):
+    """What ``Affinity.bind`` needs of a prepared request: its body and the bytes sent upstream."""
+
+    body: dict[str, Any]
+    content: bytes
+
+
+class Affinity:
+    """One chat request routed by prefix: its prompt ``tokens`` and, once a replica is picked,
+    the ``choice`` (replica, slot, tokens expected cached)."""
+
+    def __init__(self, holdings: SlotHoldings, tokens: list[int]) -> None:
+        self._holdings = holdings
+        self.tokens = tokens  # empty: no affinity (``NO_AFFINITY``)
+        self.choice: Choice | None = None
+        self._busy: tuple[str, int] | None = None
+
+    @property
+    def preference(self) -> Prefer | None:
+        """``prefer`` for ``ModelScheduler.acquire``, or None without a prompt."""
+        return self.prefer if self.tokens else None
+
+    def on(self, lease: Lease, prep: P) -> tuple[Instance, P]:
+        """The leased replica and ``prep`` bound to its slot (:meth:`bind`)."""
+        return lease.instance, self.bind(prep, lease.instance) if self.tokens else prep
+
+    def prefer(self, serving: list[Instance]) -> Instance | None:
+        """The replica among ``serving`` whose slot holds the longest prefix (``ModelScheduler``'s
+        ``prefer``), else the least busy; None when ``serving`` is empty."""
+        reps = [Replica(i.name, i.spec.server.parallel, i.in_flight) for i in serving]
+        self.choice = self._holdings.choose(self.tokens, reps)
+        return next((i for i in serving if self.choice and i.name == self.choice.replica), None)
+
+    def bind(self, prep: P, inst: Instance) -> P:
+        """``prep`` with ``id_slot`` naming the chosen slot of ``inst`` (a copy; ``prep`` itself when
+        no slot is free there). Marks the slot busy until :meth:`end`."""
+        self.end()
+        if self.choice is None or self.choice.replica != inst.name:
+            self.choice = self._holdings.choose(self.tokens, [Replica(inst.name, inst.spec.server.parallel, 0)])
+        if self.choice is None or self.choice.slot is None:
+            return prep
+        self._busy = (inst.name, self.choice.slot)
+        self._holdings.begin(inst.name, self.choice.slot, self.tokens)
+        bound = copy.copy(prep)
+        bound.body = {**prep.body, "id_slot": self.choice.slot}
+        bound.content = dump_body(bound.body)
+        return bound
+
+    def __enter__(self) -> Affinity:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.end()
+
+    def end(self) -> None:
+        """The request finished (or failed, or moves to another replica): its slot is free."""
+        if self._busy is not None:
+            self._holdings.end(*self._busy)
+            self._busy = None
+
+
+#: A request routed without regard to prefixes (the scheduler's least busy replica, any slot).
+NO_AFFINITY = Affinity(SlotHoldings(), [])
+
+
+class PromptCache:
+    """Prompt-cache persistence and affinity for the models of ``config``.
+
+    Args:
+        config: the validated models.yaml (``kv_persist``, ``warm_prefixes``, ``parallel``,
+            ``server.kv_disk_budget``).
+        supervisor: its instances name the GGUF each model runs (for rendering and tokenizing).
+        root: the folder of saved slots (default: ``orchestrator.paths.kv_root()``).
+    """
+
+    def __init__(self, config: Config, supervisor: Supervisor, root: Path | None = None) -> None:
+        self.config = config
+        self.supervisor = supervisor
+        store = KvStore(root or kv_root(), config.server.kv_disk_budget)
+        self.kv = KvPersistence(store, config.models, warm_tokens=warm_tokens_for(config, self._gguf))
+
+    def _gguf(self, model: ModelConfig) -> Path:
+        """The GGUF ``model`` runs. Raises ``KeyError`` when it has no replica."""
+        for inst in self.supervisor.for_model(model.name):
+            return inst.spec.gguf
+        raise KeyError(model.name)
+
+    def attach(self, scheduler: ModelScheduler) -> None:
+        """Register the save and restore hooks with the model lifecycle."""
+        scheduler.before_stop.append(self._before_stop)
+        scheduler.before_ready.append(self._before_ready)
+
+    async def _before_stop(self, m: ManagedModel, reason: str) -> None:
+        await self.kv.save(m.config, m.instances, reason)
+        for inst in m.instances:
+            self.kv.holdings.clear(inst.name)
+
+    async def _before_ready(self, m: ManagedModel, _reason: str) -> None:
+        await self.kv.restore(m.config, m.instances)
+
+    async def route(self, kind: str, model: ModelConfig, body: dict[str, Any]) -> Affinity:
+        """Prefix affinity for a request: only chat requests (``kind`` ``chat``) without their own
+        ``id_slot``, to a model with several slots or replicas; the prompt is rendered and
+        tokenized in a thread. ``NO_AFFINITY`` when it does not apply or the body does not render
+        here (llama-server will say why)."""
+        replicas = model.replicas if isinstance(model.replicas, int) else len(model.replicas)
+        if kind != "chat" or "id_slot" in body or (model.parallel == 1 and replicas == 1):
+            return NO_AFFINITY
+        try:
+            gguf = self._gguf(model)
+            tokens = await asyncio.to_thread(chat_tokens, gguf, body, policy_for(model))
+        except (ApiError, UserError, KeyError, TypeError) as err:
+            log.debug("kv: no prefix affinity for this request: %s", err)
+            return NO_AFFINITY
+        return Affinity(self.kv.holdings, tokens)
+
+    def status(self, model: str) -> dict[str, Any]:
+        """The ``kv`` block of model ``model``'s status row (``ModelKv.row``)."""
+        return self.kv.model(model).row()
+
+
+class KvCollector(Collector):
+    """``orchestrator_kv_*``: saved and restored slots, restore seconds, verification failures,
+    skipped files, warm prefixes and whether persistence is on, per model (read at scrape time)."""
+
+    def __init__(self, cache: PromptCache) -> None:
+        self._cache = cache
+
+    def collect(self) -> Iterator[Any]:
+        counters = {
+            "saved": ("orchestrator_kv_saved_slots", "Slots saved before a stop"),
+            "restored": ("orchestrator_kv_restored_slots", "Slots restored and verified before ready"),
+            "verify_failures": ("orchestrator_kv_verify_failures", "Restores whose next request found nothing cached"),
+            "skipped": ("orchestrator_kv_skipped_files", "Saved slot files refused (corrupt, truncated, refused)"),
+            "warmed": ("orchestrator_kv_warmed_prefixes", "Warm prefixes prefilled at load"),
+            "restore_seconds": ("orchestrator_kv_restore_seconds", "Seconds spent restoring verified slots"),
+        }
+        families = {k: CounterMetricFamily(name, text, labels=["model"]) for k, (name, text) in counters.items()}
+        enabled = GaugeMetricFamily("orchestrator_kv_persist_enabled", "1 while persistence is on", labels=["model"])
+        for name, st in self._cache.kv.state.items():
+            row = st.row()
+            for key, family in families.items():
+                family.add_metric([name], float(row[key]))
+            enabled.add_metric([name], 1.0 if st.enabled else 0.0)
+        yield from families.values()
+        yield enabled
