@@ -32,6 +32,9 @@ Concern -> file:
 - response repair, reasoning vs content (pure): ``response_repair.py`` for whole responses,
   ``stream_repair.py`` for streams
 - Prometheus metrics: ``metrics.py``
+- prompt caches across stops and prefix affinity (the lifecycle hooks, ``id_slot``, the ``kv``
+  status block and metrics): ``prompt_cache.py``; prompts as tokens in-process (warm prefixes,
+  chat prompts): ``prompt_prefix.py``
 - ``POST /models/restart`` (drain, stop, start one replica at a time): ``model_control.py``
 - the web console at ``/ui/`` (page, JSON routes, chart history, log and bench readers): ``console/``
 - ``orchestrator up``'s runtime (supervise, serve, publish ``run.json``, drain, shut down): ``run.py``

@@ -56,7 +56,7 @@ from orchestrator.serve.model_control import add_restart_route
 from orchestrator.serve.model_routes import add_model_routes
 from orchestrator.serve.ollama_routes import OllamaApi
 from orchestrator.serve.peers import PeerRouter
-from orchestrator.serve.prompt_cache import KvCollector, PromptCache
+from orchestrator.serve.prompt_cache import PromptCache
 from orchestrator.serve.routing import Router
 from orchestrator.serve.upstream import UpstreamPool
 from orchestrator.supervise.budget import budget_for
@@ -89,9 +89,7 @@ def create_app(config: Config, supervisor: Supervisor, scheduler: ModelScheduler
     pool = UpstreamPool(config.server.timeouts)
     metrics = ProxyMetrics(supervisor, [m.name for m in config.models], scheduler)
     router = Router(config, supervisor, scheduler)
-    router.prompt_cache = PromptCache(config, supervisor)
-    router.prompt_cache.attach(scheduler)  # save before stops, restore and warm before ready
-    metrics.registry.register(KvCollector(router.prompt_cache))
+    router.prompt_cache = PromptCache.attached(config, supervisor, scheduler, metrics.registry)
     keys = ApiKeys(config.server.api_keys)
     peers = PeerRouter(config, supervisor, metrics.registry, pool)
 

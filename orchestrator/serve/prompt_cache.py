@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -123,6 +124,17 @@ class PromptCache:
         self.supervisor = supervisor
         store = KvStore(root or kv_root(), config.server.kv_disk_budget)
         self.kv = KvPersistence(store, config.models, warm_tokens=warm_tokens_for(config, self._gguf))
+
+    @classmethod
+    def attached(
+        cls, config: Config, supervisor: Supervisor, scheduler: ModelScheduler, registry: CollectorRegistry
+    ) -> PromptCache:
+        """A prompt cache whose hooks run in ``scheduler`` (save before stops, restore and warm
+        before ready) and whose metrics are in ``registry``."""
+        cache = cls(config, supervisor)
+        cache.attach(scheduler)
+        registry.register(KvCollector(cache))
+        return cache
 
     def _gguf(self, model: ModelConfig) -> Path:
         """The GGUF ``model`` runs. Raises ``KeyError`` when it has no replica."""
