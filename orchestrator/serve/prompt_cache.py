@@ -41,6 +41,9 @@ if TYPE_CHECKING:
     from orchestrator.supervise.supervisor import Supervisor
 
 log = logging.getLogger("orchestrator.kv")
+#: Prompts shorter than this (tokens) are routed as before (least busy replica, llama-server's own
+#: slot choice) and forwarded untouched: their prefill is cheap, and a slot is kept for long ones.
+AFFINITY_MIN_TOKENS = 256
 P = TypeVar("P", bound="Prepared")
 
 
@@ -157,9 +160,9 @@ class PromptCache:
 
     async def route(self, kind: str, model: ModelConfig, body: dict[str, Any]) -> Affinity:
         """Prefix affinity for a request: only chat requests (``kind`` ``chat``) without their own
-        ``id_slot``, to a model with several slots or replicas; the prompt is rendered and
-        tokenized in a thread. ``NO_AFFINITY`` when it does not apply or the body does not render
-        here (llama-server will say why)."""
+        ``id_slot``, to a model with several slots or replicas, whose prompt (rendered and
+        tokenized in a thread) has at least ``AFFINITY_MIN_TOKENS`` tokens. ``NO_AFFINITY`` when it
+        does not apply or the body does not render here (llama-server will say why)."""
         replicas = model.replicas if isinstance(model.replicas, int) else len(model.replicas)
         if kind != "chat" or "id_slot" in body or (model.parallel == 1 and replicas == 1):
             return NO_AFFINITY
@@ -169,7 +172,7 @@ class PromptCache:
         except (ApiError, UserError, KeyError, TypeError) as err:
             log.debug("kv: no prefix affinity for this request: %s", err)
             return NO_AFFINITY
-        return Affinity(self.kv.holdings, tokens)
+        return Affinity(self.kv.holdings, tokens) if len(tokens) >= AFFINITY_MIN_TOKENS else NO_AFFINITY
 
     def status(self, model: str) -> dict[str, Any]:
         """The ``kv`` block of model ``model``'s status row (``ModelKv.row``)."""
