@@ -22,6 +22,12 @@ from tests.kv_helpers import long_text
 pytestmark = [pytest.mark.slow, pytest.mark.server]
 
 
+@pytest.fixture(autouse=True)
+def _own_kv_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Saved slots of other tests (same tiny model, same flags) would be restored here too."""
+    monkeypatch.setenv("ORCHESTRATOR_KV", str(tmp_path / "kv"))
+
+
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory: pytest.TempPathFactory, pinned_source: Path) -> list[Path]:
     return tiny_models(tmp_path_factory.mktemp("kvlife"), 1)
