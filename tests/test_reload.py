@@ -93,6 +93,30 @@ def test_reload_restarts_only_the_changed_model_one_replica_at_a_time_and_keeps_
         assert refused.returncode == 1 and "server.port" in refused.stderr
         assert _pids(up)["b-0"] == before["b-0"]
 
+        # an alias changes in place, a removed model stops, an added one follows its load mode
+        a_pids = {n: p for n, p in _pids(up).items() if n.startswith("a-")}
+        config.write_text(
+            HEAD + "models:\n"
+            f"  - {{name: a, path: {a}, ctx_size: 1024, threads: 1, replicas: 2, aliases: [alpha]}}\n"
+            f"  - {{name: c, path: {b}, ctx_size: 512, threads: 1, load: on_demand}}\n"
+        )
+        assert up.cli("reload").returncode == 0  # the watcher may have been first: then "no change"
+        summary = "added c; removed b; updated a"
+        wait_until("the reload summary in up's log", lambda: summary in up.out.read_text().replace("\n", " "))
+        ids = {m["id"]: m for m in httpx.get(f"{up.run['endpoint']}/v1/models", trust_env=False).json()["data"]}
+        assert set(ids) == {"a", "alpha", "c"} and ids["c"]["state"] == "unloaded"
+        assert {n: p for n, p in _pids(up).items() if n.startswith("a-")} == a_pids  # an alias: no restart
+        wait_until("b's server to be gone", lambda: not psutil.pid_exists(before["b-0"]) or _zombie(before["b-0"]))
+        assert _chat(up, "alpha") == 200 and _chat(up, "b") == 404
+        assert _chat(up, "c") == 200, up.out.read_text()[-3000:]
+
+
+def _zombie(pid: int | None) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
 
 def test_models_dirs_serves_a_gguf_by_its_file_name_with_its_separate_mtp_head(
     tmp_path: Path, bin_info: object, pinned_source: Path

@@ -166,6 +166,10 @@ class PeerRouter:
         )
         self._task: asyncio.Task[None] | None = None
 
+    def update_local(self, config: Config) -> None:
+        """Take a reloaded models.yaml's local model names and aliases (peers stay as started)."""
+        self.local_names = {n for m in config.models for n in (m.name, *m.aliases)}
+
     def start(self) -> None:
         """Make each peer's HTTP client (the app's hooks are in place by now) and start the
         background health checks (one task; the first round at once)."""

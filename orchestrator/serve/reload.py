@@ -83,6 +83,7 @@ class ConfigReloader:
             raise ApiError(400, text, code="config_invalid") from None
         self.router.update(config)
         self.forwarder.update(config)
+        self.forwarder.peers.update_local(config)
         self.reloads += 1
         for note in notes:
             self.on_note(note)

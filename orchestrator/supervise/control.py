@@ -8,8 +8,8 @@ reloaded models.yaml (hot reload).
   that is not loaded just takes the new plan;
 - aliases, TTL, pinning, load mode, queue limit and repair policy change in place;
 - a removed model is drained and stopped; an added model follows its ``load`` mode;
-- changing the endpoint (``server.host``, ``server.port``, ``server.cors_origins``) needs a full
-  restart: the whole reload is refused with a message, and the running config stays.
+- changing the endpoint (``server.host``, ``server.port``, ``server.cors_origins``) or ``peers``
+  needs a full restart: the whole reload is refused with a message, and the running config stays.
 
 Reloads run one at a time. Every stop goes through ``before_stop`` (reason ``reload``).
 """
@@ -176,9 +176,10 @@ class ModelControl:
         async with self._reloading:
             s = self.scheduler
             old = s.config.server
-            changed = [k for k in RESTART_KEYS if getattr(old, k) != getattr(config.server, k)]
+            changed = [f"server.{k}" for k in RESTART_KEYS if getattr(old, k) != getattr(config.server, k)]
+            changed += ["peers"] if s.config.peers != config.peers else []
             if changed:
-                keys = ", ".join(f"server.{k}" for k in changed)
+                keys = ", ".join(changed)
                 raise RestartRequired(
                     f"{keys} changed: the running endpoint cannot change that; nothing was reloaded",
                     hint="restart with `orchestrator down` and `orchestrator up`, or undo that edit",
