@@ -53,7 +53,7 @@ def read_response(sock: socket.socket) -> tuple[int, dict[str, object]]:
 
 def test_a_header_over_the_limit_is_a_431_before_it_ends(stack: Stack) -> None:
     sock = connect(stack)
-    sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * (HEADER_LIMIT * 4))
+    sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: [::1]\r\nX-Big: " + b"a" * (HEADER_LIMIT * 4))
     status, doc = read_response(sock)  # answered without the line ever ending
     assert status == 431 and doc["error"]["code"] == "headers_too_large"  # type: ignore[index]
     assert httpx.get(stack.url + "/health", timeout=10).status_code == 200
@@ -67,7 +67,7 @@ def test_headers_under_the_limit_pass(stack: Stack) -> None:
 def test_slow_headers_get_408(stack: Stack) -> None:
     started = time.monotonic()  # before connecting: the server's clock starts at the connection
     sock = connect(stack)
-    sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n")
+    sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: [::1]\r\n")
     status, doc = read_response(sock)
     assert status == 408 and doc["error"]["code"] == "request_timeout"  # type: ignore[index]
     assert HEAD_TIMEOUT <= time.monotonic() - started < HEAD_TIMEOUT + 10
@@ -77,7 +77,7 @@ def test_slow_body_gets_408_in_the_api_shape(stack: Stack) -> None:
     started = time.monotonic()
     sock = connect(stack)
     sock.sendall(
-        b"POST /v1/messages HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{"
+        b"POST /v1/messages HTTP/1.1\r\nHost: [::1]\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{"
     )
     status, doc = read_response(sock)
     assert status == 408 and doc["type"] == "error"  # Anthropic's shape on /v1/messages

@@ -14,7 +14,9 @@ nor which key matched. ``/health`` and ``/metrics`` are open unless ``server.aut
 from __future__ import annotations
 
 import hmac
+import ipaddress
 from collections.abc import Iterable
+from urllib.parse import urlsplit
 
 from orchestrator.errors import ApiError
 
@@ -22,14 +24,27 @@ _BEARER = b"bearer "
 
 
 class ApiKeys:
-    """The configured keys.
+    """The configured keys, and without keys the guard against web pages.
+
+    Without keys, a web page the user visits could still drive the endpoint from the browser: a
+    cross-site ``POST`` with ``Content-Type: text/plain`` needs no preflight, and DNS rebinding
+    (a page's own name re-pointed at 127.0.0.1) makes it same-origin, able to read ``/status`` and
+    restart models (Ollama's CVE-2024-28224 was this). So a keyless endpoint refuses (403) a request
+    whose ``Origin`` is another site (neither loopback, nor the ``Host`` itself, nor in
+    ``server.cors_origins``), and, when bound to loopback, one whose ``Host`` is a name other than
+    ``localhost`` (an IP literal cannot be rebound). Clients that are not browsers send no
+    ``Origin`` and ``127.0.0.1``/``localhost`` as ``Host``: they are not affected.
 
     Args:
         keys: the accepted tokens (``server.api_keys``); empty disables authentication.
+        loopback_bind: the endpoint listens on a loopback address only (``server.host``).
+        origins: ``server.cors_origins``, the web origins allowed to call.
     """
 
-    def __init__(self, keys: Iterable[str]) -> None:
+    def __init__(self, keys: Iterable[str], *, loopback_bind: bool = False, origins: Iterable[str] = ()) -> None:
         self._keys = [k.encode() for k in keys]
+        self._loopback_bind = loopback_bind
+        self._origins = {o.rstrip("/") for o in origins}
 
     @property
     def enabled(self) -> bool:
@@ -45,6 +60,14 @@ class ApiKeys:
                 none of them.
         """
         if not self._keys:
+            foreign = self._foreign(headers)
+            if foreign:
+                raise ApiError(
+                    403,
+                    f"refused {foreign}: this endpoint has no API keys, so it answers only local clients, "
+                    "not web pages of other sites; set server.api_keys (or list the site in server.cors_origins)",
+                    code="foreign_origin",
+                )
             return
         token = api_key = None
         for name, value in headers:
@@ -63,3 +86,30 @@ class ApiKeys:
             ok |= hmac.compare_digest(token, key)
         if not ok:
             raise ApiError(401, "invalid API key", code="invalid_api_key")
+
+    def _foreign(self, headers: Iterable[tuple[bytes, bytes]]) -> str | None:
+        """``"Origin 'x'"`` or ``"Host 'x'"`` for a request from another site's web page, else None."""
+        from orchestrator.serve.console.access import host_of, is_loopback
+
+        host = origin = None
+        for name, value in headers:
+            if name == b"host":
+                host = value.decode("latin-1")
+            elif name == b"origin":
+                origin = value.decode("latin-1")
+        host_name = host_of(host or "").lower()
+        if self._loopback_bind and host and not (is_loopback(host_name) or _is_ip(host_name)):
+            return f"Host {host!r}"
+        if origin is not None and origin.rstrip("/") not in self._origins:
+            origin_host = (urlsplit(origin).hostname or "").lower()  # "null" (sandboxed, file://): no host
+            if not origin_host or not (is_loopback(origin_host) or origin_host == host_name):
+                return f"Origin {origin!r}"
+        return None
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return False
+    return True
