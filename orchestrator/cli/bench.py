@@ -83,10 +83,7 @@ def run_bench(
         temperature=temperature,
     )
     target = sweep.plan_target(config, model, n_max=max(options.ks), force=force)
-    try:
-        out.mkdir(parents=True, exist_ok=True)  # before the sweep: minutes of work must have somewhere to go
-    except OSError as err:
-        raise UserError(f"--out: cannot create {out}: {err.strerror}", hint="pass a writable folder") from None
+    _make_folder(out)
     started = datetime.now(UTC)
     with _progress_bar() as progress:
         run = sweep.run_sweep(target, options, log_dir=out / "logs", progress=progress)
@@ -99,6 +96,16 @@ def run_bench(
     if apply:
         _apply(stdout, target, outcome.best)
     return 0
+
+
+def _make_folder(out: Path) -> None:
+    """Create the results folder before the sweep (minutes of work must have somewhere to go).
+
+    Raises ``UserError`` naming ``--out`` when it cannot be created."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UserError(f"--out: cannot create {out}: {err.strerror}", hint="pass a writable folder") from None
 
 
 class _RichProgress:

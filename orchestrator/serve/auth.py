@@ -19,6 +19,7 @@ from collections.abc import Iterable
 from urllib.parse import urlsplit
 
 from orchestrator.errors import ApiError
+from orchestrator.serve.console.access import host_of, is_loopback
 
 _BEARER = b"bearer "
 
@@ -89,8 +90,6 @@ class ApiKeys:
 
     def _foreign(self, headers: Iterable[tuple[bytes, bytes]]) -> str | None:
         """``"Origin 'x'"`` or ``"Host 'x'"`` for a request from another site's web page, else None."""
-        from orchestrator.serve.console.access import host_of, is_loopback
-
         host = origin = None
         for name, value in headers:
             if name == b"host":
