@@ -48,7 +48,6 @@ from starlette.routing import Route
 from orchestrator.errors import STATUS_TYPES, ApiError
 from orchestrator.serve.api_routes import ROUTES, error_body, served_routes
 from orchestrator.serve.auth import ApiKeys
-from orchestrator.serve.console.access import is_loopback
 from orchestrator.serve.console.routes import mount_console
 from orchestrator.serve.forward import Forwarder
 from orchestrator.serve.info import add_info_routes
@@ -91,8 +90,7 @@ def create_app(config: Config, supervisor: Supervisor, scheduler: ModelScheduler
     metrics = ProxyMetrics(supervisor, [m.name for m in config.models], scheduler)
     router = Router(config, supervisor, scheduler)
     router.prompt_cache = PromptCache.attached(config, supervisor, scheduler, metrics.registry)
-    loopback = is_loopback(config.server.host)
-    keys = ApiKeys(config.server.api_keys, loopback_bind=loopback, origins=config.server.cors_origins)
+    keys = ApiKeys.for_server(config.server)
     peers = PeerRouter(config, supervisor, metrics.registry, pool)
 
     @asynccontextmanager

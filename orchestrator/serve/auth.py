@@ -16,10 +16,14 @@ from __future__ import annotations
 import hmac
 import ipaddress
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from orchestrator.errors import ApiError
 from orchestrator.serve.console.access import host_of, is_loopback
+
+if TYPE_CHECKING:
+    from orchestrator.config.schema import ServerConfig
 
 _BEARER = b"bearer "
 
@@ -46,6 +50,11 @@ class ApiKeys:
         self._keys = [k.encode() for k in keys]
         self._loopback_bind = loopback_bind
         self._origins = {o.rstrip("/") for o in origins}
+
+    @classmethod
+    def for_server(cls, server: ServerConfig) -> ApiKeys:
+        """The keys and the keyless guard of models.yaml's ``server`` section."""
+        return cls(server.api_keys, loopback_bind=is_loopback(server.host), origins=server.cors_origins)
 
     @property
     def enabled(self) -> bool:
