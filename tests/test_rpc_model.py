@@ -95,7 +95,12 @@ def test_model_over_an_rpc_worker_degrades_and_recovers(
         assert inst.workers is not None and inst.workers.infos[worker.endpoint].devices
 
         worker.stop()  # the worker machine goes away
-        _wait(lambda: inst.state is ProcessState.RESTARTING and inst.workers.degraded is not None, "degraded")
+        # durable until the worker returns: lost, then waiting for it (RESTARTING, degraded, both times)
+        _wait(
+            lambda: inst.state is ProcessState.RESTARTING and inst.workers.degraded is not None,
+            "degraded",
+            timeout=120,
+        )
         assert "RPC worker" in (inst.message or "")
         started = time.monotonic()
         resp = httpx.post(

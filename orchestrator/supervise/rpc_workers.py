@@ -127,7 +127,11 @@ class WorkerGate:
     def lost(self, pid: int) -> str | None:
         """Why a worker of the llama-server ``pid`` is gone, or None while all its connections live.
 
-        Only a worker the server was seen connected to can be lost: one it holds nothing on
+        A connection in ``CLOSE_WAIT`` means the worker closed it (llama-server never closes
+        a worker it holds layers on without closing its own end), so it is lost even if no earlier
+        tick saw it ``ESTABLISHED``: a worker that dies before the first tick of the watch would
+        otherwise go unnoticed until llama-server next uses it. A connection that is simply gone
+        counts only for a worker the server was seen connected to: one it holds nothing on
         (no layers went there) may be disconnected by llama-server itself after the load.
         """
         states = process.connection_states(pid)
@@ -135,7 +139,7 @@ class WorkerGate:
             mine = [state for ip, port, state in states if (ip, port) in self._resolve(endpoint)]
             if "ESTABLISHED" in mine:
                 self._connected.add(endpoint)
-            elif endpoint in self._connected:
+            elif "CLOSE_WAIT" in mine or endpoint in self._connected:
                 how = "it closed its connection to" if mine else "there is no connection any more from"
                 self.degraded = f"RPC worker {endpoint} lost: {how} llama-server"
                 return self.degraded
