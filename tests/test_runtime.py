@@ -3,6 +3,8 @@ and chat templates (with their raise_exception rules surfaced as errors)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import httpx
@@ -140,3 +142,18 @@ def test_a_broken_template_is_not_a_rule() -> None:
     with pytest.raises(runtime.ChatTemplateError) as err:
         runtime.render_template("{% for %}", [{"role": "user", "content": "a"}])
     assert err.value.rule is None and "does not parse" in str(err.value)
+
+
+def test_vocabularies_still_loaded_at_exit_are_closed_quietly(source: Path) -> None:
+    """A Vocab left to interpreter shutdown made llama_cpp's ``__del__`` print
+    "Exception ignored ... 'NoneType' object is not callable"; they are closed at exit."""
+    gguf = source / "models/ggml-vocab-qwen35.gguf"
+    code = (
+        "from orchestrator.models import runtime\n"
+        f"v = runtime.load_vocab({str(gguf)!r})\n"
+        f"w = runtime.Vocab(runtime.Path({str(gguf)!r}))\n"
+        "assert v.tokenize('hi') == w.tokenize('hi')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "Exception ignored" not in done.stderr and "Traceback" not in done.stderr, done.stderr

@@ -13,12 +13,14 @@ escaping). A template's ``raise_exception('...')`` becomes ``ChatTemplateError``
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import json
 import logging
 import os
 import sys
 import threading
+import weakref
 from collections.abc import Sequence
 from datetime import datetime
 from functools import lru_cache
@@ -112,6 +114,12 @@ class Vocab:
         self.bos_id: int | None = _token_or_none(self._llama.token_bos())
         self.eos_id: int | None = _token_or_none(self._llama.token_eos())
         self.chat_template: str | None = self._llama.metadata.get("tokenizer.chat_template")
+        _open_vocabs.add(self)
+
+    def close(self) -> None:
+        """Free the native vocabulary now (idempotent); the Vocab is unusable afterwards."""
+        with self._lock:
+            self._llama.close()
 
     def tokenize(self, text: str, *, add_special: bool = False, parse_special: bool = True) -> list[int]:
         """Token ids of ``text``. Defaults match llama-server's ``/tokenize``: no BOS added,
@@ -128,6 +136,18 @@ class Vocab:
         """The vocabulary entry of one token, e.g. ``<|im_end|>``."""
         with self._lock:
             return str(self._llama._model.token_get_text(token_id))
+
+
+# Every Vocab still alive, closed at exit: left to garbage collection at interpreter shutdown,
+# llama_cpp's __del__ runs after its module globals are gone and prints "Exception ignored".
+_open_vocabs: weakref.WeakSet[Vocab] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_vocabs() -> None:
+    _load_vocab_cached.cache_clear()
+    for vocab in list(_open_vocabs):
+        vocab.close()
 
 
 def _token_or_none(token_id: int) -> int | None:
