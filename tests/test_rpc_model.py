@@ -112,7 +112,7 @@ def test_model_over_an_rpc_worker_degrades_and_recovers(
         assert resp.status_code == 503 and resp.headers["retry-after"]
         error = resp.json()["error"]
         assert error["code"] == "model_degraded" and worker.endpoint in error["message"]
-        row = httpx.get(stack.url + "/status").json()[0]
+        row = httpx.get(stack.url + "/status").json()["instances"][0]
         assert row["state"] == "restarting" and worker.endpoint in row["rpc"]["degraded"]
         assert row["rpc"]["workers"][0]["devices"][0]["total"] > 0  # memory it reported before the loss
 
