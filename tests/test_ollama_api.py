@@ -166,3 +166,28 @@ def test_agent_shaped_chat_with_thinking(stack: Stack, client: ollama.Client) ->
     assert sent["chat_template_kwargs"] == {"enable_thinking": True}
     assert [m["role"] for m in sent["messages"]] == ["system", "user", "assistant", "tool"]
     assert sent["messages"][0]["content"] == "You are a coding agent.\n\nLate operator note."
+
+
+def test_keep_alive_sets_the_models_idle_time(stack: Stack, client: ollama.Client) -> None:
+    """keep_alive is the lifecycle's TTL for the model from then on; /api/ps shows when it expires."""
+    managed = stack.scheduler.models["demo"]
+    server = stack.config.server
+    try:
+        client.chat(
+            model="demo", messages=[{"role": "user", "content": "U1"}], keep_alive="90s", options={"num_predict": 2}
+        )
+        assert managed.ttl(server) == 90.0
+        [running] = client.ps().models
+        assert running.expires_at is not None and running.expires_at.year < 2300
+        client.embed(model="demo", input="x", keep_alive=-1)
+        assert managed.ttl(server) is None
+        assert client.ps().models[0].expires_at.year > 2300  # type: ignore[union-attr]
+        with pytest.raises(ollama.ResponseError) as err:
+            client.chat(model="demo", messages=[{"role": "user", "content": "U1"}], keep_alive="soon")
+        assert err.value.status_code == 400 and "keep_alive" in err.value.error
+        # Ollama's unload idiom: an empty generate with keep_alive 0 (idle time 0: the lifecycle
+        # unloads it once idle; these replicas were started by the test, so it leaves them be)
+        assert client.generate(model="demo", prompt="", keep_alive=0).done_reason == "unload"
+        assert managed.ttl(server) == 0.0
+    finally:
+        managed.keep_alive = None

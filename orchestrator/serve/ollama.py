@@ -16,7 +16,8 @@ Ollama request field      becomes
 ``options``               sampling fields (:data:`OPTION_FIELDS`); load-time options (:data:`LOAD_OPTIONS`)
                           are fixed by models.yaml and ignored
 ``logprobs``              chat ``logprobs`` / ``top_logprobs`` (drafting is then off for the request)
-``keep_alive``            validated (:func:`keep_alive_seconds`); models unload after their models.yaml ``ttl``
+``keep_alive``            the model's idle time before unload (the lifecycle's TTL) from now on; negative:
+                          never, 0: once idle (an empty ``/api/generate`` with 0 unloads); pinned stays
 ``stream``                default true: NDJSON lines, one object per line, the last with ``done: true``
 ========================  ===============================================================================
 

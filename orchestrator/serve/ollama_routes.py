@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
 NDJSON = "application/x-ndjson"
 _ROUTES = {r.path: r for r in ROUTES}
-# keep_alive has no effect: a model unloads after its models.yaml ttl (orchestrator.supervise.scheduler)
+# Ollama's expires_at for a model that never unloads (no ttl, pinned, or keep_alive < 0)
 _NEVER = "2318-08-17T00:00:00Z"
 
 
@@ -75,10 +75,33 @@ class OllamaApi:
         self.fwd.keys.check(request.scope["headers"])
         running = [m for m in self.config.models if any(i.state in SERVING for i in self.supervisor.for_model(m.name))]
         models = [
-            {**self._entry(m, m.name), "expires_at": _NEVER, "size_vram": 0, "context_length": m.ctx_size // m.parallel}
+            {
+                **self._entry(m, m.name),
+                "expires_at": self._expires_at(m.name),
+                "size_vram": 0,
+                "context_length": m.ctx_size // m.parallel,
+            }
             for m in running
         ]
         return JSONResponse({"models": models})
+
+    def _expires_at(self, name: str) -> str:
+        """When the model unloads if it stays idle (its ttl or a client's keep_alive), RFC 3339 UTC."""
+        managed = self.fwd.router.scheduler.models.get(name)
+        ttl = managed.ttl(self.config.server) if managed is not None else None
+        if managed is None or ttl is None:
+            return _NEVER
+        left = max(0.0, ttl - (time.monotonic() - managed.last_used))
+        return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + left))
+
+    def _keep_alive(self, model: Any, body: dict[str, Any]) -> float | None:
+        """Apply a request's ``keep_alive`` to its model's idle time (the lifecycle's TTL)."""
+        seconds = ollama.keep_alive_seconds(body.get("keep_alive"))
+        if seconds is not None:
+            managed = self.fwd.router.scheduler.models.get(self.fwd.router.resolve(model).name)
+            if managed is not None:
+                managed.set_keep_alive(seconds)
+        return seconds
 
     async def show(self, request: Request) -> JSONResponse:
         """One model's details and capabilities; 404 ``{"error": ...}`` for an unknown name."""
@@ -107,6 +130,7 @@ class OllamaApi:
         started = time.monotonic()
         body = await self._body(request)
         oai = ollama.chat_request(body)
+        self._keep_alive(oai.get("model"), body)
         return await self._forward("ollama_chat", "/v1/chat/completions", oai, started, generate=False)
 
     async def generate(self, request: Request) -> Response:
@@ -114,11 +138,15 @@ class OllamaApi:
         started = time.monotonic()
         body = await self._body(request)
         path, oai = ollama.generate_request(body)
+        keep_alive = self._keep_alive(oai.get("model"), body)
         if not body.get("prompt") and not body.get("images"):
+            # Ollama's "load the model" request, or "unload it" with keep_alive 0
             model = self.fwd.router.resolve(oai["model"])
-            (await self.fwd.router.acquire(model.name)).release()  # Ollama's "load the model" request
+            if keep_alive != 0:
+                (await self.fwd.router.acquire(model.name)).release()
+            reason = "unload" if keep_alive == 0 else "load"
             return JSONResponse(
-                {"model": model.name, "created_at": ollama.now(), "response": "", "done": True, "done_reason": "load"}
+                {"model": model.name, "created_at": ollama.now(), "response": "", "done": True, "done_reason": reason}
             )
         return await self._forward("ollama_generate", path, oai, started, generate=True)
 
@@ -127,6 +155,7 @@ class OllamaApi:
         started = time.monotonic()
         body = await self._body(request)
         oai = ollama.embed_request(body)
+        self._keep_alive(oai.get("model"), body)
         return await self._forward("ollama_embed", "/v1/embeddings", oai, started, generate=False)
 
     async def _body(self, request: Request) -> dict[str, Any]:

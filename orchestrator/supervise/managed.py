@@ -80,6 +80,7 @@ class ManagedModel:
         self.config = config
         self.instances = instances
         self.need = need
+        self.keep_alive: float | None = None  # idle seconds a client asked for (Ollama keep_alive)
         self.state = ModelState.UNLOADED
         self.reason: str | None = None
         self.failed_at = -math.inf
@@ -119,8 +120,15 @@ class ManagedModel:
         """Idle seconds before unload (model's ``ttl``, else ``server.ttl``); None = never, pinned included."""
         if self.config.pinned:
             return None
+        if self.keep_alive is not None:
+            return None if self.keep_alive < 0 else self.keep_alive
         value = self.config.ttl if self.config.ttl is not None else server.ttl
         return None if value == "never" else float(value)
+
+    def set_keep_alive(self, seconds: float) -> None:
+        """A client's idle time for this model, replacing its ``ttl`` until the next one (Ollama's
+        ``keep_alive``: negative = never unload, 0 = unload once idle). Pinned models stay pinned."""
+        self.keep_alive = seconds
 
     def queue_limit(self, server: ServerConfig) -> int:
         """Held requests allowed before 429."""
