@@ -101,3 +101,25 @@ def test_repo_models_yaml_round_trip(tmp_path: Path) -> None:
         line for line in after if line.lstrip().startswith("#")
     ]
     assert load_config(copy).model(name).speculative.n_max == 5
+
+
+def test_k0_and_back_keep_the_comment_lines_after_the_block(tmp_path: Path) -> None:
+    """`bench --apply` picking K=0 on a CPU must not delete the commented GPU entry below the block.
+
+    ruamel.yaml stores the comment lines after a mapping's last key on that key, so deleting
+    ``n_min`` used to take the whole commented Qwen3.6 entry of models.yaml with it.
+    """
+    copy = tmp_path / "models.yaml"
+    shutil.copy(REPO / "models.yaml", copy)
+    name = load_config(copy).models[0].name
+    full_lines = [line for line in copy.read_text().splitlines() if line.lstrip().startswith("#")]
+    kept = [line for line in full_lines if "n_max" not in line.split("#")[0] or line.lstrip().startswith("#")]
+    set_draft_length(copy, name, 0)
+    assert load_config(copy).model(name).speculative.type == "none"
+    after_off = copy.read_text()
+    assert "# - name: qwen3.6-35b-a3b" in after_off
+    set_draft_length(copy, name, 2)
+    assert load_config(copy).model(name).speculative.n_max == 2
+    after_on = copy.read_text()
+    assert "# - name: qwen3.6-35b-a3b" in after_on
+    assert [line for line in after_on.splitlines() if line.lstrip().startswith("#")] == kept

@@ -71,6 +71,35 @@ def _find_model(data: Any, path: Path, model: str) -> CommentedMap:
     raise UserError(f"{path}: no model named {model!r}", hint=f"models here: {', '.join(names) or 'none'}")
 
 
+def _delete_keeping_comments(mapping: CommentedMap, key: str) -> None:
+    """Delete ``key`` but keep the full-line comments that follow it.
+
+    ruamel.yaml stores the comment lines after a key (up to the next key, or to the end of the
+    file for the last key) on that key, so a plain ``del`` also drops them: a commented-out
+    model entry below the edited block would vanish. The deleted line's own end-of-line comment
+    goes with it; the lines after it move to the key before (or after) it.
+    """
+    keys = list(mapping.keys())
+    slot = mapping.ca.items.pop(key, None)
+    del mapping[key]
+    token = slot[2] if slot and len(slot) > 2 else None
+    if token is None or not mapping:
+        return
+    value: str = token.value
+    rest = value[value.index("\n") :] if not value.startswith("\n") and "\n" in value else value
+    if not value.startswith("\n") and "\n" not in value:
+        return  # only the deleted line's own comment
+    idx = keys.index(key)
+    owner = keys[idx - 1] if idx > 0 else next(iter(mapping))
+    current = mapping.ca.items.get(owner)
+    if current and len(current) > 2 and current[2] is not None:
+        current[2].value = current[2].value.rstrip("\n") + rest
+        return
+    token.value = rest
+    mapping.ca.items.setdefault(owner, [None, None, None, None])
+    mapping.ca.items[owner][2] = token
+
+
 def set_draft_length(path: Path, model: str, k: int) -> str:
     """Write draft length ``k`` (tokens) into ``model``'s ``speculative`` block of ``path``.
 
@@ -105,11 +134,11 @@ def set_draft_length(path: Path, model: str, k: int) -> str:
         spec["type"] = "none"
         for key in ("n_max", "n_min", "p_min"):
             if key in spec:
-                del spec[key]
+                _delete_keeping_comments(spec, key)
     else:
-        if spec.get("type") == "none":
-            del spec["type"]
         spec["n_max"] = k
+        if spec.get("type") == "none":
+            _delete_keeping_comments(spec, "type")
         n_min = spec.get("n_min")
         if isinstance(n_min, int) and n_min > k:
             spec["n_min"] = k
