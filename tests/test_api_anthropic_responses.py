@@ -99,6 +99,7 @@ def test_anthropic_sdk_message_and_usage(stack: Stack, rec: Any) -> None:
         model="demo", max_tokens=8, messages=[{"role": "user", "content": "U1"}], extra_body={"temperature": 0}
     )
     assert msg.type == "message" and msg.role == "assistant"
+    assert msg.id.startswith("msg_") and "chatcmpl" not in msg.id  # llama-server says chatcmpl-...
     assert msg.usage.input_tokens > 0 and 0 < msg.usage.output_tokens <= 8
     assert [b.type for b in msg.content] == ["text"]  # thinking default off: an answer, not a thinking block
     [sent] = rec.bodies("/v1/messages")
@@ -119,6 +120,8 @@ def test_anthropic_sdk_stream_events(stack: Stack) -> None:
         events = list(stream)
         final = stream.get_final_message()
     assert events[0].type == "message_start" and events[-1].type == "message_stop"
+    assert events[0].message.id.startswith("msg_") and "chatcmpl" not in events[0].message.id
+    assert final.id == events[0].message.id
     assert final.content[0].text == whole.content[0].text  # type: ignore[union-attr]
     assert final.usage.output_tokens == whole.usage.output_tokens
     # no timings in Anthropic streams: the tokens are counted from the last event's usage
@@ -178,6 +181,29 @@ def test_anthropic_errors_use_anthropic_shape(stack: Stack, rec: Any) -> None:
     assert rec.bodies("/v1/messages") == []
 
 
+@pytest.mark.parametrize(
+    ("extra", "field"),
+    [
+        ({"tools": "read_file"}, "tools"),
+        ({"tools": [{"name": "read_file", "description": "Read a file"}]}, "tools[0].input_schema"),
+        ({"tools": [{"type": "web_search_20250305", "name": "web_search"}]}, "tools[0].input_schema"),
+        ({"tools": TOOLS, "tool_choice": {"type": "tool"}}, "tool_choice.name"),
+        ({"tool_choice": {"type": "tool"}}, "tool_choice.name"),
+        ({"tool_choice": {"type": "tool", "name": "read_file"}}, "tool_choice.name"),
+        ({"tools": TOOLS, "tool_choice": {"type": "sometimes"}}, "tool_choice.type"),
+    ],
+)
+def test_anthropic_refuses_malformed_tools(stack: Stack, rec: Any, extra: dict[str, Any], field: str) -> None:
+    """Malformed tools or tool_choice: a 400 in Anthropic's shape naming the field (llama-server answers 200)."""
+    body = {"model": "demo", "max_tokens": 4, "messages": [{"role": "user", "content": "U1"}], **extra}
+    for path in ("/v1/messages", "/v1/messages/count_tokens"):
+        r = httpx.post(stack.url + path, headers={"x-api-key": KEY}, json=body)
+        assert r.status_code == 400, r.text
+        assert r.json()["type"] == "error" and r.json()["error"]["type"] == "invalid_request_error"
+        assert field in r.json()["error"]["message"]
+    assert rec.requests == []
+
+
 def test_responses_sdk_plain_and_stream(stack: Stack, rec: Any) -> None:
     """A05: object response with an output list; the stream's last event is response.completed."""
     client = oai(stack)
@@ -235,6 +261,11 @@ def test_responses_agent_turn_and_system_items(stack: Stack, rec: Any) -> None:
         ({"include": ["message.output_text.logprobs"]}, "include"),
         ({"top_logprobs": 3}, "top_logprobs"),
         ({"text": {"format": {"type": "json_schema", "name": "x"}}}, "text.format.schema"),
+        ({"tools": [{"type": "web_search"}]}, "tools[0].type"),
+        ({"tools": [{"type": "function", "name": "f", "parameters": {}}, {"type": "file_search"}]}, "tools[1].type"),
+        ({"extra_body": {"instructions": 5}}, "instructions"),
+        ({"extra_body": {"text": "json"}}, "text"),
+        ({"extra_body": {"reasoning": "high"}}, "reasoning"),
     ],
 )
 def test_responses_refuses_what_it_cannot_keep(stack: Stack, rec: Any, extra: dict[str, Any], param: str) -> None:
@@ -242,6 +273,8 @@ def test_responses_refuses_what_it_cannot_keep(stack: Stack, rec: Any, extra: di
     with pytest.raises(openai.BadRequestError) as err:
         oai(stack).responses.create(model="demo", input="U1", max_output_tokens=4, **extra)
     assert err.value.body["param"] == param  # type: ignore[index]
+    if param.startswith("tools["):
+        assert "only function tools are supported" in err.value.body["message"]  # type: ignore[index]
     assert rec.requests == []
 
 

@@ -132,6 +132,11 @@ def test_errors_use_ollama_shape(stack: Stack, client: ollama.Client) -> None:
     assert r.status_code == 400 and "options.bogus" in r.json()["error"]
     r = httpx.post(stack.url + "/api/generate", json={"model": "demo", "prompt": "x", "suffix": "y"}, headers=AUTH)
     assert r.status_code == 400 and "suffix" in r.json()["error"]
+    for body in ({}, {"model": ""}, {"name": None}):  # Ollama: 400 "model is required", not the first model
+        r = httpx.post(stack.url + "/api/show", json=body, headers=AUTH)
+        assert r.status_code == 400 and r.json() == {"error": "model is required"}
+    r = httpx.post(stack.url + "/api/show", json={"model": "demo:latest"}, headers=AUTH)
+    assert r.status_code == 200 and "completion" in r.json()["capabilities"]
 
 
 def test_logprobs_complete_with_drafting(stack: Stack, client: ollama.Client) -> None:

@@ -27,7 +27,9 @@ Refused with 400 (the field named in the message): a role other than user/assist
 developer, moved as above), a content block type llama-server does not convert (it would drop it),
 image blocks for a model without a vision projector, structured output (``output_format``,
 ``output_config.format``: llama-server's conversion drops them, so the output would not be
-constrained), and a conversation with no user text (template: ``No user query found in messages.``).
+constrained), ``tools`` that is not a list of tools with a ``name`` and an ``input_schema`` object,
+a ``tool_choice`` with an unknown type or ``type: tool`` without ``name``, and a conversation with
+no user text (template: ``No user query found in messages.``).
 
 Errors on these routes use Anthropic's shape: ``{"type": "error", "error": {"type", "message"}}``
 (:func:`error_body`); in a stream, an ``event: error`` event (:func:`error_event`).
@@ -207,18 +209,45 @@ def _repair_thinking(body: dict[str, Any], policy: RepairPolicy, kinds: list[str
     return None
 
 
+def _check_tools(tools: Any, choice: Any) -> None:
+    """400 for a malformed ``tools`` list or ``tool_choice`` (llama-server would answer 200 without them)."""
+    if tools is not None:
+        if not isinstance(tools, list):
+            raise _bad("tools must be a list of tool objects", "tools")
+        for i, tool in enumerate(tools):
+            here = f"tools[{i}]"
+            if not isinstance(tool, dict):
+                raise _bad(f"{here} must be an object with 'name' and 'input_schema'", here)
+            if not isinstance(tool.get("name"), str) or not tool["name"]:
+                raise _bad(f"{here}.name must be a non-empty string", f"{here}.name")
+            if not isinstance(tool.get("input_schema"), dict):
+                raise _bad(
+                    f"{here}.input_schema must be a JSON schema object (only client tools with an "
+                    "input_schema are supported; server tools are not)",
+                    f"{here}.input_schema",
+                )
+    if choice is None:
+        return
+    ctype = choice.get("type") if isinstance(choice, dict) else None
+    if ctype not in ("auto", "any", "tool", "none"):
+        raise _bad("tool_choice.type must be 'auto', 'any', 'tool' or 'none'", "tool_choice.type")
+    if ctype == "tool" and (not isinstance(choice.get("name"), str) or not choice["name"]):
+        raise _bad("tool_choice.name is required (a string) when tool_choice.type is 'tool'", "tool_choice.name")
+
+
 def _repair_tools(body: dict[str, Any], kinds: list[str]) -> list[Any] | None:
     """``tools`` to send when ``tool_choice`` needs it (None: unchanged, ``[]``: remove)."""
     choice = body.get("tool_choice")
     tools = body.get("tools")
+    _check_tools(tools, choice)
     if not isinstance(choice, dict):
         return None
     if choice.get("type") == "none":
         _add(kinds, "tool_choice_none")
         return []
-    if choice.get("type") == "tool" and isinstance(tools, list):
+    if choice.get("type") == "tool":
         name = choice.get("name")
-        named = [t for t in tools if isinstance(t, dict) and t.get("name") == name]
+        named = [t for t in tools or [] if t.get("name") == name]
         if not named:
             raise _bad(f"tool_choice.name {name!r} is not one of the request's tools", "tool_choice.name")
         _add(kinds, "tool_choice_named")

@@ -15,6 +15,10 @@ Both are fixed in the answer, whole or streamed (the ``message_delta`` event, th
   (an end-of-generation token sampled exactly at the last allowed position reads as a cut too). A
   stream keeps its ``response.completed`` event name: clients and the relay wait for it.
 
+Anthropic message ids: llama-server answers ``"id": "chatcmpl-..."`` (its chat id); Anthropic's
+start with ``msg_``. The whole Message's id and the ``message_start`` event's are rewritten to
+``msg_<same random part>`` (not counted as a repair: every answer has one).
+
 And one fix to every Responses stream event: llama-server's lack ``sequence_number``,
 ``output_index`` and ``content_index``, which OpenAI's event schema requires; the ``openai`` SDK's
 ``client.responses.stream()`` indexes its output list with them and fails on the first text
@@ -55,9 +59,25 @@ def fix_response(response: dict[str, Any], max_output_tokens: Any) -> bool:
     return True
 
 
+def fix_message_id(message: dict[str, Any]) -> bool:
+    """Give ``message`` (a whole Message or ``message_start``'s ``message``) an Anthropic id:
+    llama-server's ``to_json_anthropic`` reuses its chat id ``chatcmpl-<random>``; Anthropic's start
+    with ``msg_``. Returns whether it changed."""
+    mid = message.get("id")
+    if not isinstance(mid, str) or mid.startswith("msg_"):
+        return False
+    message["id"] = "msg_" + mid.removeprefix("chatcmpl-")
+    return True
+
+
 def _fix(path: str, obj: dict[str, Any], request: dict[str, Any]) -> str | None:
     """Fix a whole answer (or a streamed event) of ``path`` in place; the repair kind, or None."""
     if path == MESSAGES:
+        if obj.get("type") == "message_start" and isinstance(obj.get("message"), dict):
+            fix_message_id(obj["message"])  # every answer has one: fixed, not counted as a repair
+            return None
+        if obj.get("type") == "message":
+            fix_message_id(obj)
         delta = obj.get("delta") if obj.get("type") == "message_delta" else obj
         return "anthropic_stop_sequence" if isinstance(delta, dict) and fix_anthropic(delta) else None
     if path == RESPONSES:
@@ -74,10 +94,12 @@ def fix_answer(
 
     ``count`` is called with the repair kind when one applied.
     """
+    before = obj.get("id")
     kind = _fix(path, obj, request)
-    if kind is None:
+    if kind is not None:
+        count(kind)
+    elif obj.get("id") == before:
         return data
-    count(kind)
     return dump_body(obj)
 
 
@@ -92,13 +114,14 @@ class FinishStream:
     def __init__(self, path: str, request: dict[str, Any]) -> None:
         self.path, self.request = path, request
         self.marker = b'"stop_sequence":"' if path == MESSAGES else b"data: "
+        self.start = b'"message_start"' if path == MESSAGES else b"data: "
         self.sequence = 0
         self.item = -1  # output_index of the current output item
         self.part = -1  # content_index of the current part of that item
 
     def needs_parse(self, raw: bytes) -> bool:
         """Whether ``raw`` may hold an event to fix (holds for every substring of such bytes)."""
-        return self.path == RESPONSES or self.marker in raw
+        return self.path == RESPONSES or self.marker in raw or self.start in raw
 
     def repair(self, chunk: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
         """A fixed copy of ``chunk`` and the repair kinds, or ``chunk`` itself and none."""
@@ -107,7 +130,8 @@ class FinishStream:
         fixed = copy.deepcopy(chunk)
         kind = _fix(self.path, fixed, self.request)
         numbered = self.path == RESPONSES and self._number(fixed)
-        if kind is None and not numbered:
+        renamed = fixed.get("message") != chunk.get("message")
+        if kind is None and not numbered and not renamed:
             return chunk, []
         return fixed, [kind] if kind is not None else []
 

@@ -104,9 +104,13 @@ class OllamaApi:
         return seconds
 
     async def show(self, request: Request) -> JSONResponse:
-        """One model's details and capabilities; 404 ``{"error": ...}`` for an unknown name."""
+        """One model's details and capabilities; 400 ``{"error": "model is required"}`` without a name
+        (Ollama's answer), 404 ``{"error": ...}`` for an unknown name."""
         body = await self._body(request)
-        model = self.fwd.router.resolve(ollama.model_name(body.get("model") or body.get("name")))
+        name = body.get("model") or body.get("name")
+        if not isinstance(name, str) or not name.strip():
+            raise ApiError(400, "model is required", param="model")
+        model = self.fwd.router.resolve(ollama.model_name(name))
         caps = ["completion", "tools", "thinking"]
         if model.multimodal:
             caps.append("vision")

@@ -14,7 +14,6 @@ kind                       what happened
 ``text_format_mapped``     ``text.format`` (structured output) became ``response_format``, which
                            llama-server reads (it ignores ``text``)
 ``thinking_default``       the per-model ``enable_thinking`` default was added (no ``reasoning``)
-``tools_dropped``          tools other than ``function`` were removed (llama-server skips them)
 ``speculative_flattened``  ``"speculative": {"n_max": K}`` became ``"speculative.n_max": K``
 =========================  ========================================================================
 
@@ -22,6 +21,9 @@ State llama-server cannot keep is refused with 400 naming the field, never ignor
 ``previous_response_id``, ``store: true`` (nothing is stored; omit it or send false),
 ``background: true``, ``conversation``. So are per-token log probabilities (``top_logprobs``,
 ``include: ["message.output_text.logprobs"]``): llama-server's Responses output never carries them.
+Tools other than ``function`` (``web_search``, ``file_search``...) are refused naming ``tools[i].type``:
+llama-server skips them, so the model would answer without them. ``instructions`` that is not a string,
+``text`` or ``reasoning`` that is not an object are refused naming the field.
 """
 
 from __future__ import annotations
@@ -147,7 +149,7 @@ def text_format_to_response_format(fmt: Any) -> dict[str, Any] | None:
 
 
 def _repair_extras(body: dict[str, Any], policy: RepairPolicy, kinds: list[str], new: dict[str, Any]) -> None:
-    """Thinking default, text.format, tools: write replacements into ``new``."""
+    """Thinking default, text.format: write replacements into ``new``."""
     text = body.get("text")
     if isinstance(text, dict) and "format" in text:
         if "response_format" in body:
@@ -165,12 +167,27 @@ def _repair_extras(body: dict[str, Any], policy: RepairPolicy, kinds: list[str],
     if policy.thinking_default is not None and not has_effort and "enable_thinking" not in (ctk or {}):
         _add(kinds, "thinking_default")
         new["chat_template_kwargs"] = {**(ctk or {}), "enable_thinking": policy.thinking_default}
+
+
+def _check_types(body: dict[str, Any]) -> None:
+    """400 for top-level fields of the wrong type, and for tools llama-server cannot run (it skips them)."""
+    if body.get("instructions") is not None and not isinstance(body["instructions"], str):
+        raise _bad("instructions must be a string", "instructions")
+    for name in ("text", "reasoning"):
+        if body.get(name) is not None and not isinstance(body[name], dict):
+            raise _bad(f"{name} must be an object", name)
     tools = body.get("tools")
-    if isinstance(tools, list):
-        kept = [t for t in tools if isinstance(t, dict) and t.get("type") == "function"]
-        if len(kept) != len(tools):
-            _add(kinds, "tools_dropped")
-            new["tools"] = kept
+    if tools is None:
+        return
+    if not isinstance(tools, list):
+        raise _bad("tools must be a list of tool objects", "tools")
+    for i, tool in enumerate(tools):
+        ttype = tool.get("type") if isinstance(tool, dict) else None
+        if ttype != "function":
+            raise _bad(
+                f"tools[{i}].type {ttype!r} is not supported: only function tools are supported by this server",
+                f"tools[{i}].type",
+            )
 
 
 def repair_request(body: dict[str, Any], policy: RepairPolicy) -> RepairResult:
@@ -185,9 +202,10 @@ def repair_request(body: dict[str, Any], policy: RepairPolicy) -> RepairResult:
         when ``reasoning.effort`` is ``none`` or ``enable_thinking`` ends up false.
 
     Raises:
-        ApiError: 400 with ``param`` for refused state, a bad ``input`` or ``text.format``.
+        ApiError: 400 with ``param`` for refused state, a bad ``input``, ``text.format``, field type or tool.
     """
     _refuse_state(body)
+    _check_types(body)
     kinds: list[str] = []
     new: dict[str, Any] = {}
     items = body.get("input")
@@ -197,8 +215,6 @@ def repair_request(body: dict[str, Any], policy: RepairPolicy) -> RepairResult:
             new["input"] = out
         if merged:
             instructions = body.get("instructions")
-            if instructions is not None and not isinstance(instructions, str):
-                raise _bad("instructions must be a string", "instructions")
             parts = [instructions.strip()] if instructions and instructions.strip() else []
             new["instructions"] = SYSTEM_JOINER.join(parts + merged)
     elif not isinstance(items, str):
