@@ -23,6 +23,10 @@ if TYPE_CHECKING:
     from orchestrator.launch.spec import InstanceSpec
 
 
+# seconds between state re-checks while waiting for a change (a missed pulse costs at most this)
+RECHECK_S = 0.5
+
+
 class Supervisor:
     """All instances of one ``orchestrator up``.
 
@@ -84,7 +88,9 @@ class Supervisor:
             if left <= 0:
                 return None
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self.changed.wait(), timeout=left)
+                # bounded: wait_for starts its task on a later loop turn, and a pulse (set, clear)
+                # that lands before then is missed; re-checking the states covers it
+                await asyncio.wait_for(self.changed.wait(), timeout=min(left, RECHECK_S))
 
     async def start(self) -> None:
         """Launch every instance and return at once; readiness is tracked in the background."""
@@ -104,7 +110,9 @@ class Supervisor:
             if left <= 0:
                 return False
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self.changed.wait(), timeout=left)
+                # bounded: wait_for starts its task on a later loop turn, and a pulse (set, clear)
+                # that lands before then is missed; re-checking the states covers it
+                await asyncio.wait_for(self.changed.wait(), timeout=min(left, RECHECK_S))
 
     async def stop(self, grace: float) -> None:
         """Stop all children: SIGTERM each process group, SIGKILL after ``grace`` s; reap all."""
