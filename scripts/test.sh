@@ -5,7 +5,7 @@
 # Arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/install.sh
+bash scripts/install.sh --test
 . .venv/bin/activate
 echo "==> static checks: ruff, ruff format, mypy --strict, lint-imports"
 ruff check orchestrator tests scripts/*.py

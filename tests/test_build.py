@@ -328,7 +328,9 @@ def test_second_build_is_a_no_op(real_build: build.BuildInfo, capsys: pytest.Cap
     assert build_cli.run(backend=backend, cuda_arch=cuda_arch, jobs=None, force=False, show=False) == 0
     assert "up to date" in capsys.readouterr().err
     assert build_cli.run(backend=backend, cuda_arch=None, jobs=None, force=False, show=True) == 0
-    assert json.loads(capsys.readouterr().out)["key"] == plan.key
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["key"] == plan.key
+    assert shown["upstream_build"] == f"b{plan.pin.build}" == "b11312"  # the pin's upstream release
 
 
 # --- failures a person can act on -----------------------------------------------------------

@@ -1,7 +1,7 @@
 """The web console in a real browser (Debian's chromium driven by Playwright) against a real
 ``orchestrator up`` on the tiny model.
 
-The browser is ``/usr/bin/chromium`` (scripts/install.sh installs it); Playwright's own browser
+The browser is ``/usr/bin/chromium`` (``scripts/install.sh --test`` installs it); Playwright's own browser
 download is never used. Every wait is on a page condition (``expect``/``wait_for_function``),
 with generous bounds: the page polls every 2 s and the chart sampler ticks every 2 s.
 
@@ -47,8 +47,8 @@ def browser() -> Iterator[Any]:
     """Headless Debian chromium through Playwright's Python API."""
     if not CHROMIUM.exists():
         if os.environ.get("ORCHESTRATOR_REQUIRE_NATIVE") == "1":
-            pytest.fail("no /usr/bin/chromium: run scripts/install.sh (ORCHESTRATOR_REQUIRE_NATIVE=1)")
-        pytest.skip("no /usr/bin/chromium (scripts/install.sh installs it)")
+            pytest.fail("no /usr/bin/chromium: run scripts/install.sh --test (ORCHESTRATOR_REQUIRE_NATIVE=1)")
+        pytest.skip("no /usr/bin/chromium (scripts/install.sh --test installs it)")
     sync_api = pytest.importorskip("playwright.sync_api")
     with sync_api.sync_playwright() as p:
         b = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)

@@ -71,7 +71,11 @@ def run(
     console = Console(stderr=True, soft_wrap=True)
     if show:
         info = locate()
-        print(json.dumps(info.manifest or {"bin_dir": str(info.bin_dir), "manifest": None}, indent=2))
+        shown = info.manifest or {"bin_dir": str(info.bin_dir), "manifest": None}
+        pin = native_fetch.load_pin()
+        if shown.get("upstream_commit") == pin.commit and pin.build:
+            shown = {**shown, "upstream_build": f"b{pin.build}"}  # builds made before it was recorded
+        print(json.dumps(shown, indent=2))
         return 0
     plan = plan_build(*build_options(config, backend, cuda_arch))
     root = builds_root() / plan.key

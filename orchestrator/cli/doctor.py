@@ -22,6 +22,7 @@ from orchestrator.host.gpus import GPU
 from orchestrator.native import cuda as native_cuda
 from orchestrator.native import cuda_compat
 from orchestrator.native import fetch as native_fetch
+from orchestrator.native.versions import KnownBad, describe_pin, known_bad, parse_version
 
 if TYPE_CHECKING:
     from orchestrator.native.build import BuildInfo
@@ -70,6 +71,7 @@ def collect(config: Path) -> list[Check]:
         check_ccache,
         lambda: check_nvcc(gpu_count),
         lambda: gpu_check,
+        check_pin,
         lambda: check_build(build, gpu_count),
         lambda: check_gpu_build(build, found),
         lambda: check_config(config),
@@ -184,6 +186,35 @@ def _locate() -> BuildInfo | None:
         return None
 
 
+def check_pin() -> Check:
+    """The pinned llama.cpp as users compare it with upstream: build number and commit."""
+    try:
+        pin = native_fetch.load_pin()
+    except UserError as err:
+        return Check("llama.cpp pin", FAIL, str(err), err.hint)
+    return Check(
+        "llama.cpp pin", OK, f"{describe_pin(pin.commit, pin.build)} of {pin.repo} (llama-cpp-python {pin.version})"
+    )
+
+
+def upstream_of(build: BuildInfo) -> tuple[str, list[KnownBad]]:
+    """(``b11312 (0c1e570)``, the known-bad windows it falls in) for ``build``: the pin's number
+    for our own build (it prints build 0), else what its ``--version`` says."""
+    manifest = build.manifest
+    pin = native_fetch.load_pin()
+    if manifest.get("upstream_commit") == pin.commit:
+        return describe_pin(pin.commit, pin.build), []
+    from orchestrator.native.build import server_version
+
+    try:
+        said = parse_version(server_version(build.server, manifest.get("runtime_lib_dirs")))
+    except UserError:
+        said = None
+    if said is None:
+        return "unknown upstream build", []
+    return f"{said.tag} ({said.commit})", known_bad(said.build)
+
+
 def check_build(build: BuildInfo | None, gpu_count: int) -> Check:
     """The native build: present, patched with the current queue, runs and knows draft-mtp
     (its ``--help``, probed once), right backend for this machine."""
@@ -191,7 +222,15 @@ def check_build(build: BuildInfo | None, gpu_count: int) -> Check:
         return Check("native build", FAIL, "none found", "orchestrator build")
     manifest = build.manifest
     version = manifest.get("version", "").splitlines()[0] if manifest.get("version") else "no manifest.json"
-    detail = f"{build.bin_dir} ({manifest.get('backend', '?')}; {version})"
+    upstream, bad = upstream_of(build)
+    detail = f"{build.bin_dir} ({manifest.get('backend', '?')}; {upstream}; {version})"
+    if bad:
+        return Check(
+            "native build",
+            WARN,
+            detail + "; " + "; ".join(b.what for b in bad),
+            "use another llama.cpp build (outside that window), or `orchestrator build` for the pinned one",
+        )
     if not manifest:
         return Check("native build", WARN, detail, "orchestrator build (records patches and flags in manifest.json)")
     current = [{"name": p.name, "sha256": p.sha256} for p in native_fetch.list_patches()]

@@ -14,5 +14,6 @@ Concern -> file:
     running CMake + Ninja, the build log      make.py
     the build on disk: locate, install, runs  build.py
     server capabilities (``--help`` probe)    capabilities.py
+    upstream build numbers, known-bad windows versions.py
     RPC protocol: probe a ggml-rpc-server     rpc.py
 """

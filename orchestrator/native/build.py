@@ -170,6 +170,8 @@ def install(root: Path, plan: BuildPlan, seconds: float) -> Path:
         "key": plan.key,
         "pin": plan.pin.as_dict(),
         "upstream_commit": plan.pin.commit,
+        # upstream's number for that commit (release b<N>): llama-server itself prints build 0
+        "upstream_build": f"b{plan.pin.build}" if plan.pin.build else None,
         "patches": [{"name": p.name, "sha256": p.sha256} for p in plan.patches],
         "backend": plan.backend,
         "cuda_arch": plan.cuda_arch,

@@ -52,6 +52,9 @@ class Pin:
     subdir: str
     repo: str
     commit: str
+    # upstream's build number (release tag ``b<build>``) of ``commit``; 0 when pin.toml has none.
+    # Not part of ``as_dict`` (the build key): it names the commit, it does not change the build.
+    build: int = 0
 
     @property
     def short_commit(self) -> str:
@@ -105,10 +108,11 @@ def load_pin(native: Path | None = None) -> Pin:
             subdir=src["subdir"],
             repo=up["repo"],
             commit=up["commit"],
+            build=int(up.get("build", 0)),
         )
     except FileNotFoundError:
         raise UserError(f"pin file not found: {path}", hint="run from the orchestrator checkout") from None
-    except (KeyError, tomllib.TOMLDecodeError) as err:
+    except (KeyError, ValueError, tomllib.TOMLDecodeError) as err:
         raise UserError(f"{path}: invalid pin file ({err})", hint="compare with native/README.md") from None
 
 
