@@ -23,7 +23,7 @@ command -v g++ >/dev/null || need+=(g++)
 command -v ccache >/dev/null || need+=(ccache)
 command -v git >/dev/null || need+=(git)
 python3 -c 'import venv, ensurepip' 2>/dev/null || need+=(python3-venv)
-# the web console's browser tests (tests/test_console.py) drive Debian's chromium through
+# the web console's browser tests (tests/serve/console/test_console.py) drive Debian's chromium through
 # Playwright's Python package; Playwright's own browser download is never used. Serving needs no browser.
 if [ "$TEST" = 1 ]; then
   [ -x /usr/bin/chromium ] || need+=(chromium)

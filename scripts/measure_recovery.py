@@ -11,7 +11,7 @@ One run of ``orchestrator up`` (the real CLI, production supervisor rules) on on
 2. **isolated crash**: after ``stable_after`` seconds of serving, ``kill -9`` of the child, then a
    chat request through the endpoint at once. Printed: seconds from the kill to its success,
    next to the new child's load time (spawn -> ready, from ``/status``).
-3. with ``--fuzz``: the generated-bodies test (``tests/test_fuzz_routes.py``) runs once with
+3. with ``--fuzz``: the generated-bodies test (``tests/serve/test_fuzz_routes.py``) runs once with
    ``--examples`` bodies per POST route and its counts by status are printed.
 
     python scripts/measure_recovery.py [--model PATH] [--stall 30] [--fuzz --examples 40]
@@ -124,7 +124,7 @@ def measure_crash(url: str, stable_after: float) -> None:
 def run_fuzz(examples: int, folder: Path) -> None:
     counts = folder / "fuzz_counts.json"
     env = {**os.environ, "ORCHESTRATOR_FUZZ_COUNTS": str(counts), "ORCHESTRATOR_FUZZ_EXAMPLES": str(examples)}
-    test = Path(__file__).resolve().parents[1] / "tests" / "test_fuzz_routes.py"
+    test = Path(__file__).resolve().parents[1] / "tests" / "serve" / "test_fuzz_routes.py"
     started = time.monotonic()
     result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(test)], env=env)
     took = time.monotonic() - started

@@ -22,7 +22,7 @@ recurrent state cannot drop a token (server-context.cpp forces full reprocessing
 restore that does not verify is logged, its file dropped, the slot erased, and persistence is
 turned off for that model for the rest of the run, with a warning in ``status``.
 
-At the pin (measured by tests/test_kv_persist.py on the tiny ``qwen35moe`` model, 3 gated
+At the pin (measured by tests/supervise/test_kv_persist.py on the tiny ``qwen35moe`` model, 3 gated
 delta-net layers beside 1 attention layer), the saved state carries the recurrent state too:
 after a restore the greedy continuation and its log-probabilities equal those of the
 uninterrupted server. Hence ``kv_persist`` defaults to true. What a hybrid model can reuse is

@@ -231,6 +231,6 @@ def test_the_bench_fields_the_console_reads_are_the_ones_the_bench_writes() -> N
     from orchestrator.serve.console.files import _SUMMARY_FIELDS, bench_summary
 
     assert set(_SUMMARY_FIELDS) <= {f.name for f in dataclasses.fields(Summary)}
-    report = bench_summary(Path(__file__).with_name("data") / "bench_tiny" / "results.json")
+    report = bench_summary(Path(__file__).resolve().parents[2] / "data" / "bench_tiny" / "results.json")
     assert report["found"] and report["model"] == "demo" and report["recommended_k"] == 0 and report["has_plot"]
     assert [r["k"] for r in report["rows"]] == [0, 2] and report["analysis"]

@@ -436,7 +436,7 @@ def test_render_plan_shows_table_and_exact_commands(tmp_path: Path, native: buil
 @pytest.mark.slow
 def test_repo_models_yaml_plans_the_demo(native: build_mod.BuildInfo, monkeypatch: pytest.MonkeyPatch) -> None:
     """The shipped models.yaml plans out of the box (generates the demo model on first use)."""
-    repo = Path(__file__).resolve().parent.parent
+    repo = Path(__file__).resolve().parents[2]
     config = load_config(repo / "models.yaml")
     [spec] = plan_launch(config, gpus=[], build=native, capabilities=caps(native), check_ports=False)
     start = spec.argv.index("--spec-type")

@@ -20,7 +20,7 @@ from proxy_harness import Stack, real_stack
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 
-CASES = json.loads((Path(__file__).parent / "data" / "chat_requests.json").read_text())["cases"]
+CASES = json.loads((Path(__file__).resolve().parents[1] / "data" / "chat_requests.json").read_text())["cases"]
 NO_THINK = {"chat_template_kwargs": {"enable_thinking": False}}
 
 

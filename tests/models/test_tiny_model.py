@@ -18,7 +18,7 @@ from orchestrator.models import tiny as tm
 from orchestrator.models import tiny_echo, tiny_weights
 from orchestrator.models.facts import read_model_facts
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 MAX_BYTES = 25_000_000
 
 

@@ -19,7 +19,7 @@ from orchestrator.models.traffic import Traffic
 from orchestrator.native import bundle
 from orchestrator.native.fetch import Patch, Pin
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SMALL = ["--cpu", "--scale", "small", "--k", "1,2", "--n-predict", "16", "--threads", "1"]
 
 

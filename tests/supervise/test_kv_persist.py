@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kv_helpers import complete, kv_spec, long_text, run_async, started
+from supervision_helpers import make_config
 
 from orchestrator.models.facts import read_model_facts
 from orchestrator.models.memory import estimate_memory
@@ -25,8 +27,6 @@ from orchestrator.native.build import BuildInfo
 from orchestrator.supervise.kv_files import KvStore, read_tokens
 from orchestrator.supervise.kv_persist import KvPersistence
 from orchestrator.supervise.slot_client import SlotClient
-from tests.kv_helpers import complete, kv_spec, long_text, run_async, started
-from tests.supervision_helpers import make_config
 
 pytestmark = [pytest.mark.slow, pytest.mark.server]
 

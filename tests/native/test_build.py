@@ -21,7 +21,7 @@ from orchestrator.native import cuda as native_cuda
 from orchestrator.native import fetch as native_fetch
 from orchestrator.native import plan as native_plan
 
-NATIVE = Path(__file__).resolve().parents[1] / "native"
+NATIVE = Path(__file__).resolve().parents[2] / "native"
 
 
 def _pin(**overrides: str) -> native_fetch.Pin:

@@ -422,7 +422,7 @@ def test_bench_relaunch_per_k_without_the_patch(tmp_path: Path, bin_info, echo_m
 def test_sweep_script_is_valid_bash_and_runs_the_whole_pipeline() -> None:
     import subprocess
 
-    script = Path(__file__).resolve().parent.parent / "scripts" / "sweep_draft_length.sh"
+    script = Path(__file__).resolve().parents[2] / "scripts" / "sweep_draft_length.sh"
     result = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stderr
     text = script.read_text()

@@ -11,7 +11,7 @@ from orchestrator.config.load import load_config
 from orchestrator.config.yaml_edit import set_draft_length
 from orchestrator.errors import UserError
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 SMALL = """\
 # models served by the orchestrator (a test copy)

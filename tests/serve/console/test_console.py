@@ -34,12 +34,14 @@ CHROMIUM_ARGS = [
     "--disable-sync",
     "--no-first-run",
 ]
-SCREENSHOTS = Path(os.environ.get("ORCHESTRATOR_SCREENSHOTS") or Path(__file__).parents[1] / "docs" / "screenshots")
+SCREENSHOTS = Path(
+    os.environ.get("ORCHESTRATOR_SCREENSHOTS") or Path(__file__).resolve().parents[3] / "docs" / "screenshots"
+)
 WAIT_MS = 30_000  # page conditions: several poll periods, and room for a loaded 2-core machine
 LAPTOP = {"width": 1366, "height": 900}
 PHONE = {"width": 390, "height": 844}
 KEY = "console-test-key-7f3a"
-BENCH_REPORT = Path(__file__).with_name("data") / "bench_tiny"  # a real tiny-model bench report
+BENCH_REPORT = Path(__file__).resolve().parents[2] / "data" / "bench_tiny"  # a real tiny-model bench report
 
 
 @pytest.fixture(scope="module")

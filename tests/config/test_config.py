@@ -13,7 +13,7 @@ from orchestrator.config.problems import ConfigError
 from orchestrator.config.schema import SCHEMA_COMMENT, SCHEMA_FILE, Config, ModelConfig, schema_text
 from orchestrator.launch.files import resolve_model_path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def write(tmp_path: Path, text: str, name: str = "models.yaml") -> Path:

@@ -15,9 +15,8 @@ from typing import Any
 
 import httpx
 import pytest
+from kv_helpers import long_text
 from scheduler_helpers import lifecycle_stack, tiny_models
-
-from tests.kv_helpers import long_text
 
 pytestmark = [pytest.mark.slow, pytest.mark.server]
 

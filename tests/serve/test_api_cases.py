@@ -23,7 +23,10 @@ from proxy_harness import Stack, real_stack
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 
-CASES = {c["id"]: c for c in json.loads((Path(__file__).parent / "data" / "api_cases.json").read_text())["cases"]}
+CASES = {
+    c["id"]: c
+    for c in json.loads((Path(__file__).resolve().parents[1] / "data" / "api_cases.json").read_text())["cases"]
+}
 KEY = "K1"
 ORIGIN = "http://localhost:5173"
 AUTH = {"authorization": f"Bearer {KEY}"}

@@ -161,7 +161,14 @@ def test_kill_9_of_pytest_leaves_nothing_the_test_helpers_started(tmp_path: Path
     Before, both were plain ``Popen`` children in their own sessions: a killed pytest left the
     llama-server, and ``orchestrator up`` with its llama-server, running for good (ppid 1).
     """
-    argv = [sys.executable, "-c", HELPERS_PARENT, str(demo_model), str(tmp_path), str(Path(__file__).parent)]
+    argv = [
+        sys.executable,
+        "-c",
+        HELPERS_PARENT,
+        str(demo_model),
+        str(tmp_path),
+        str(Path(__file__).resolve().parents[1]),
+    ]
     parent = subprocess.Popen(argv, stdout=subprocess.PIPE, env=child_env())
     procs: list[psutil.Process] = []
     try:
