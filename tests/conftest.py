@@ -215,3 +215,16 @@ def llama_server(bin_info: Any, tmp_path: Path) -> Iterator[Callable[..., LlamaS
     finally:
         for server in started:
             server.stop()
+
+
+@pytest.fixture(scope="session")
+def agent_clients() -> Any:
+    """The real Claude Code, Codex CLI and opencode at pinned versions (``tests/agent_clients.py``):
+    installed by ``scripts/install_agent_clients.sh`` into the cache; skips only when npm or its
+    registry is unreachable."""
+    from tests.agent_clients import ClientsUnavailable, install
+
+    try:
+        return install()
+    except ClientsUnavailable as err:
+        pytest.skip(f"the agent clients cannot be installed: {err}")

@@ -1,0 +1,89 @@
+"""The real coding-agent clients (Claude Code, Codex CLI, opencode) at pinned versions, for tests.
+
+``scripts/install_agent_clients.sh`` installs them with npm into a cached folder outside the
+repository (``$ORCHESTRATOR_CACHE/agent-clients/<key>/``); :func:`install` runs it once per test
+session and returns their paths. The ``agent_clients`` fixture (``tests/conftest.py``) yields them and
+skips, with the installer's reason, only when npm is missing or its registry cannot be reached.
+
+:func:`client_env` is the environment every test (and ``orchestrator connect``) runs a client with:
+its own home (no user config, no credentials), and every update check, telemetry and auto-update
+switched off, so a client only ever talks to the base URL it is given.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+INSTALLER = REPO / "scripts" / "install_agent_clients.sh"
+INSTALL_TIMEOUT = 900.0  # seconds; about 20 s on this project's machine with a warm npm cache
+
+# exit status of the installer when npm or its registry is unreachable (anything else is a failure)
+UNREACHABLE = 2
+
+
+@dataclass(frozen=True)
+class AgentClients:
+    """Paths of the installed executables."""
+
+    bin_dir: Path
+    claude: Path
+    codex: Path
+    opencode: Path
+
+
+class ClientsUnavailable(Exception):
+    """npm is missing or its registry is unreachable (the message says which)."""
+
+
+def install() -> AgentClients:
+    """Run the installer (a no-op when the pinned versions are there) and return the paths.
+
+    Raises:
+        ClientsUnavailable: npm or its registry cannot be reached.
+        RuntimeError: npm failed for another reason (its output is in the message).
+    """
+    proc = subprocess.run(
+        ["bash", str(INSTALLER)], capture_output=True, text=True, timeout=INSTALL_TIMEOUT, check=False
+    )
+    if proc.returncode == UNREACHABLE:
+        raise ClientsUnavailable(proc.stderr.strip() or "npm unavailable")
+    if proc.returncode != 0:
+        raise RuntimeError(f"{INSTALLER.name} failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+    bin_dir = Path(proc.stdout.strip().splitlines()[-1])
+    return AgentClients(bin_dir, bin_dir / "claude", bin_dir / "codex", bin_dir / "opencode")
+
+
+def client_env(home: Path, **extra: str) -> dict[str, str]:
+    """Environment for one client run: a fresh ``HOME`` and no phoning home.
+
+    Args:
+        home: an empty folder that becomes the client's home (its config and session files).
+        extra: variables to add (base URLs, keys, model names).
+    """
+    keep = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "TERM", "TMPDIR", "TZ")}
+    return {
+        **keep,
+        "HOME": str(home),
+        "XDG_CONFIG_HOME": str(home / ".config"),
+        "XDG_DATA_HOME": str(home / ".local" / "share"),
+        "XDG_CACHE_HOME": str(home / ".cache"),
+        "XDG_STATE_HOME": str(home / ".local" / "state"),
+        # Claude Code: no telemetry, error reporting, update check or auto-update
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        "DISABLE_AUTOUPDATER": "1",
+        "DISABLE_TELEMETRY": "1",
+        "DISABLE_ERROR_REPORTING": "1",
+        # Codex: no update check and no OpenTelemetry exporter (also set in its config.toml)
+        "CODEX_HOME": str(home / ".codex"),
+        "NO_UPDATE_NOTIFIER": "1",
+        # opencode: no auto-update, no models.dev fetch, no share
+        "OPENCODE_DISABLE_AUTOUPDATE": "1",
+        "OPENCODE_DISABLE_MODELS_FETCH": "1",
+        "OPENCODE_DISABLE_SHARE": "1",
+        "OPENCODE_DISABLE_LSP_DOWNLOAD": "1",
+        **extra,
+    }
