@@ -109,11 +109,40 @@ def up(
     config: Path = typer.Option(DEFAULT_CONFIG, "--config", "-c"),
     dry_run: bool = typer.Option(False, help="print the launch plan and exit"),
     force: bool = typer.Option(False, help="launch even when the fit check says it will not fit"),
+    offline: bool = typer.Option(False, help="never download: an hf: model not yet pulled is an error"),
 ) -> None:
-    """Launch one llama-server per model and GPU, supervise them, serve one endpoint."""
+    """Launch one llama-server per model and GPU, supervise them, serve one endpoint (pulling hf: models first)."""
     from orchestrator.cli import up as m
 
-    _run(lambda: m.run_up(config, dry_run=dry_run, force=force))
+    _run(lambda: m.run_up(config, dry_run=dry_run, force=force, offline=offline))
+
+
+@app.command()
+def pull(
+    source: str = typer.Argument(
+        ..., help="REPO[:QUANT_OR_FILE][@REVISION], e.g. unsloth/Qwen3.6-35B-A3B-GGUF:UD-Q4_K_XL"
+    ),
+) -> None:
+    """Download a GGUF (all split parts, and a separate MTP head) from the Hugging Face Hub into its
+    shared cache: resumable, with progress, checked against the hub's sha256."""
+    from orchestrator.cli import pull as m
+
+    _run(lambda: m.run(source))
+
+
+@app.command()
+def connect(
+    client: str = typer.Argument(..., help="claude-code, codex, opencode, continue or openwebui"),
+    config: Path = typer.Option(DEFAULT_CONFIG, "--config", "-c"),
+    model: str | None = typer.Option(None, help="the model the client uses (default: the first in models.yaml)"),
+    write: bool = typer.Option(False, "--write", help="update the client's own config file (a backup first)"),
+    show_key: bool = typer.Option(False, "--show-key", help="print the API key (hidden otherwise)"),
+) -> None:
+    """Print an agent's or app's settings for this endpoint (address, key, models, context window);
+    --write puts them in the client's config file."""
+    from orchestrator.cli import connect as m
+
+    _run(lambda: m.run(client, config, model=model, write=write, show_key=show_key))
 
 
 @app.command()

@@ -33,13 +33,14 @@ if TYPE_CHECKING:
     from orchestrator.supervise.supervisor import Supervisor
 
 
-def run_up(config_path: Path, dry_run: bool = False, force: bool = False) -> int:
+def run_up(config_path: Path, dry_run: bool = False, force: bool = False, offline: bool = False) -> int:
     """Run ``orchestrator up`` until SIGINT/SIGTERM (see ``orchestrator.serve.run.serve_up``).
 
     Args:
         config_path: models.yaml.
         dry_run: print the launch plan and return 0 without starting anything.
         force: launch even when the fit check says a model will not fit.
+        offline: never download; an ``hf:`` model the hub cache lacks is an error naming the pull.
 
     Returns:
         0 after a clean shutdown; 1 when every instance failed to start.
@@ -63,6 +64,10 @@ def run_up(config_path: Path, dry_run: bool = False, force: bool = False) -> int
             f"{err} — the native llama.cpp build is missing, so nothing can be launched yet",
             hint="run `orchestrator build` first (about 8 minutes on 2 CPU cores; it shows progress)",
         ) from None
+    if not dry_run:
+        from orchestrator.cli.pull import pull_missing
+
+        pull_missing(config, offline=offline, console=console)
     found, source = gpus.detect_gpus()
     if not dry_run:
         statefile.claim()

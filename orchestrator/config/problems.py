@@ -160,7 +160,9 @@ _HINTS: dict[tuple[str, ...], str] = {
     ("speculative", "n_min"): "lower n_min or raise n_max",
     ("models",): "add at least one model: `- {name: demo, path: 'builtin:tiny-mtp'}`",
     ("name",): "use letters, digits, '.', '_' and '-' (it becomes the model id and instance name)",
-    ("path",): "give a .gguf path (relative to this file) or 'builtin:tiny-mtp'",
+    (
+        "path",
+    ): "give a .gguf path (relative to this file), 'builtin:tiny-mtp', or 'hf:OWNER/NAME:QUANT' (a Hugging Face repo)",
     ("gpus",): "write `auto` or a list of GPU indices such as [0] or [0, 1]",
     ("replicas",): "write a count such as 2, or one GPU list per replica such as [[0], [1]]",
     ("port",): "pick a port between 1 and 65535, or leave it out for an OS-picked one",

@@ -16,7 +16,6 @@ Rules beyond the types:
 
 from __future__ import annotations
 
-import difflib
 import json
 import sys
 import typing
@@ -37,7 +36,7 @@ from pydantic.json_schema import SkipJsonSchema
 
 from orchestrator.config.kv_types import WarmPrefix
 from orchestrator.config.lifecycle_types import ModelLifecycle, ServerLifecycle
-from orchestrator.config.model_paths import BUILTIN_MODELS
+from orchestrator.config.model_paths import check_path
 from orchestrator.config.plan_flags import PLAN_ENV, PLAN_FLAGS
 from orchestrator.config.problems import UNIQUE_MSG, Lines, format_loc, located, nearest_line
 from orchestrator.config.scaleout import PeerConfig, RpcEndpoint, SpilloverConfig
@@ -190,8 +189,8 @@ class ModelConfig(ModelLifecycle, _Strict):
     )
     path: str = Field(
         min_length=1,
-        description="GGUF file (first part of a split model), relative to this file; "
-        "'builtin:tiny-mtp' = the generated demo model",
+        description="GGUF file (first part of a split model), relative to this file; 'builtin:tiny-mtp' = the "
+        "generated demo model; 'hf:OWNER/NAME[:QUANT_OR_FILE]' = a Hugging Face repository (`orchestrator pull`)",
     )
     aliases: list[Annotated[str, Field(pattern=r"^\S+$")]] = Field(
         default_factory=list, description="other model ids routed to this model"
@@ -238,12 +237,8 @@ class ModelConfig(ModelLifecycle, _Strict):
 
     @field_validator("path")
     @classmethod
-    def _builtin_known(cls, value: str) -> str:
-        if value.startswith("builtin:") and value not in BUILTIN_MODELS:
-            near = difflib.get_close_matches(value, BUILTIN_MODELS, n=1)
-            tip = f"did you mean {near[0]!r}? " if near else ""
-            raise ValueError(f"unknown builtin model {value!r}; {tip}known: {', '.join(BUILTIN_MODELS)}")
-        return value
+    def _path_known(cls, value: str) -> str:
+        return check_path(value)
 
     @field_validator("gpus")
     @classmethod

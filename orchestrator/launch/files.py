@@ -1,16 +1,18 @@
 """The GGUF files a models.yaml entry names, checked, and the model facts read from them.
 
-``builtin:`` paths become the generated demo model here (``orchestrator.models.tiny``);
-the config layer only knows their names.
+``builtin:`` paths become the generated demo model here (``orchestrator.models.tiny``), ``hf:``
+sources the files the hub cache holds (``orchestrator.hub.cache``; nothing is downloaded here:
+``orchestrator pull`` and ``up`` do that before planning); the config layer only knows their names.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from orchestrator.config.model_paths import BUILTIN_MODELS, resolve_file
+from orchestrator.config.model_paths import BUILTIN_MODELS, HF_PREFIX, parse_hf_source, resolve_file
 from orchestrator.config.schema import Config, ModelConfig
 from orchestrator.errors import UserError
+from orchestrator.hub.cache import require_cached
 from orchestrator.models import tiny
 from orchestrator.models.facts import ModelFacts, fork_upstream, read_model_facts
 
@@ -31,12 +33,17 @@ def resolve_model_path(model: ModelConfig, config_dir: Path) -> Path:
     ``config.model_paths.resolve_file`` (``~``, relative to ``config_dir``, split part 1)."""
     if model.path in BUILTIN_MODELS:
         return builtin_model(model.path)
+    if model.path.startswith(HF_PREFIX):
+        return require_cached(parse_hf_source(model.path)).model
     return resolve_file(model.path, config_dir)
 
 
 def resolve_draft_path(model: ModelConfig, config_dir: Path) -> Path | None:
-    """``model.speculative.draft`` resolved like ``resolve_model_path``; None when unset."""
+    """``model.speculative.draft`` resolved like ``resolve_model_path``; None when unset. An ``hf:``
+    model's separate MTP head (fetched with it) is its draft unless ``speculative.draft`` says otherwise."""
     if model.speculative.draft is None:
+        if model.path.startswith(HF_PREFIX):
+            return require_cached(parse_hf_source(model.path)).head
         return None
     return resolve_file(model.speculative.draft, config_dir)
 

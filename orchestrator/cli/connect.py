@@ -1,0 +1,29 @@
+"""``orchestrator connect CLIENT``: print a client's settings for this endpoint, or write them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.console import Console
+
+
+def run(client: str, config: Path, *, model: str | None, write: bool, show_key: bool) -> int:
+    """Print ``client``'s settings (the running ``up``'s address when there is one); with ``write``
+    update the client's config file after a backup. The key is printed only with ``show_key``."""
+    from orchestrator.config.load import load_config
+    from orchestrator.connect.clients import client_config
+    from orchestrator.connect.clients import write as write_config
+    from orchestrator.connect.endpoint import endpoint_of
+    from orchestrator.host import statefile
+
+    live = statefile.read_live()
+    same = live is not None and Path(str(live.get("config", ""))) == config.resolve()
+    ep = endpoint_of(load_config(config), live if same else None)
+    settings = client_config(client, ep, model, show_key)
+    out = Console(highlight=False, soft_wrap=True)
+    for line in settings.lines:
+        out.print(line, markup=False)
+    if write:
+        path, saved = write_config(settings)
+        out.print(f"wrote {path}" + (f" (the previous file is {saved})" if saved else " (new file)"), markup=False)
+    return 0

@@ -1,0 +1,128 @@
+"""``orchestrator connect``: each client's settings for the endpoint, the key hidden unless asked,
+and ``--write`` editing the client's own file (a backup first, the rest of the file kept)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+from ruamel.yaml import YAML
+
+from orchestrator.config.load import load_config
+from orchestrator.connect.clients import CLIENTS, HIDDEN, client_config, write
+from orchestrator.connect.endpoint import endpoint_of
+from orchestrator.errors import UserError
+
+SECRET = "sk-local-secret-123"
+
+
+def _config(tmp_path: Path, keys: bool = True) -> Path:
+    path = tmp_path / "models.yaml"
+    path.write_text(
+        "server:\n  host: 0.0.0.0\n  port: 8123\n" + (f"  api_keys: [{SECRET}]\n" if keys else "") + "models:\n"
+        "  - {name: coder, path: builtin:tiny-mtp, aliases: [c, code], ctx_size: 65536, parallel: 2}\n"
+        "  - {name: chat, path: builtin:tiny-mtp, ctx_size: 8192}\n"
+    )
+    return path
+
+
+@pytest.fixture()
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    for var in ("CLAUDE_CONFIG_DIR", "CODEX_HOME", "XDG_CONFIG_HOME"):
+        monkeypatch.delenv(var, raising=False)
+    return home
+
+
+def test_the_endpoint_as_clients_see_it(tmp_path: Path) -> None:
+    ep = endpoint_of(load_config(_config(tmp_path)))
+    assert ep.url == "http://127.0.0.1:8123" and ep.key == SECRET  # a wildcard bind is dialled on loopback
+    assert [(m.name, m.aliases, m.context) for m in ep.models] == [("coder", ("c", "code"), 32768), ("chat", (), 8192)]
+    assert endpoint_of(load_config(_config(tmp_path)), {"endpoint": "http://127.0.0.1:40000"}).url.endswith(":40000")
+    assert ep.model("code").name == "coder"
+    with pytest.raises(UserError, match="no model 'gpt-4'"):
+        ep.model("gpt-4")
+
+
+@pytest.mark.parametrize("client", sorted(CLIENTS))
+def test_every_client_gets_address_models_and_window_and_no_secret(tmp_path: Path, home: Path, client: str) -> None:
+    ep = endpoint_of(load_config(_config(tmp_path)))
+    text = "\n".join(client_config(client, ep).lines)
+    assert "127.0.0.1:8123" in text and "coder" in text and "c, code" in text and "32768" in text
+    assert SECRET not in text and HIDDEN in text
+    assert SECRET in "\n".join(client_config(client, ep, show_key=True).lines)
+
+
+def test_claude_code_write_merges_env_after_a_backup(tmp_path: Path, home: Path) -> None:
+    settings = home / ".claude" / "settings.json"
+    settings.parent.mkdir()
+    settings.write_text(json.dumps({"theme": "dark", "env": {"KEEP": "1", "ANTHROPIC_MODEL": "old"}}))
+    path, saved = write(client_config("claude-code", endpoint_of(load_config(_config(tmp_path))), "chat"))
+    assert path == settings and saved is not None
+    assert json.loads(saved.read_text())["env"]["ANTHROPIC_MODEL"] == "old"
+    data = json.loads(settings.read_text())
+    assert data["theme"] == "dark" and data["env"]["KEEP"] == "1"
+    env = data["env"]
+    assert env["ANTHROPIC_BASE_URL"] == "http://127.0.0.1:8123" and env["ANTHROPIC_AUTH_TOKEN"] == SECRET
+    assert {env[f"ANTHROPIC_DEFAULT_{t}_MODEL"] for t in ("OPUS", "SONNET", "HAIKU")} == {"chat"}
+
+
+def test_codex_write_keeps_the_rest_of_config_toml(tmp_path: Path, home: Path) -> None:
+    config = home / ".codex" / "config.toml"
+    config.parent.mkdir()
+    config.write_text('# mine\nmodel = "gpt-5"\n\n[tui]\nnotifications = true # keep me\n')
+    write(client_config("codex", endpoint_of(load_config(_config(tmp_path)))))
+    text = config.read_text()
+    assert "# mine" in text and "# keep me" in text
+    data = tomllib.loads(text)
+    assert (data["model"], data["model_provider"], data["model_context_window"]) == ("coder", "orchestrator", 32768)
+    provider = data["model_providers"]["orchestrator"]
+    assert provider["base_url"] == "http://127.0.0.1:8123/v1" and provider["wire_api"] == "responses"
+    assert provider["env_key"] == "ORCHESTRATOR_API_KEY" and SECRET not in text  # Codex reads keys from env
+    assert data["tui"] == {"notifications": True}
+
+
+def test_opencode_and_continue_writes(tmp_path: Path, home: Path) -> None:
+    ep = endpoint_of(load_config(_config(tmp_path, keys=False)))
+    write(client_config("opencode", ep))
+    oc = json.loads((home / ".config" / "opencode" / "opencode.json").read_text())
+    provider = oc["provider"]["orchestrator"]
+    assert provider["options"] == {"baseURL": "http://127.0.0.1:8123/v1", "apiKey": "none"}
+    assert provider["models"]["coder"]["limit"]["context"] == 32768 and oc["model"] == "orchestrator/coder"
+    cont = home / ".continue" / "config.yaml"
+    cont.parent.mkdir()
+    cont.write_text("name: mine\nversion: 0.0.1\nschema: v1\nmodels:\n  - {name: other, provider: ollama, model: x}\n")
+    write(client_config("continue", ep, "chat"))
+    write(client_config("continue", ep, "chat"))  # again: replaced, not added twice
+    data = YAML(typ="safe").load(cont.read_text())
+    assert data["name"] == "mine" and [m["name"] for m in data["models"]] == ["other", "chat (orchestrator)"]
+    assert data["models"][1]["apiBase"] == "http://127.0.0.1:8123/v1"
+    assert data["models"][1]["defaultCompletionOptions"]["contextLength"] == 8192
+
+
+def test_a_broken_file_is_left_alone_and_openwebui_has_none(tmp_path: Path, home: Path) -> None:
+    ep = endpoint_of(load_config(_config(tmp_path)))
+    settings = home / ".claude" / "settings.json"
+    settings.parent.mkdir()
+    settings.write_text("{not json")
+    with pytest.raises(UserError, match="not valid"):
+        write(client_config("claude-code", ep))
+    assert settings.read_text() == "{not json"
+    with pytest.raises(UserError, match="own database"):
+        write(client_config("openwebui", ep))
+
+
+def test_the_cli_prints_and_refuses_an_unknown_client(tmp_path: Path, home: Path) -> None:
+    config = _config(tmp_path)
+    env = {"HOME": str(home), "PATH": "/usr/bin:/bin", "ORCHESTRATOR_STATE": str(tmp_path / "state")}
+    cli = [sys.executable, "-m", "orchestrator.cli.app", "connect"]
+    done = subprocess.run([*cli, "codex", "-c", str(config)], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "wire_api" in done.stdout and SECRET not in done.stdout
+    done = subprocess.run([*cli, "cursor", "-c", str(config)], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "unknown client 'cursor'" in done.stderr and "claude-code" in done.stderr
