@@ -4,6 +4,8 @@
 - function-local imports of the package's own modules only in ``orchestrator/cli/`` (elsewhere an
   import inside a function hides a dependency from import-linter's layer contract);
 - typer and rich only in ``cli/``; fastapi, uvicorn and starlette only in ``serve/`` (and ``cli/``);
+- no import circle between modules, imports under ``TYPE_CHECKING`` included (a circle hidden there
+  is still two modules that cannot be understood apart);
 - every package's ``__init__.py`` says in a docstring what the package owns, and re-exports nothing;
 - code and docs cite only what is in the repository: no outside design notes, and case ids only where
   ``tests/data/`` defines them.
@@ -12,6 +14,7 @@
 from __future__ import annotations
 
 import ast
+import graphlib
 import re
 from pathlib import Path
 
@@ -113,6 +116,39 @@ def test_frameworks_are_imported_only_in_their_packages() -> None:
                 if allowed is not None and home not in allowed:
                     misplaced.append(f"{_rel(path)}:{node.lineno} imports {name} (only in {sorted(allowed)})")
     assert not misplaced, "\n".join(misplaced)
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """Module -> the package's modules it imports anywhere in its file (``TYPE_CHECKING`` blocks too);
+    ``from package import name`` counts as importing ``package.name`` when that is a module."""
+    modules = {_module_name(p): p for p in _modules()}
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+    for name, path in modules.items():
+        for node in ast.walk(_parse(path)):
+            if not isinstance(node, ast.Import | ast.ImportFrom):
+                continue
+            for target in _imported_names(node, path):
+                subs = [f"{target}.{a.name}" for a in node.names] if isinstance(node, ast.ImportFrom) else []
+                found = [m for m in subs if m in modules] or ([target] if target in modules else [])
+                graph[name].update(m for m in found if m != name)
+    return graph
+
+
+def test_no_import_circles() -> None:
+    """Every module can be read before the modules that import it: the import graph has no cycle."""
+    try:
+        graphlib.TopologicalSorter(_import_graph()).prepare()
+    except graphlib.CycleError as err:
+        raise AssertionError(
+            "import circle (TYPE_CHECKING imports count): "
+            + " -> ".join(err.args[1])
+            + "; move what both need into a module of its own, or pass a value"
+        ) from None
 
 
 def test_every_package_init_has_a_docstring_and_no_reexports() -> None:

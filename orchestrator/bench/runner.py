@@ -21,6 +21,7 @@ from orchestrator.bench.requests import N_MAX_FIELD, Completion, complete, repor
 from orchestrator.bench.summary import RequestResult
 from orchestrator.errors import UserError
 from orchestrator.launch.spec import InstanceSpec, without_speculation
+from orchestrator.supervise.status import status_row
 from orchestrator.supervise.supervisor import SERVING, TERMINAL, Instance, ProcessState, Supervisor
 
 if TYPE_CHECKING:
@@ -131,7 +132,7 @@ class Sweep:
     async def _stop_all(self) -> None:
         sups = {id(s): s for s, _ in self._running.values()}
         for name, (_, inst) in self._running.items():
-            self._seen[name] = inst.snapshot()
+            self._seen[name] = status_row(inst)
         self._running.clear()
         grace = float(self.config.server.timeouts.shutdown_grace)
         await asyncio.gather(*(s.stop(grace) for s in sups.values()))
@@ -286,7 +287,7 @@ class Sweep:
                 self.progress.advance()
         self._check(results, mode)
         for name, (_, inst) in self._running.items():
-            self._seen[name] = inst.snapshot()
+            self._seen[name] = status_row(inst)
         for name, row in self._seen.items():
             for w in row.get("warnings") or []:
                 self.warnings.append(f"{name}: {w}")

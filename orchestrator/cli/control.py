@@ -106,7 +106,7 @@ def _print_peers(console: Any, peers: dict[str, Any] | None) -> None:
 
 
 def render_status(rows: list[dict[str, Any]]) -> Any:
-    """A rich table of ``/status`` rows (see ``Instance.snapshot``)."""
+    """A rich table of ``/status`` rows (see ``orchestrator.supervise.status.status_row``)."""
     from rich.table import Table
     from rich.text import Text
 

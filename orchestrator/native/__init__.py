@@ -7,6 +7,7 @@ The build also yields ``ggml-rpc-server`` (llama.cpp's RPC worker); ``rpc.py`` s
 its protocol to ask a worker its version, devices and free memory.
 
 Concern -> file:
+    the pin and the patch queue as values     pin.py
     pin, download, checksum, extract, patch   fetch.py
     CUDA toolchain (nvcc, arch, cuBLAS)       cuda.py
     CUDA versions that go together            cuda_compat.py

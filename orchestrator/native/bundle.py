@@ -21,13 +21,10 @@ import json
 import os
 import tarfile
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from orchestrator import paths
 from orchestrator.errors import UserError
-
-if TYPE_CHECKING:  # fetch imports this module
-    from orchestrator.native.fetch import Patch, Pin
+from orchestrator.native.pin import Patch, Pin
 
 ENV_BUNDLE = "ORCHESTRATOR_SOURCE_BUNDLE"
 MANIFEST = "BUNDLE.json"

@@ -22,13 +22,13 @@ import subprocess
 import tarfile
 import tomllib
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from orchestrator import paths
 from orchestrator.errors import UserError
 from orchestrator.native import bundle as native_bundle
+from orchestrator.native.pin import Patch, Pin
 
 PYPI_JSON = "https://pypi.org/pypi/{package}/{version}/json"
 PYPI_PROJECT_JSON = "https://pypi.org/pypi/{package}/json"
@@ -39,54 +39,6 @@ DOWNLOAD_SPACE_BYTES = 150 * 1024**2
 
 #: Told of a download's progress: (bytes received so far, total bytes or None when unknown).
 OnBytes = Callable[[int, int | None], None]
-
-
-@dataclass(frozen=True)
-class Pin:
-    """What ``native/pin.toml`` says: the sdist (PyPI name, version, sha256), the llama.cpp
-    subdirectory inside it, and the upstream commit that subdirectory is."""
-
-    package: str
-    version: str
-    sha256: str
-    subdir: str
-    repo: str
-    commit: str
-    # upstream's build number (release tag ``b<build>``) of ``commit``; 0 when pin.toml has none.
-    # Not part of ``as_dict`` (the build key): it names the commit, it does not change the build.
-    build: int = 0
-
-    @property
-    def short_commit(self) -> str:
-        """The 7-character commit llama-server prints in ``--version``."""
-        return self.commit[:7]
-
-    @property
-    def sdist_name(self) -> str:
-        """PyPI's normalized sdist file name, e.g. ``llama_cpp_python-0.3.36.tar.gz``."""
-        return f"{self.package.replace('-', '_')}-{self.version}.tar.gz"
-
-    def as_dict(self) -> dict[str, str]:
-        return {
-            "package": self.package,
-            "version": self.version,
-            "sha256": self.sha256,
-            "subdir": self.subdir,
-            "repo": self.repo,
-            "commit": self.commit,
-        }
-
-
-@dataclass(frozen=True)
-class Patch:
-    """One file of the patch queue; ``sha256`` is of its bytes (part of the build key)."""
-
-    path: Path
-    sha256: str
-
-    @property
-    def name(self) -> str:
-        return self.path.name
 
 
 def native_dir() -> Path:

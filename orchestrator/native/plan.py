@@ -20,6 +20,7 @@ from orchestrator.errors import UserError
 from orchestrator.native import cuda as native_cuda
 from orchestrator.native import cuda_compat
 from orchestrator.native import fetch as native_fetch
+from orchestrator.native.pin import Patch, Pin
 
 # CMake cache entries: "base" for every build, plus one leaf per backend (after Ollama's
 # CMakePresets.json). Compiler launchers are added separately: they do not change the output.
@@ -45,8 +46,8 @@ PRESETS: dict[str, dict[str, str]] = {
 class BuildPlan:
     """Everything that decides the build's output, plus the tools that run it."""
 
-    pin: native_fetch.Pin
-    patches: list[native_fetch.Patch]
+    pin: Pin
+    patches: list[Patch]
     backend: str
     cuda_arch: str | None
     compiler: str
@@ -82,8 +83,8 @@ def cmake_defines(backend: str, commit: str, extra: dict[str, str] | None = None
 
 
 def build_key(
-    pin: native_fetch.Pin,
-    patches: list[native_fetch.Patch],
+    pin: Pin,
+    patches: list[Patch],
     backend: str,
     cuda_arch: str | None,
     compiler: str,

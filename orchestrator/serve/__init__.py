@@ -17,7 +17,8 @@ Concern -> file:
   reading, decoding (any text encoding) and parsing a body under the size limit: ``body.py``; ``Content-Encoding``
   (gzip, deflate, zstd) under the same limit (pure): ``body_codec.py``
 - limits below the app (header size 431, slow heads 408, malformed HTTP as JSON): ``http_limits.py``
-- API keys: ``auth.py``; model name or alias -> model -> replica, hold or 503: ``routing.py``;
+- API keys: ``auth.py`` (loopback and ``Host`` names, pure: ``hosts.py``);
+  model name or alias -> model -> replica, hold or 503: ``routing.py``;
   peers (models.yaml ``peers:``), spillover, where requests went, ``GET /peers``: ``peers.py``
 - request repair for the Qwen3.5 template (pure): ``request_repair.py`` (OpenAI chat),
   ``anthropic.py`` (Messages), ``responses.py`` (Responses); the per-request draft length fields

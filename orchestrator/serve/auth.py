@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from orchestrator.errors import ApiError
-from orchestrator.serve.console.access import host_of, is_loopback
+from orchestrator.serve.hosts import host_of, is_loopback
 
 if TYPE_CHECKING:
     from orchestrator.config.schema import ServerConfig

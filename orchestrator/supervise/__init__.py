@@ -16,7 +16,7 @@ Concern -> file:
 - one supervised llama-server and its lifecycle loop: ``instance.py``
 - the child's process, log file and tails, ``/health``/``/slots``/``/props`` probes: ``child_io.py``
 - speculation statistics (drafting check, acceptance floor, spec-batch failures): ``spec_watch.py``
-- the read side (delegated readers, the ``/status`` row): ``status.py``
+- the read side: delegated readers ``parts.py``, the ``/status`` row ``status.py``
 - reading llama-server's health answers and log lines (pure): ``readiness.py``
 - all instances, replica picking, waiting for readiness: ``supervisor.py``
 - prompt caches across stops: save before a stop, verified restore and warm prefixes before

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from orchestrator.launch.spec import without_speculation
 from orchestrator.supervise.child_io import ChildLog, ChildProbe, ChildProcess
 from orchestrator.supervise.lifecycle import Inbox, Lifecycle, describe_exit
+from orchestrator.supervise.parts import Part
 from orchestrator.supervise.readiness import (
     Health,
     OffloadWatch,
@@ -37,7 +38,6 @@ from orchestrator.supervise.responsiveness import Responsiveness, watch
 from orchestrator.supervise.rpc_workers import WorkerGate
 from orchestrator.supervise.spec_watch import Speculation, SpecWatch
 from orchestrator.supervise.states import Outcome, PhaseEnd, ProcessState, SupervisorPolicy
-from orchestrator.supervise.status import Part, status_row
 
 if TYPE_CHECKING:
     from orchestrator.config.schema import Config
@@ -152,10 +152,6 @@ class Instance:
     def log_tail(self, n: int = 50) -> list[str]:
         """The last ``n`` lines the child wrote (stdout and stderr, all launches)."""
         return self.log.tail(n)
-
-    def snapshot(self) -> dict[str, Any]:
-        """One row for ``/status`` and ``orchestrator status`` (JSON-serialisable; see ``status_row``)."""
-        return status_row(self)
 
     # ----------------------------------------------------------------- inputs from the proxy / bench
 

@@ -1,46 +1,14 @@
-"""The read side of an ``Instance``: readers delegated to its parts, and its ``/status`` row.
-
-``Part`` makes a reader such as ``inst.state`` read the one owner of the field
-(``inst.lifecycle.state``); ``status_row`` is the JSON row of ``/status``, ``orchestrator status``
-and the bench manifest.
-"""
+"""The ``/status`` row of an ``Instance`` (``status_row``): the JSON row of ``/status``,
+``orchestrator status`` and the bench manifest. Its reader of the instance, so the instance never
+imports it."""
 
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
+from typing import Any
 
+from orchestrator.supervise.instance import Instance
 from orchestrator.supervise.states import RUNNING, SERVING, ProcessState
-
-if TYPE_CHECKING:
-    from orchestrator.supervise.instance import Instance
-
-T = TypeVar("T")
-
-
-class Part(Generic[T]):
-    """A read-only attribute of ``Instance`` that reads the same-named attribute of one of its parts.
-
-    ``state = Part[ProcessState]("lifecycle")`` makes ``inst.state`` read ``inst.lifecycle.state``:
-    each field has one owner, and the instance's readers see it without copies.
-    """
-
-    def __init__(self, part: str) -> None:
-        self._part = part
-        self._name = ""
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        self._name = name
-
-    @overload
-    def __get__(self, obj: None, owner: type) -> Part[T]: ...
-    @overload
-    def __get__(self, obj: object, owner: type) -> T: ...
-    def __get__(self, obj: object | None, owner: type) -> Part[T] | T:
-        if obj is None:
-            return self
-        value: T = getattr(getattr(obj, self._part), self._name)
-        return value
 
 
 def status_row(inst: Instance) -> dict[str, Any]:

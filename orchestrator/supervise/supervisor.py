@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from orchestrator.supervise.instance import Instance
 from orchestrator.supervise.lifecycle import describe_exit
 from orchestrator.supervise.states import RUNNING, SERVING, STARTING, TERMINAL, ProcessState, SupervisorPolicy
+from orchestrator.supervise.status import status_row
 
 if TYPE_CHECKING:
     from orchestrator.config.schema import Config
@@ -124,8 +125,8 @@ class Supervisor:
             inst.kill_now()
 
     def snapshot(self) -> list[dict[str, Any]]:
-        """One JSON-serialisable row per instance (see ``Instance.snapshot``)."""
-        return [i.snapshot() for i in self.instances]
+        """One JSON-serialisable row per instance (``orchestrator.supervise.status.status_row``)."""
+        return [status_row(i) for i in self.instances]
 
 
 __all__ = [

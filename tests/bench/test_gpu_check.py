@@ -17,7 +17,7 @@ from orchestrator.errors import UserError
 from orchestrator.host.gpu_bandwidth import GpuMemory
 from orchestrator.models.traffic import Traffic
 from orchestrator.native import bundle
-from orchestrator.native.fetch import Patch, Pin
+from orchestrator.native.pin import Patch, Pin
 
 REPO = Path(__file__).resolve().parents[2]
 SMALL = ["--cpu", "--scale", "small", "--k", "1,2", "--n-predict", "16", "--threads", "1"]

@@ -20,20 +20,21 @@ from orchestrator.native import build
 from orchestrator.native import cuda as native_cuda
 from orchestrator.native import fetch as native_fetch
 from orchestrator.native import plan as native_plan
+from orchestrator.native.pin import Patch, Pin
 
 NATIVE = Path(__file__).resolve().parents[2] / "native"
 
 
-def _pin(**overrides: str) -> native_fetch.Pin:
-    pin = native_fetch.Pin("pkg", "1.0", "0" * 64, "vendor/llama.cpp", "ggml-org/llama.cpp", "0c1e57098")
+def _pin(**overrides: str) -> Pin:
+    pin = Pin("pkg", "1.0", "0" * 64, "vendor/llama.cpp", "ggml-org/llama.cpp", "0c1e57098")
     return replace(pin, **overrides)
 
 
-def _patch(name: str, text: str) -> native_fetch.Patch:
-    return native_fetch.Patch(Path(name), hashlib.sha256(text.encode()).hexdigest())
+def _patch(name: str, text: str) -> Patch:
+    return Patch(Path(name), hashlib.sha256(text.encode()).hexdigest())
 
 
-def _key(patches: list[native_fetch.Patch], **kw: str | None) -> str:
+def _key(patches: list[Patch], **kw: str | None) -> str:
     args = {"backend": "cpu", "cuda_arch": None, "compiler": "gcc 12", "nvcc": None}
     args.update(kw)
     defines = native_plan.cmake_defines(str(args["backend"]), "0c1e570")

@@ -20,6 +20,7 @@ from orchestrator.native import cuda as native_cuda
 from orchestrator.native import cuda_compat
 from orchestrator.native import plan as native_plan
 from orchestrator.native.capabilities import library_env, probe_capabilities
+from orchestrator.native.pin import Pin
 
 
 def _touch(path: Path) -> Path:
@@ -183,9 +184,8 @@ def needs_cublas(tmp_path: Path) -> tuple[Path, Path]:
 
 
 def _cuda_plan(runtime_lib_dirs: list[str]) -> native_plan.BuildPlan:
-    from orchestrator.native import fetch as native_fetch
 
-    pin = native_fetch.Pin("pkg", "1.0", "0" * 64, "vendor/llama.cpp", "ggml-org/llama.cpp", "0c1e57098")
+    pin = Pin("pkg", "1.0", "0" * 64, "vendor/llama.cpp", "ggml-org/llama.cpp", "0c1e57098")
     defines = native_plan.cmake_defines("cuda", "0c1e570", {"CMAKE_CUDA_ARCHITECTURES": "120"})
     return native_plan.BuildPlan(
         pin, [], "cuda", "120", "gcc", "release 13.0", defines, runtime_lib_dirs=runtime_lib_dirs

@@ -26,6 +26,7 @@ from proxy_harness import Stack, real_stack
 from supervision_helpers import fake_spec, fast_policy
 
 from orchestrator.config.schema import Config, ModelConfig, ServerConfig, Timeouts
+from orchestrator.supervise.status import status_row
 from orchestrator.supervise.supervisor import ProcessState
 
 CHAT = {"model": "demo", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4}
@@ -113,7 +114,7 @@ def test_kill_9_mid_stream_gives_an_error_event_then_recovers(tmp_path: Path, bi
         # The supervisor restarts it (S05) and the next request succeeds.
         deadline = time.monotonic() + 30
         while inst.restarts == 0:
-            assert time.monotonic() < deadline, inst.snapshot()
+            assert time.monotonic() < deadline, status_row(inst)
             time.sleep(0.05)
         stack.wait_serving(60)
         assert inst.restarts == 1 and inst.pid != pid

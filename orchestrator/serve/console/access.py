@@ -13,10 +13,10 @@
 
 from __future__ import annotations
 
-import ipaddress
 from typing import TYPE_CHECKING
 
 from orchestrator.errors import ApiError
+from orchestrator.serve.hosts import host_of, is_loopback
 
 if TYPE_CHECKING:
     from fastapi import Request
@@ -35,24 +35,6 @@ HEADERS = {
     "Referrer-Policy": "no-referrer",
     "Cache-Control": "no-store",
 }
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` (an address or name, IPv6 with or without brackets) is this machine only."""
-    host = host.strip().strip("[]").lower()
-    if host == "localhost" or host.endswith(".localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def host_of(header: str) -> str:
-    """The host part of a ``Host`` header value: ``[::1]:8080`` -> ``::1``, ``a:80`` -> ``a``."""
-    if header.startswith("["):
-        return header[1:].split("]", 1)[0]
-    return header.rsplit(":", 1)[0] if header.count(":") == 1 else header
 
 
 class ConsoleAccess:

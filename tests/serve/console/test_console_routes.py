@@ -19,9 +19,10 @@ from supervision_helpers import fake_spec
 
 from orchestrator.config.schema import Config, ModelConfig, ServerConfig
 from orchestrator.serve.app import create_app
-from orchestrator.serve.console.access import CSP, host_of, is_loopback
+from orchestrator.serve.console.access import CSP
 from orchestrator.serve.console.files import read_log
 from orchestrator.serve.console.history import History
+from orchestrator.serve.hosts import host_of, is_loopback
 from orchestrator.serve.metrics import ProxyMetrics
 from orchestrator.supervise.supervisor import Supervisor
 
