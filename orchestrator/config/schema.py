@@ -34,6 +34,7 @@ from pydantic import (
 )
 from pydantic.json_schema import SkipJsonSchema
 
+from orchestrator.config.agent_types import SYSTEM_MESSAGES_ABOUT, ModelAgentKeys
 from orchestrator.config.kv_types import WarmPrefix
 from orchestrator.config.lifecycle_types import ModelLifecycle, ServerLifecycle
 from orchestrator.config.model_paths import check_path
@@ -180,7 +181,7 @@ class SpeculativeConfig(_Strict):
         return self
 
 
-class ModelConfig(ModelLifecycle, _Strict):
+class ModelConfig(ModelLifecycle, ModelAgentKeys, _Strict):
     """One model: one llama-server process per replica."""
 
     name: str = Field(
@@ -210,8 +211,8 @@ class ModelConfig(ModelLifecycle, _Strict):
     )
     allow_ctx_beyond_trained: bool = Field(
         False,
-        description="allow ctx_size above parallel x the GGUF's trained context (llama-server caps each slot at the "
-        "trained context, so the rest only costs memory unless RoPE scaling flags are in extra_args)",
+        description="allow ctx_size above parallel x the GGUF's trained context: each slot gets ctx_size / parallel "
+        "tokens (the GGUF's context_length is raised with --override-kv <arch>.context_length=int:N)",
     )
     gpu_layers: Annotated[int, Field(ge=0)] | Literal["all"] = Field("all", description="layers offloaded (-ngl)")
     parallel: int = Field(1, ge=1, description="slots per server (-np)")
@@ -222,9 +223,7 @@ class ModelConfig(ModelLifecycle, _Strict):
     extra_args: list[str] = Field(default_factory=list, description="more llama-server flags, e.g. ['-fa', 'on']")
     env: dict[str, str] = Field(default_factory=dict, description="extra environment for the llama-server process")
     speculative: SpeculativeConfig = Field(default_factory=SpeculativeConfig)
-    system_messages: Literal["merge", "to_user"] = Field(
-        "merge", description="system messages after the first: merge into the first, or turn into user turns"
-    )
+    system_messages: Literal["in_place", "merge", "to_user"] = Field("in_place", description=SYSTEM_MESSAGES_ABOUT)
     multimodal: bool = Field(False, description="accept image content (needs --mmproj in extra_args; MTP is text-only)")
     thinking: bool | None = Field(None, description="default enable_thinking for this model; null = the template's")
     on_reasoning_only: Literal["pass", "retry_without_thinking"] = "pass"

@@ -158,8 +158,8 @@ def _check_trained_context(config: Config, i: int, model: ModelConfig, facts: Mo
     """Refuse a ``ctx_size`` beyond ``parallel`` x the GGUF's trained context (``context_length``).
 
     llama-server caps every slot at the trained context (``server-context.cpp``, ``n_ctx_slot``),
-    so the rest of the KV cache is allocated and never used; ``allow_ctx_beyond_trained`` says
-    it is meant (RoPE scaling in ``extra_args``).
+    so the rest of the KV cache would be allocated and never used; ``allow_ctx_beyond_trained``
+    raises the trained context itself (:func:`ctx_override`).
     """
     trained = facts.context_length
     if not trained or model.allow_ctx_beyond_trained or model.ctx_size <= trained * model.parallel:
@@ -169,8 +169,24 @@ def _check_trained_context(config: Config, i: int, model: ModelConfig, facts: Mo
         f"({model.parallel}) x the model's trained context ({trained} tokens): llama-server caps each slot "
         "at the trained context, so the rest would only take memory",
         hint=f"set ctx_size to at most {trained * model.parallel}, raise parallel, or set "
-        "allow_ctx_beyond_trained: true (with RoPE scaling flags in extra_args)",
+        "allow_ctx_beyond_trained: true (each slot then gets ctx_size / parallel tokens; quality beyond the "
+        "trained length is the model's)",
     )
+
+
+def ctx_override(model: ModelConfig, facts: ModelFacts) -> tuple[str, ...]:
+    """``--override-kv <arch>.context_length=int:N`` when ``allow_ctx_beyond_trained`` asks for more
+    per slot (N = ctx_size / parallel) than the GGUF's trained context: llama-server caps each slot
+    at the GGUF's ``context_length`` key (``n_ctx_train``), and only overriding that key lifts the
+    cap; ``--rope-scaling`` and friends do not. Nothing when ``extra_args`` overrides it already."""
+    per_slot = model.ctx_size // model.parallel
+    trained = facts.context_length
+    key = f"{facts.architecture}.context_length"
+    if not model.allow_ctx_beyond_trained or not trained or per_slot <= trained:
+        return ()
+    if any(key in arg for arg in model.extra_args):
+        return ()
+    return ("--override-kv", f"{key}=int:{per_slot}")
 
 
 def _replica(
@@ -205,7 +221,7 @@ def _replica(
         tensor_split=tensor_split(assigned, usable) if len(assigned) > 1 else None,
         slot_save_path=_slot_save_path(model),
         rpc=tuple(model.rpc),
-        extra_args=tuple(model.extra_args),
+        extra_args=(*ctx_override(model, p.facts), *model.extra_args),
     )
     env = _env(build, backend, model, assigned)
     protocol = build.manifest.get("rpc_protocol") if model.rpc else None

@@ -13,7 +13,14 @@ kind                        what happened
 ``system_merged``           ``system``/``developer`` turns inside ``messages`` moved into ``system``
                             (the template refuses a system message after index 0)
 ``system_to_user``          (policy ``to_user``) such a turn became a prefixed user turn instead
+``system_in_place``         (policy ``in_place``, the default) such a turn after the first user or
+                            assistant turn stayed where it stands, as a ``<system-reminder>`` text
+                            block of the user turn it follows (or a user turn of its own)
+``volatile_dropped``        the ``x-anthropic-billing-header`` line (a per-request ``cch=`` hash)
+                            was dropped from ``system`` (``orchestrator.serve.prompt_stability``)
 ``null_content``            null content became ``""``
+``tool_results_first``      a user turn holding tool results and other blocks became two turns,
+                            the results first (llama-server put the text before them)
 ``empty_dropped``           an assistant turn with no text, tool use or thinking was dropped
 ``redacted_dropped``        ``redacted_thinking`` blocks (opaque, another model's) were dropped
 ``thinking_mapped``         ``thinking.type`` became ``chat_template_kwargs.enable_thinking``
@@ -41,12 +48,14 @@ import json
 from typing import Any
 
 from orchestrator.errors import ApiError
+from orchestrator.serve.prompt_stability import append_text, drop_volatile, reminder
 from orchestrator.serve.request_repair import (
     SYSTEM_AS_USER_PREFIX,
     SYSTEM_JOINER,
     RepairPolicy,
     RepairResult,
 )
+from orchestrator.serve.thinking import anthropic_enable
 
 ROUTES = ("/v1/messages", "/v1/messages/count_tokens")
 
@@ -171,12 +180,20 @@ def _repair_turns(messages: Any, policy: RepairPolicy, kinds: list[str]) -> tupl
             if policy.system_messages == "to_user" and out:
                 _add(kinds, "system_to_user")
                 out.append({"role": "user", "content": SYSTEM_AS_USER_PREFIX + text})
+            elif policy.system_messages == "in_place" and out:
+                _add(kinds, "system_in_place")
+                if text:
+                    _append_reminder(out, text)
             elif text:
                 _add(kinds, "system_merged")
                 system.append(text)
             continue
         if role == "assistant" and _blank(content):
             _add(kinds, "empty_dropped")
+            continue
+        if role == "user" and isinstance(content, list) and _results_first(content) is not None:
+            _add(kinds, "tool_results_first")
+            out.extend({**msg, "content": part} for part in _results_first(content) or ())
             continue
         out.append(msg if content is msg.get("content") else {**msg, "content": content})
     if not any(m["role"] == "user" and _is_query(m["content"]) for m in out):
@@ -186,6 +203,23 @@ def _repair_turns(messages: Any, policy: RepairPolicy, kinds: list[str]) -> tupl
             "messages",
         )
     return out, system
+
+
+def _results_first(content: list[Any]) -> tuple[list[Any], list[Any]] | None:
+    """A user turn's blocks as (tool results, the rest) when it mixes them, else None: llama-server's
+    conversion renders the turn's text before its tool results, which must follow their calls."""
+    results = [b for b in content if isinstance(b, dict) and b.get("type") == "tool_result"]
+    if not results or len(results) == len(content):
+        return None
+    return results, [b for b in content if not (isinstance(b, dict) and b.get("type") == "tool_result")]
+
+
+def _append_reminder(out: list[dict[str, Any]], text: str) -> None:
+    """A late system text as the last block of the user turn it follows, or a user turn of its own."""
+    if out[-1]["role"] == "user":
+        out[-1] = {**out[-1], "content": append_text(out[-1]["content"], reminder(text))}
+    else:
+        out.append({"role": "user", "content": [{"type": "text", "text": reminder(text)}]})
 
 
 def _repair_thinking(body: dict[str, Any], policy: RepairPolicy, kinds: list[str]) -> dict[str, Any] | None:
@@ -202,7 +236,7 @@ def _repair_thinking(body: dict[str, Any], policy: RepairPolicy, kinds: list[str
         if ttype not in ("enabled", "disabled", "adaptive"):
             raise _bad("thinking.type must be 'enabled', 'adaptive' or 'disabled'", "thinking.type")
         _add(kinds, "thinking_mapped")
-        return {**ctk, "enable_thinking": ttype != "disabled"}
+        return {**ctk, "enable_thinking": anthropic_enable(ttype, policy.thinking_default, policy.client_thinking)}
     if policy.thinking_default is not None:
         _add(kinds, "thinking_default")
         return {**ctk, "enable_thinking": policy.thinking_default}
@@ -290,8 +324,8 @@ def repair_request(body: dict[str, Any], policy: RepairPolicy) -> RepairResult:
     turns, merged = _repair_turns(body.get("messages"), policy, kinds)
     new: dict[str, Any] = {}
     system = body.get("system")
-    if isinstance(system, list) or merged:
-        text = _text_of_blocks(system, "system") if system is not None else ""
+    if isinstance(system, list) or merged or (isinstance(system, str) and system != drop_volatile(system)):
+        text = _text_of_blocks(_stable_system(system, kinds), "system") if system is not None else ""
         if isinstance(system, list):
             _add(kinds, "system_blocks_joined")
         new["system"] = SYSTEM_JOINER.join(t for t in (text.strip(), *merged) if t)
@@ -310,6 +344,21 @@ def repair_request(body: dict[str, Any], policy: RepairPolicy) -> RepairResult:
         out.pop("tools", None)
         out.pop("tool_choice", None)
     return RepairResult(body=out, changed=True, repairs=kinds, thinking=_thinking_on(out))
+
+
+def _stable_system(system: Any, kinds: list[str]) -> Any:
+    """``system`` without the volatile billing-header line (a string, or its first text block)."""
+    stable: Any
+    if isinstance(system, str):
+        stable = drop_volatile(system)
+    elif isinstance(system, list) and system and isinstance(system[0], dict) and isinstance(system[0].get("text"), str):
+        first = drop_volatile(system[0]["text"])
+        stable = system if first == system[0]["text"] else [{**system[0], "text": first}, *system[1:]]
+    else:
+        return system
+    if stable is not system and stable != system:
+        _add(kinds, "volatile_dropped")
+    return stable
 
 
 def _thinking_on(body: dict[str, Any]) -> bool:

@@ -8,12 +8,18 @@ Both are fixed in the answer, whole or streamed (the ``message_delta`` event, th
   ``to_json_anthropic`` and ``to_json_anthropic_stream`` (``tools/server/server-task.cpp``) map a
   stop word like an end-of-generation token. Anthropic's API says ``"stop_sequence"``; a client
   that branches on ``stop_reason`` would take a cut answer for a finished turn.
-- Responses (``/v1/responses``): an answer cut by ``max_output_tokens`` has ``status: "completed"``
-  and no ``incomplete_details`` (llama-server writes ``completed`` always); OpenAI's API says
-  ``status: "incomplete"``, ``incomplete_details: {"reason": "max_output_tokens"}``. llama-server's
-  answer carries no stop type, so ``usage.output_tokens >= max_output_tokens`` is read as the cut
-  (an end-of-generation token sampled exactly at the last allowed position reads as a cut too). A
-  stream keeps its ``response.completed`` event name: clients and the relay wait for it.
+- Responses (``/v1/responses``): an answer cut by a limit has ``status: "completed"`` and no
+  ``incomplete_details`` (llama-server writes ``completed`` always); OpenAI's API says ``status:
+  "incomplete"``, ``incomplete_details: {"reason": "max_output_tokens"}``. llama-server's answer
+  carries no stop type, so reaching any limit is read as the cut (an end-of-generation token sampled
+  exactly at the last allowed position reads as a cut too): the request's ``max_output_tokens``, the
+  model's server-side ``-n``/``--n-predict`` (``extra_args``), or the end of the slot's context
+  (input plus output tokens reach ``ctx_size / parallel``). A stream keeps its ``response.completed``
+  event name: clients and the relay wait for it.
+- Responses tool calls of tools the request repair mapped (``orchestrator.serve.responses_tools``):
+  a call of a ``namespace`` function comes back with its ``name`` and ``namespace``, a call of a
+  ``custom`` tool as a ``custom_tool_call``, in the whole answer, in ``response.output_item.*``
+  events and in the ``response.completed`` event's output.
 
 Anthropic message ids: llama-server answers ``"id": "chatcmpl-..."`` (its chat id); Anthropic's
 start with ``msg_``. The whole Message's id and the ``message_start`` event's are rewritten to
@@ -28,10 +34,16 @@ counted from the events themselves; a field the server sent is kept.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
+from orchestrator.errors import ApiError
 from orchestrator.serve.body import dump_body
+from orchestrator.serve.responses_tools import ToolMap, client_call, map_tools, remap_output
+
+if TYPE_CHECKING:
+    from orchestrator.config.schema import ModelConfig
 
 MESSAGES = "/v1/messages"
 RESPONSES = "/v1/responses"
@@ -46,13 +58,57 @@ def fix_anthropic(message: dict[str, Any]) -> bool:
     return False
 
 
-def fix_response(response: dict[str, Any], max_output_tokens: Any) -> bool:
-    """Mark ``response`` incomplete when it used all ``max_output_tokens`` (tokens). Returns whether it changed."""
-    if response.get("status") != "completed" or type(max_output_tokens) is not int or max_output_tokens <= 0:
-        return False
+@dataclass(frozen=True)
+class Limits:
+    """What may cut a Responses answer: the request's ``max_output_tokens``, the server's ``-n``, the
+    slot's context (None: no such limit)."""
+
+    max_output_tokens: int | None = None
+    n_predict: int | None = None
+    slot_ctx: int | None = None
+
+
+def n_predict(extra_args: Sequence[str]) -> int | None:
+    """llama-server's ``-n``/``--n-predict`` from ``extra_args`` (None when absent or unlimited)."""
+    value = None
+    for j, arg in enumerate(extra_args):
+        for flag in ("-n", "--n-predict", "--predict"):
+            if arg == flag and j + 1 < len(extra_args):
+                value = extra_args[j + 1]
+            elif arg.startswith(flag + "="):
+                value = arg.split("=", 1)[1]
+    try:
+        n = int(value) if value is not None else -1
+    except ValueError:
+        return None
+    return n if n > 0 else None
+
+
+def limits(request: dict[str, Any], model: ModelConfig | None) -> Limits:
+    """The limits of ``request`` on ``model``."""
+    mot = request.get("max_output_tokens")
+    mot = mot if type(mot) is int and mot > 0 else None
+    if model is None:
+        return Limits(mot)
+    return Limits(mot, n_predict(model.extra_args), model.ctx_size // model.parallel)
+
+
+def fix_response(response: dict[str, Any], limit: Limits | Any) -> bool:
+    """Mark ``response`` incomplete when it reached one of its limits (a :class:`Limits`, or the
+    request's ``max_output_tokens`` alone). Returns whether it changed."""
+    if not isinstance(limit, Limits):
+        limit = Limits(limit if type(limit) is int and limit > 0 else None)
     usage = response.get("usage")
-    used = usage.get("output_tokens") if isinstance(usage, dict) else None
-    if type(used) is not int or used < max_output_tokens:
+    if response.get("status") != "completed" or not isinstance(usage, dict):
+        return False
+    used, prompt = usage.get("output_tokens"), usage.get("input_tokens")
+    if type(used) is not int:
+        return False
+    caps = [c for c in (limit.max_output_tokens, limit.n_predict) if c is not None]
+    cut = any(used >= c for c in caps)
+    if limit.slot_ctx is not None and type(prompt) is int and prompt + used >= limit.slot_ctx:
+        cut = True
+    if not cut:
         return False
     response["status"] = "incomplete"
     response["incomplete_details"] = {"reason": "max_output_tokens"}
@@ -70,7 +126,7 @@ def fix_message_id(message: dict[str, Any]) -> bool:
     return True
 
 
-def _fix(path: str, obj: dict[str, Any], request: dict[str, Any]) -> str | None:
+def _fix(path: str, obj: dict[str, Any], limit: Limits, tools: ToolMap) -> str | None:
     """Fix a whole answer (or a streamed event) of ``path`` in place; the repair kind, or None."""
     if path == MESSAGES:
         if obj.get("type") == "message_start" and isinstance(obj.get("message"), dict):
@@ -82,20 +138,47 @@ def _fix(path: str, obj: dict[str, Any], request: dict[str, Any]) -> str | None:
         return "anthropic_stop_sequence" if isinstance(delta, dict) and fix_anthropic(delta) else None
     if path == RESPONSES:
         response = obj.get("response") if obj.get("type") == "response.completed" else obj
-        if isinstance(response, dict) and fix_response(response, request.get("max_output_tokens")):
+        mapped = _client_calls(obj, response, tools)
+        if isinstance(response, dict) and fix_response(response, limit):
             return "responses_incomplete"
+        return "tool_calls_mapped" if mapped else None
     return None
 
 
-def fix_answer(
-    path: str, obj: dict[str, Any], request: dict[str, Any], data: bytes, count: Callable[[str], Any]
-) -> bytes:
-    """The bytes to send for the whole answer ``obj`` (parsed from ``data``) to ``request`` on ``path``.
+def _client_calls(obj: dict[str, Any], response: Any, tools: ToolMap) -> bool:
+    """The model's calls of mapped tools, in the client's form (an event's item, an output list)."""
+    if not (tools.namespaced or tools.custom):
+        return False
+    item = obj.get("item")
+    if isinstance(item, dict):
+        new = client_call(item, tools)
+        if new is not None:
+            obj["item"] = new
+            return True
+    return isinstance(response, dict) and remap_output(response.get("output"), tools)
 
-    ``count`` is called with the repair kind when one applied.
-    """
+
+def _tool_map(path: str, request: dict[str, Any]) -> ToolMap:
+    if path != RESPONSES:
+        return ToolMap()
+    try:
+        return map_tools(request.get("tools"))
+    except ApiError:  # the request repair refused such tools already
+        return ToolMap()
+
+
+def fix_answer(
+    path: str,
+    obj: dict[str, Any],
+    request: dict[str, Any],
+    data: bytes,
+    count: Callable[[str], Any],
+    model: ModelConfig | None = None,
+) -> bytes:
+    """The bytes to send for the whole answer ``obj`` (parsed from ``data``) to the client's
+    ``request`` on ``path`` (served by ``model``). ``count`` is called with the repair kind."""
     before = obj.get("id")
-    kind = _fix(path, obj, request)
+    kind = _fix(path, obj, limits(request, model), _tool_map(path, request))
     if kind is not None:
         count(kind)
     elif obj.get("id") == before:
@@ -111,8 +194,9 @@ class FinishStream:
     """A stream repair (the protocol of ``stream_repair.StreamRepair``): the event that ends the
     answer, and (Responses) the indexes every event should carry."""
 
-    def __init__(self, path: str, request: dict[str, Any]) -> None:
+    def __init__(self, path: str, request: dict[str, Any], model: ModelConfig | None = None) -> None:
         self.path, self.request = path, request
+        self.limits, self.tools = limits(request, model), _tool_map(path, request)
         self.marker = b'"stop_sequence":"' if path == MESSAGES else b"data: "
         self.start = b'"message_start"' if path == MESSAGES else b"data: "
         self.sequence = 0
@@ -128,9 +212,9 @@ class FinishStream:
         import copy
 
         fixed = copy.deepcopy(chunk)
-        kind = _fix(self.path, fixed, self.request)
+        kind = _fix(self.path, fixed, self.limits, self.tools)
         numbered = self.path == RESPONSES and self._number(fixed)
-        renamed = fixed.get("message") != chunk.get("message")
+        renamed = fixed.get("message") != chunk.get("message") or kind == "tool_calls_mapped"
         if kind is None and not numbered and not renamed:
             return chunk, []
         return fixed, [kind] if kind is not None else []
@@ -156,6 +240,6 @@ class FinishStream:
         return None
 
 
-def for_stream(path: str, request: dict[str, Any]) -> FinishStream | None:
-    """The stream repair for ``path`` (None for routes whose finish needs no fix)."""
-    return FinishStream(path, request) if path in (MESSAGES, RESPONSES) else None
+def for_stream(path: str, request: dict[str, Any], model: ModelConfig | None = None) -> FinishStream | None:
+    """The stream repair for the client's ``request`` on ``path`` (None for routes whose finish needs no fix)."""
+    return FinishStream(path, request, model) if path in (MESSAGES, RESPONSES) else None

@@ -46,6 +46,7 @@ from orchestrator.serve.body_codec import decode_body
 from orchestrator.serve.holding import end_held_stream, hold_for_lease, next_lease
 from orchestrator.serve.metrics import NO_MODEL, ModelMetrics, ProxyMetrics
 from orchestrator.serve.peers import Peer, PeerRouter
+from orchestrator.serve.prompt_prefix import policy_for
 from orchestrator.serve.stream_repair import repair_for_stream
 from orchestrator.serve.streaming import SSE_HEADERS, RelayOutcome, relay_sse
 from orchestrator.serve.structured import schema_error
@@ -108,10 +109,7 @@ class Forwarder:
         """Take a new config (a reload): body limits and each model's repair policy change in place."""
         self.config, self.max_body = config, config.server.max_body_bytes
         self.body_timeout = config.server.timeouts.client_body
-        self.policies = {
-            m.name: chat.RepairPolicy(m.system_messages, multimodal=m.multimodal, thinking_default=m.thinking)
-            for m in config.models
-        }
+        self.policies = {m.name: policy_for(m) for m in config.models}
 
     def endpoint(self, route: ApiRoute) -> Endpoint:
         """The ASGI endpoint for ``route`` (one of ``orchestrator.serve.api_routes.ROUTES``)."""
@@ -121,11 +119,12 @@ class Forwarder:
 class _Prepared:
     """A request ready to forward."""
 
-    __slots__ = ("body", "content", "model", "stream", "thinking", "trim_top")
+    __slots__ = ("body", "client", "content", "model", "stream", "thinking", "trim_top")
 
     def __init__(self, content: bytes, body: dict[str, Any], stream: bool, thinking: bool, model: ModelConfig) -> None:
         self.content = content  # bytes to send upstream
         self.body = body  # the (repaired) body those bytes encode
+        self.client = body  # the client's own body (its tools name the forms its answer comes back in)
         self.stream = stream
         self.thinking = thinking
         self.model = model
@@ -196,7 +195,7 @@ class Endpoint:
         if new is None:
             return _Prepared(raw, body, body.get("stream") is True, plan.thinking, model)
         prep = _Prepared(dump_body(new), new, new.get("stream") is True, plan.thinking, model)
-        prep.trim_top = plan.trim_top
+        prep.trim_top, prep.client = plan.trim_top, body
         return prep
 
     async def _run_watched(
@@ -339,7 +338,7 @@ class Endpoint:
         else:
             mm.usage(obj.get("usage"))
         if self.route.answer != "chat":
-            return finish_fix.fix_answer(self.route.path, obj, prep.body, data, mm.repair), None
+            return finish_fix.fix_answer(self.route.path, obj, prep.client, data, mm.repair, prep.model), None
         fixed, kinds = reasoning.repair_response(obj, thinking=prep.thinking)
         for kind in kinds:
             mm.repair(kind)
@@ -380,7 +379,7 @@ class Endpoint:
             for kind in outcome.repairs:
                 mm.repair(kind)
 
-        repair: Any = finish_fix.for_stream(self.route.path, prep.body)
+        repair: Any = finish_fix.for_stream(self.route.path, prep.client, prep.model)
         if self.route.answer == "chat":
             repair = repair_for_stream(prep.body, prep.thinking, prep.model.extra_args)
         if prep.trim_top:

@@ -31,7 +31,10 @@ _PROBES = ("a", "b")  # two user messages that share nothing: their renders part
 def policy_for(model: ModelConfig) -> RepairPolicy:
     """The model's request-repair policy (as the proxy builds it)."""
     return RepairPolicy(
-        system_messages=model.system_messages, multimodal=model.multimodal, thinking_default=model.thinking
+        system_messages=model.system_messages,
+        multimodal=model.multimodal,
+        thinking_default=model.thinking,
+        client_thinking=model.client_thinking,
     )
 
 

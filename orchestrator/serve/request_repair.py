@@ -29,6 +29,9 @@ kind                        what happened
 ``system_merged``           two or more system/developer texts became one system message
 ``system_moved``            a system message that was not at the start moved to index 0
 ``system_to_user``          (policy ``to_user``) a late system message became a user message
+``system_in_place``         (policy ``in_place``, the default) a late system message stayed where it
+                            stands, as a ``<system-reminder>`` inside the user turn it follows (or
+                            a user turn of its own): ``orchestrator.serve.prompt_stability``
 ``null_content``            null or missing ``content`` became ``""``
 ``content_parts_joined``    a list of text parts became one string
 ``empty_dropped``           an empty system message, or an empty assistant message without
@@ -48,7 +51,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from orchestrator.errors import ApiError
+from orchestrator.serve.prompt_stability import append_text, reminder
 from orchestrator.serve.speculative_fields import flat_speculative_fields
+from orchestrator.serve.thinking import chat_thinking, chat_thinking_on
 
 KNOWN_ROLES = ("system", "developer", "user", "assistant", "tool")
 SYSTEM_ROLES = ("system", "developer")
@@ -81,20 +86,25 @@ class RepairPolicy:
     """Per-model request-repair policy (from models.yaml).
 
     Attributes:
-        system_messages: ``"merge"`` puts every system/developer text, in order, into one system
-            message at index 0. ``"to_user"`` merges only the leading run of system/developer
-            messages into index 0 and turns each later one into a user message prefixed with
-            :data:`SYSTEM_AS_USER_PREFIX`, keeping it where the client put it in the conversation.
+        system_messages: every policy merges the leading run of system/developer messages into one
+            system message at index 0; they differ in the later ones. ``"in_place"`` (default)
+            keeps each where it stands, as a ``<system-reminder>`` appended to the user turn it
+            follows or as a user turn of its own, so the rendered prompt of a growing conversation
+            only grows (cache-stable). ``"merge"`` moves them into the leading system message too.
+            ``"to_user"`` turns each into a user message prefixed with :data:`SYSTEM_AS_USER_PREFIX`.
         multimodal: the model has a vision projector (mmproj); media content parts are kept as
             lists for llama-server. When false they are refused with 400.
         thinking_default: ``enable_thinking`` to send when the client said nothing about thinking
             (no top-level ``enable_thinking``, no ``chat_template_kwargs.enable_thinking``, no
             ``reasoning_effort``); ``None`` leaves the template's default (thinking on).
+        client_thinking: a client's default (Anthropic ``thinking.type: adaptive``) may switch
+            thinking; when false a configured ``thinking_default`` wins over it.
     """
 
-    system_messages: Literal["merge", "to_user"] = "merge"
+    system_messages: Literal["in_place", "merge", "to_user"] = "in_place"
     multimodal: bool = False
     thinking_default: bool | None = None
+    client_thinking: bool = False
 
 
 @dataclass
@@ -231,12 +241,12 @@ def _repair_message(i: int, msg: Any, policy: RepairPolicy, kinds: _Kinds) -> di
 
 
 def _place_system(out: list[dict[str, Any]], policy: RepairPolicy, kinds: _Kinds) -> list[dict[str, Any]] | None:
-    """The list with its system messages merged into index 0 (policy ``to_user``: only the leading
-    run; later ones become prefixed user messages in place), or None when they already are."""
+    """The list with its leading system messages merged into index 0 and the later ones placed by
+    the policy (merged too, or turned into user text in place), or None when they already are."""
     sys_at = [k for k, m in enumerate(out) if m["role"] == "system"]
     if not sys_at or sys_at == [0]:
         return None
-    lead = [k for n, k in enumerate(sys_at) if k == n] if policy.system_messages == "to_user" else sys_at
+    lead = [k for n, k in enumerate(sys_at) if k == n] if policy.system_messages != "merge" else sys_at
     if len(lead) > 1:
         kinds.add("system_merged")
     if any(k != n for n, k in enumerate(lead)):
@@ -245,14 +255,27 @@ def _place_system(out: list[dict[str, Any]], policy: RepairPolicy, kinds: _Kinds
     for k, m in enumerate(out):
         if m["role"] != "system":
             rest.append(m)
-        elif k not in lead:
+        elif k in lead:
+            continue
+        elif policy.system_messages == "to_user":
             kinds.add("system_to_user")
             rest.append({"role": "user", "content": SYSTEM_AS_USER_PREFIX + m["content"].strip()})
+        else:
+            kinds.add("system_in_place")
+            _append_reminder(rest, m["content"])
     if lead:
         first = dict(out[lead[0]])
         first["content"] = SYSTEM_JOINER.join(out[k]["content"].strip() for k in lead)
         rest.insert(0, first)
     return rest
+
+
+def _append_reminder(rest: list[dict[str, Any]], text: str) -> None:
+    """A late system text into the user turn it follows, or as a user turn of its own."""
+    if rest and rest[-1]["role"] == "user" and isinstance(rest[-1].get("content"), str):
+        rest[-1] = {**rest[-1], "content": append_text(rest[-1]["content"], reminder(text))}
+    else:
+        rest.append({"role": "user", "content": reminder(text)})
 
 
 def _repair_messages(messages: Any, policy: RepairPolicy, kinds: _Kinds) -> list[dict[str, Any]]:
@@ -303,40 +326,6 @@ def normalize_messages(messages: Any, policy: RepairPolicy | None = None) -> lis
     return _repair_messages(messages, policy or RepairPolicy(), _Kinds())
 
 
-def _repair_thinking(body: dict[str, Any], policy: RepairPolicy, kinds: _Kinds) -> dict[str, Any] | None:
-    """Return a new ``chat_template_kwargs`` to set, or None when it stays as is.
-
-    llama-server reads ``enable_thinking`` only from ``chat_template_kwargs``
-    (``oaicompat_chat_params_parse`` in tools/server/server-common.cpp) and ignores a top-level
-    one; explicit ``chat_template_kwargs`` from the client win over a top-level value.
-    """
-    ctk = body.get("chat_template_kwargs")
-    if ctk is not None and not isinstance(ctk, dict):
-        raise _bad("'chat_template_kwargs' must be an object", "chat_template_kwargs")
-    ctk = ctk or {}
-    if "enable_thinking" in ctk and not isinstance(ctk["enable_thinking"], bool):
-        raise _bad("chat_template_kwargs.enable_thinking must be true or false", "chat_template_kwargs.enable_thinking")
-    if "enable_thinking" in body:
-        top = body["enable_thinking"]
-        if not isinstance(top, bool):
-            raise _bad("'enable_thinking' must be true or false", "enable_thinking")
-        kinds.add("thinking_moved")
-        if "enable_thinking" in ctk:
-            return dict(ctk)  # the client's explicit kwargs win; only the top-level key goes
-        return {**ctk, "enable_thinking": top}
-    if policy.thinking_default is not None and "enable_thinking" not in ctk and "reasoning_effort" not in body:
-        kinds.add("thinking_default")
-        return {**ctk, "enable_thinking": policy.thinking_default}
-    return None
-
-
-def _thinking_on(body: dict[str, Any]) -> bool:
-    ctk = body.get("chat_template_kwargs")
-    if isinstance(ctk, dict) and isinstance(ctk.get("enable_thinking"), bool):
-        return bool(ctk["enable_thinking"])
-    return body.get("reasoning_effort") != "none"
-
-
 def repair_request(body: dict[str, Any], policy: RepairPolicy) -> RepairResult:
     """Repair a chat-completions request body so the Qwen3.5 template renders it.
 
@@ -350,9 +339,10 @@ def repair_request(body: dict[str, Any], policy: RepairPolicy) -> RepairResult:
         dicts, untouched values (``tools``, unchanged messages, ...) are shared, not copied.
 
     Rules, in the order applied (see the module docstring for the template text each one answers):
-        * every system and developer message is merged, in order, into one system message at
-          index 0, texts stripped and joined by a blank line (policy ``to_user``: only the leading
-          ones; later ones become prefixed user messages in place);
+        * the leading system and developer messages are merged, in order, into one system message
+          at index 0, texts stripped and joined by a blank line; later ones stay in place as
+          ``<system-reminder>`` user text (policy ``in_place``), are merged too (``merge``) or
+          become prefixed user messages (``to_user``);
         * an empty or whitespace-only system message, and such an assistant message without
           ``tool_calls``, is dropped;
         * null or missing content becomes ``""``; a list of text parts becomes one string joined
@@ -378,12 +368,12 @@ def repair_request(body: dict[str, Any], policy: RepairPolicy) -> RepairResult:
         raise _bad("the request body must be a JSON object", None)
     kinds = _Kinds()
     messages = _repair_messages(body.get("messages"), policy, kinds)
-    ctk = _repair_thinking(body, policy, kinds)
+    ctk = chat_thinking(body, policy.thinking_default, kinds.add)
     spec = flat_speculative_fields(body)
     if spec is not None:
         kinds.add("speculative_flattened")
     if not kinds.items:
-        return RepairResult(body=body, changed=False, repairs=[], thinking=_thinking_on(body))
+        return RepairResult(body=body, changed=False, repairs=[], thinking=chat_thinking_on(body))
     new = dict(body)
     new["messages"] = messages
     if ctk is not None:
@@ -392,4 +382,4 @@ def repair_request(body: dict[str, Any], policy: RepairPolicy) -> RepairResult:
     if spec is not None:
         del new["speculative"]
         new.update(spec)
-    return RepairResult(body=new, changed=True, repairs=kinds.items, thinking=_thinking_on(new))
+    return RepairResult(body=new, changed=True, repairs=kinds.items, thinking=chat_thinking_on(new))

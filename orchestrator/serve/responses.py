@@ -11,6 +11,13 @@ kind                       what happened
 ``system_merged``          ``system``/``developer`` input items moved into ``instructions`` (the
                            template refuses a system message after index 0)
 ``system_to_user``         (policy ``to_user``) a late one became a prefixed user item instead
+``system_in_place``        (policy ``in_place``, the default) a late one stayed where it stands, as
+                           a ``<system-reminder>`` part of the user item it follows (or a user item)
+``items_normalized``       replayed items llama-server cannot read were rewritten
+                           (``orchestrator.serve.responses_items``)
+``tools_mapped``           ``namespace`` and ``custom`` tools became functions
+                           (``orchestrator.serve.responses_tools``)
+``hosted_tool_skipped``    hosted tools (``web_search``...) were left out: nothing here runs them
 ``text_format_mapped``     ``text.format`` (structured output) became ``response_format``, which
                            llama-server reads (it ignores ``text``)
 ``thinking_default``       the per-model ``enable_thinking`` default was added (no ``reasoning``)
@@ -21,8 +28,7 @@ State llama-server cannot keep is refused with 400 naming the field, never ignor
 ``previous_response_id``, ``store: true`` (nothing is stored; omit it or send false),
 ``background: true``, ``conversation``. So are per-token log probabilities (``top_logprobs``,
 ``include: ["message.output_text.logprobs"]``): llama-server's Responses output never carries them.
-Tools other than ``function`` (``web_search``, ``file_search``...) are refused naming ``tools[i].type``:
-llama-server skips them, so the model would answer without them. ``instructions`` that is not a string,
+``instructions`` that is not a string,
 ``text`` or ``reasoning`` that is not an object are refused naming the field.
 """
 
@@ -31,7 +37,10 @@ from __future__ import annotations
 from typing import Any
 
 from orchestrator.errors import ApiError
+from orchestrator.serve.prompt_stability import append_text, reminder
 from orchestrator.serve.request_repair import SYSTEM_AS_USER_PREFIX, SYSTEM_JOINER, RepairPolicy, RepairResult
+from orchestrator.serve.responses_items import normalize_item
+from orchestrator.serve.responses_tools import map_tools
 from orchestrator.serve.speculative_fields import flatten_speculative
 
 ROUTES = ("/v1/responses", "/v1/responses/input_tokens")
@@ -90,15 +99,21 @@ def _repair_input(items: list[Any], policy: RepairPolicy, kinds: list[str]) -> t
     system: list[str] = []
     for i, item in enumerate(items):
         where = f"input[{i}]"
-        if not isinstance(item, dict):
-            raise _bad(f"{where} must be an object", where)
-        if item.get("role") not in SYSTEM_ROLES:
-            out.append(item)
+        fixed = normalize_item(item, where)
+        if fixed is not item:
+            _add(kinds, "items_normalized")
+        if fixed is None:
             continue
-        text = _item_text(item, where).strip()
+        if fixed.get("role") not in SYSTEM_ROLES:
+            out.append(fixed)
+            continue
+        text = _item_text(fixed, where).strip()
         if policy.system_messages == "to_user" and out:
             _add(kinds, "system_to_user")
             out.append({"role": "user", "content": SYSTEM_AS_USER_PREFIX + text})
+        elif policy.system_messages == "in_place" and out:
+            _add(kinds, "system_in_place")
+            _append_reminder(out, text)
         else:
             _add(kinds, "system_merged")
             if text:
@@ -109,6 +124,19 @@ def _repair_input(items: list[Any], policy: RepairPolicy, kinds: list[str]) -> t
             "input",
         )
     return out, system
+
+
+def _append_reminder(out: list[Any], text: str) -> None:
+    """A late system text as the last part of the user item it follows, or a user item of its own."""
+    if not text:
+        return
+    last = out[-1]
+    if last.get("role") == "user" and isinstance(last.get("content"), list | str):
+        content = last["content"]
+        parts = [{"type": "input_text", "text": content}] if isinstance(content, str) else content
+        out[-1] = {**last, "content": append_text(parts, reminder(text), "input_text")}
+    else:
+        out.append({"role": "user", "content": [{"type": "input_text", "text": reminder(text)}]})
 
 
 def _is_user_query(item: dict[str, Any]) -> bool:
@@ -169,25 +197,25 @@ def _repair_extras(body: dict[str, Any], policy: RepairPolicy, kinds: list[str],
         new["chat_template_kwargs"] = {**(ctk or {}), "enable_thinking": policy.thinking_default}
 
 
+def _repair_tools(body: dict[str, Any], kinds: list[str], new: dict[str, Any]) -> None:
+    """Namespace and custom tools as functions, hosted tools left out (``responses_tools``)."""
+    mapped = map_tools(body.get("tools"))
+    if mapped.tools is None:
+        return
+    if mapped.namespaced or mapped.custom:
+        _add(kinds, "tools_mapped")
+    if mapped.skipped:
+        _add(kinds, "hosted_tool_skipped")
+    new["tools"] = mapped.tools
+
+
 def _check_types(body: dict[str, Any]) -> None:
-    """400 for top-level fields of the wrong type, and for tools llama-server cannot run (it skips them)."""
+    """400 for top-level fields of the wrong type."""
     if body.get("instructions") is not None and not isinstance(body["instructions"], str):
         raise _bad("instructions must be a string", "instructions")
     for name in ("text", "reasoning"):
         if body.get(name) is not None and not isinstance(body[name], dict):
             raise _bad(f"{name} must be an object", name)
-    tools = body.get("tools")
-    if tools is None:
-        return
-    if not isinstance(tools, list):
-        raise _bad("tools must be a list of tool objects", "tools")
-    for i, tool in enumerate(tools):
-        ttype = tool.get("type") if isinstance(tool, dict) else None
-        if ttype != "function":
-            raise _bad(
-                f"tools[{i}].type {ttype!r} is not supported: only function tools are supported by this server",
-                f"tools[{i}].type",
-            )
 
 
 def repair_request(body: dict[str, Any], policy: RepairPolicy) -> RepairResult:
@@ -220,6 +248,7 @@ def repair_request(body: dict[str, Any], policy: RepairPolicy) -> RepairResult:
     elif not isinstance(items, str):
         raise _bad("'input' must be a string or a list of input items", "input")
     _repair_extras(body, policy, kinds, new)
+    _repair_tools(body, kinds, new)
     flat = flatten_speculative({**body, **new})
     if flat is not None:
         _add(kinds, "speculative_flattened")

@@ -52,3 +52,13 @@ def test_ctx_size_beyond_ram_is_refused_even_when_allowed(tmp_path: Path, bin_in
 def test_within_the_limits_the_plan_passes(tmp_path: Path, bin_info: object) -> None:
     r = dry_run(tmp_path, "    ctx_size: 8192\n    parallel: 2\n")  # 2 slots x 4096 trained
     assert r.returncode == 0, r.stderr
+
+
+@pytest.mark.server
+def test_allow_ctx_beyond_trained_raises_the_trained_context(tmp_path: Path, bin_info: object) -> None:
+    """llama-server caps each slot at the GGUF's context_length: the plan overrides that key."""
+    r = dry_run(tmp_path, "    ctx_size: 32768\n    parallel: 2\n    allow_ctx_beyond_trained: true\n")
+    assert r.returncode == 0, r.stderr
+    assert "--override-kv qwen35moe.context_length=int:16384" in r.stdout, r.stdout
+    within = dry_run(tmp_path, "    ctx_size: 8192\n    parallel: 2\n    allow_ctx_beyond_trained: true\n")
+    assert within.returncode == 0 and "--override-kv" not in within.stdout

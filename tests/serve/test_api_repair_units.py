@@ -23,7 +23,7 @@ def test_anthropic_compliant_body_is_untouched() -> None:
 
 def test_anthropic_system_turns_merge_or_become_user_turns() -> None:
     body = {"system": [{"type": "text", "text": "A"}], "messages": [USER, {"role": "system", "content": "B"}]}
-    merged = anthropic.repair_request(body, RepairPolicy())
+    merged = anthropic.repair_request(body, RepairPolicy(system_messages="merge"))
     assert merged.body["system"] == "A\n\nB" and merged.body["messages"] == [USER]
     assert merged.repairs == ["system_merged", "system_blocks_joined"]
     to_user = anthropic.repair_request(body, RepairPolicy(system_messages="to_user"))

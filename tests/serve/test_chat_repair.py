@@ -87,7 +87,7 @@ def test_case(case: dict[str, Any]) -> None:
 @pytest.mark.parametrize(
     ("case_id", "kinds"),
     [
-        ("C01", ["system_moved"]),
+        ("C01", ["system_in_place"]),
         ("C02", ["system_merged"]),
         ("C03", ["developer_role"]),
         ("C05", ["null_content"]),
@@ -116,7 +116,7 @@ def test_merge_every_system_and_developer_message_in_order() -> None:
             {"role": "user", "content": "q2"},
         ],
     }
-    result = _repair(body)
+    result = _repair(body, system_messages="merge")
     assert result.body["messages"] == [
         {"role": "system", "content": "A\n\nB\n\nC"},
         {"role": "user", "content": "q1"},
@@ -326,7 +326,7 @@ def test_only_tool_responses_in_user_messages_is_no_query() -> None:
 
 def test_late_system_message_as_user_does_not_rescue_a_conversation_without_a_query() -> None:
     body = {"messages": [{"role": "assistant", "content": "Hi"}, {"role": "system", "content": "S"}]}
-    assert _error(body).param == "messages"
+    assert _error(body, system_messages="merge").param == "messages"
     # under to_user the late instruction is itself a user message, so there is a query
     result = _repair(copy.deepcopy(body), system_messages="to_user")
     assert result.body["messages"][-1] == {"role": "user", "content": SYSTEM_AS_USER_PREFIX + "S"}
@@ -551,8 +551,15 @@ def test_repaired_cases_render_with_the_pinned_template() -> None:
                 "<|im_start|>assistant\n" + ("<think>\n\n</think>\n\n" if case["id"] == "C08" else "<think>\n")
             ), case["id"]
     c01 = next(c for c in CASES if c["id"] == "C01")
-    assert _render(template, _repair(copy.deepcopy(c01["input"])).body).startswith(
+    assert _render(template, _repair(copy.deepcopy(c01["input"]), system_messages="merge").body).startswith(
         "<|im_start|>system\nAnswer in one sentence.<|im_end|>\n<|im_start|>user\nPlan a picnic."
+    )
+    # in place (the default): everything before the late message renders exactly as it does without
+    # it, so a prompt cache of the conversation so far still applies
+    without = {"messages": [m for m in c01["input"]["messages"] if m["role"] != "system"]}
+    earlier = _render(template, _repair(without).body).split("<|im_start|>user\nIn a park.")[0]
+    assert _render(template, _repair(copy.deepcopy(c01["input"])).body).startswith(
+        earlier + "<|im_start|>user\n<system-reminder>\nAnswer in one sentence.\n</system-reminder><|im_end|>"
     )
 
 

@@ -1,0 +1,21 @@
+"""The coding-agent keys of one model in models.yaml (``ModelConfig`` takes them from ``ModelAgentKeys``):
+who decides whether the model thinks."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+SYSTEM_MESSAGES_ABOUT = (
+    "system messages after the conversation started: in_place (user text where they stand, cache-stable), "
+    "merge (into the first), to_user (prefixed user turns)"
+)
+
+
+class ModelAgentKeys(BaseModel):
+    """Per-model keys for agent clients."""
+
+    client_thinking: bool = Field(
+        False,
+        description="let a client's default switch thinking (Anthropic thinking.type adaptive, as Claude Code "
+        "sends on every request); false: the model's configured `thinking` wins over it",
+    )

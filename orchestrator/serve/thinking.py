@@ -1,0 +1,67 @@
+"""Whether the model thinks: the client's switches, the model's configured default, and who wins.
+
+Pure functions, no I/O. llama-server reads ``enable_thinking`` only from ``chat_template_kwargs``
+(``oaicompat_chat_params_parse`` in tools/server/server-common.cpp); the Qwen3.5 template's
+generation prompt opens ``<think>`` unless it is false. Each API says it its own way (chat
+``enable_thinking`` / ``reasoning_effort``, Anthropic ``thinking.type``, Responses
+``reasoning.effort``, Ollama ``think``); the model's ``thinking`` key in models.yaml is the default.
+
+Who wins (models.yaml ``client_thinking``): an explicit switch from the client (``enabled`` or
+``disabled``, ``enable_thinking``, ``reasoning.effort``) always does. A client's *default*, Anthropic
+``thinking: {"type": "adaptive"}`` (Claude Code sends it on every request, whatever the model),
+turns thinking on only when the model has no ``thinking`` configured or sets ``client_thinking:
+true``; otherwise the configured ``thinking`` wins (a model configured ``thinking: false`` stays off
+under Claude Code).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from orchestrator.errors import ApiError
+
+
+def _bad(message: str, param: str) -> ApiError:
+    return ApiError(400, message, param=param)
+
+
+def anthropic_enable(ttype: str, default: bool | None, client_thinking: bool) -> bool:
+    """``enable_thinking`` for an Anthropic ``thinking.type`` (``enabled``, ``disabled``, ``adaptive``)."""
+    if ttype == "adaptive" and default is not None and not client_thinking:
+        return default
+    return ttype != "disabled"
+
+
+def chat_thinking(body: dict[str, Any], default: bool | None, add: Callable[[str], Any]) -> dict[str, Any] | None:
+    """Return a new ``chat_template_kwargs`` to set, or None when it stays as is.
+
+    llama-server reads ``enable_thinking`` only from ``chat_template_kwargs``
+    (``oaicompat_chat_params_parse`` in tools/server/server-common.cpp) and ignores a top-level
+    one; explicit ``chat_template_kwargs`` from the client win over a top-level value.
+    """
+    ctk = body.get("chat_template_kwargs")
+    if ctk is not None and not isinstance(ctk, dict):
+        raise _bad("'chat_template_kwargs' must be an object", "chat_template_kwargs")
+    ctk = ctk or {}
+    if "enable_thinking" in ctk and not isinstance(ctk["enable_thinking"], bool):
+        raise _bad("chat_template_kwargs.enable_thinking must be true or false", "chat_template_kwargs.enable_thinking")
+    if "enable_thinking" in body:
+        top = body["enable_thinking"]
+        if not isinstance(top, bool):
+            raise _bad("'enable_thinking' must be true or false", "enable_thinking")
+        add("thinking_moved")
+        if "enable_thinking" in ctk:
+            return dict(ctk)  # the client's explicit kwargs win; only the top-level key goes
+        return {**ctk, "enable_thinking": top}
+    if default is not None and "enable_thinking" not in ctk and "reasoning_effort" not in body:
+        add("thinking_default")
+        return {**ctk, "enable_thinking": default}
+    return None
+
+
+def chat_thinking_on(body: dict[str, Any]) -> bool:
+    ctk = body.get("chat_template_kwargs")
+    if isinstance(ctk, dict) and isinstance(ctk.get("enable_thinking"), bool):
+        return bool(ctk["enable_thinking"])
+    return body.get("reasoning_effort") != "none"

@@ -1,0 +1,156 @@
+"""What coding agents send, repaired on literals: Codex's tools and replayed items, Claude Code's
+system prompt, late system messages, thinking, tool results (pure modules, no server)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator.errors import ApiError
+from orchestrator.serve import anthropic, responses
+from orchestrator.serve.prompt_stability import drop_volatile
+from orchestrator.serve.request_repair import RepairPolicy
+from orchestrator.serve.responses_items import normalize_item
+from orchestrator.serve.responses_tools import client_call, map_tools, remap_output
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+USER = {"role": "user", "content": "Hi"}
+FN = {"type": "function", "name": "exec_command", "parameters": {"type": "object", "properties": {}}}
+NAMESPACE = {
+    "type": "namespace",
+    "name": "multi_agent_v1",
+    "description": "Sub-agents.",
+    "tools": [{"type": "function", "name": "spawn_agent", "description": "Spawn.", "parameters": {"type": "object"}}],
+}
+CUSTOM = {"type": "custom", "name": "apply_patch", "description": "Patch files.", "format": {"type": "text"}}
+
+
+def test_codex_default_tools_are_mapped_or_skipped() -> None:
+    body = {"model": "demo", "input": "hi", "tools": [FN, NAMESPACE, CUSTOM, {"type": "web_search"}]}
+    result = responses.repair_request(body, RepairPolicy())
+    names = [t["name"] for t in result.body["tools"]]
+    assert names == ["exec_command", "multi_agent_v1.spawn_agent", "apply_patch"]
+    assert all(t["type"] == "function" for t in result.body["tools"])
+    assert result.body["tools"][2]["parameters"]["required"] == ["input"]
+    assert {"tools_mapped", "hosted_tool_skipped"} <= set(result.repairs)
+
+
+def test_model_calls_come_back_in_codex_form() -> None:
+    tool_map = map_tools([FN, NAMESPACE, CUSTOM, {"type": "local_shell"}])
+    assert tool_map.skipped == ["local_shell"]
+    ns = {"type": "function_call", "call_id": "c1", "name": "multi_agent_v1.spawn_agent", "arguments": "{}"}
+    assert client_call(ns, tool_map) == {**ns, "name": "spawn_agent", "namespace": "multi_agent_v1"}
+    patch = {"type": "function_call", "call_id": "c2", "name": "apply_patch", "arguments": '{"input": "*** Begin"}'}
+    assert client_call(patch, tool_map) == {
+        "type": "custom_tool_call",
+        "call_id": "c2",
+        "name": "apply_patch",
+        "input": "*** Begin",
+    }
+    plain = {"type": "function_call", "call_id": "c3", "name": "exec_command", "arguments": "{}"}
+    output = [plain, ns, patch]
+    assert client_call(plain, tool_map) is None and remap_output(output, tool_map)
+    assert [o["type"] for o in output] == ["function_call", "function_call", "custom_tool_call"]
+
+
+@pytest.mark.parametrize(
+    ("item", "expected"),
+    [
+        ({"role": "assistant", "content": "Done."}, {"role": "assistant", "content": "Done.", "type": "message"}),
+        (
+            {"type": "reasoning", "summary": [{"type": "summary_text", "text": "Think."}]},
+            {"type": "reasoning", "summary": [{"type": "summary_text", "text": "Think."}],
+             "content": [{"type": "reasoning_text", "text": "Think."}]},
+        ),
+        ({"type": "reasoning", "summary": [], "encrypted_content": "gAAAA"}, None),
+        (
+            {"type": "function_call_output", "call_id": "c", "output": [{"type": "output_text", "text": "a"},
+                                                                          {"type": "output_text", "text": "b"}]},
+            {"type": "function_call_output", "call_id": "c", "output": "ab"},
+        ),
+        (
+            {"type": "function_call", "call_id": "c", "name": "spawn_agent", "namespace": "multi_agent_v1",
+             "arguments": "{}"},
+            {"type": "function_call", "call_id": "c", "name": "multi_agent_v1.spawn_agent", "arguments": "{}"},
+        ),
+        (
+            {"type": "custom_tool_call", "call_id": "c", "name": "apply_patch", "input": "*** Begin"},
+            {"type": "function_call", "call_id": "c", "name": "apply_patch", "arguments": '{"input": "*** Begin"}'},
+        ),
+        (
+            {"type": "custom_tool_call_output", "call_id": "c", "output": "ok"},
+            {"type": "function_call_output", "call_id": "c", "output": "ok"},
+        ),
+    ],
+)  # fmt: skip
+def test_replayed_items_become_what_llama_server_reads(item: dict[str, Any], expected: Any) -> None:
+    assert normalize_item(item, "input[0]") == expected
+
+
+def test_unknown_items_are_a_400_naming_them() -> None:
+    with pytest.raises(ApiError) as err:
+        normalize_item({"type": "telepathy"}, "input[3]")
+    assert err.value.param == "input[3].type"
+    with pytest.raises(ApiError) as err:
+        map_tools([{"type": "namespace", "name": "n", "tools": "x"}])
+    assert err.value.param == "tools[0].tools"
+
+
+def test_the_billing_header_line_is_dropped() -> None:
+    assert drop_volatile("x-anthropic-billing-header: cc_version=2.1.197.c23; cc_entrypoint=sdk-cli;") == ""
+    old = "x-anthropic-billing-header: cc_version=2.1.101.e51; cc_entrypoint=cli; cch=a5145;You are Claude Code."
+    assert drop_volatile(old) == "You are Claude Code."
+    assert drop_volatile("You are helpful.") == "You are helpful."
+
+
+def test_claude_code_first_request_keeps_its_system_message_in_place() -> None:
+    body = json.loads((DATA / "claude_code_first_request.json").read_text())
+    result = anthropic.repair_request(body, RepairPolicy())
+    assert not result.body["system"].startswith("x-anthropic-billing-header")
+    assert result.body["system"].startswith("You are a Claude agent")
+    [user] = result.body["messages"]
+    agents = body["messages"][1]["content"].strip()
+    assert user["content"][-1] == {"type": "text", "text": f"<system-reminder>\n{agents}\n</system-reminder>"}
+    assert {"system_in_place", "volatile_dropped"} <= set(result.repairs)
+    merged = anthropic.repair_request(body, RepairPolicy(system_messages="merge"))
+    assert merged.body["system"].endswith(agents)
+
+
+@pytest.mark.parametrize(
+    ("ttype", "default", "client_thinking", "expected"),
+    [
+        ("adaptive", False, False, False),  # Claude Code on a model configured thinking: false stays off
+        ("adaptive", True, False, True),
+        ("adaptive", None, False, True),  # nothing configured: the client's default applies
+        ("adaptive", False, True, True),  # the model lets clients switch it
+        ("enabled", False, False, True),  # an explicit switch always wins
+        ("disabled", True, False, False),
+    ],
+)
+def test_configured_thinking_wins_over_adaptive(
+    ttype: str, default: Any, client_thinking: bool, expected: bool
+) -> None:
+    body = {"messages": [USER], "thinking": {"type": ttype}}
+    policy = RepairPolicy(thinking_default=default, client_thinking=client_thinking)
+    result = anthropic.repair_request(body, policy)
+    assert result.body["chat_template_kwargs"] == {"enable_thinking": expected} and result.thinking is expected
+
+
+def test_tool_results_come_right_after_their_call() -> None:
+    call = {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "Bash", "input": {}}]}
+    mixed = {
+        "role": "user",
+        "content": [
+            {"type": "text", "text": "also this"},
+            {"type": "tool_result", "tool_use_id": "t1", "content": "ok"},
+        ],
+    }
+    result = anthropic.repair_request({"messages": [USER, call, mixed]}, RepairPolicy())
+    assert result.body["messages"][2:] == [
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "ok"}]},
+        {"role": "user", "content": [{"type": "text", "text": "also this"}]},
+    ]
+    assert "tool_results_first" in result.repairs
