@@ -67,7 +67,7 @@ FIELDS = (
 
 NUMBERS = st.one_of(
     st.integers(min_value=-(2**70), max_value=2**70),
-    st.sampled_from([0, -1, 1, 2**31 - 1, 2**31, -(2**31) - 1, 2**32, 2**63, 2**64]),
+    st.sampled_from([0, -1, 1, 2**31 - 1, 2**31, -(2**31) - 1, 2**32, 2**63, 2**64, 10**400, -(10**310)]),
     st.floats(allow_nan=False, allow_infinity=False),
     st.sampled_from([0.5, -0.0, 1e-320, 3.5e38, 1e308, -1e308]),
 )
@@ -110,11 +110,66 @@ SHAPED = st.sampled_from(
 )
 VALUES = st.one_of(JSON, SHAPED)
 
+# Nested history: the list each chat-like API carries, whose items (and their parts, tool calls,
+# images, sources) get fields of any type
+HISTORY = {
+    "/v1/chat/completions": "messages",
+    "/v1/messages": "messages",
+    "/v1/messages/count_tokens": "messages",
+    "/v1/responses": "input",
+    "/v1/responses/input_tokens": "input",
+    "/v1/chat/completions/input_tokens": "messages",
+    "/apply-template": "messages",
+    "/api/chat": "messages",
+}
+ITEM_KEYS = (
+    "role", "content", "type", "text", "name", "id", "tool_calls", "tool_call_id", "tool_use_id", "tool_name",
+    "function", "arguments", "input", "output", "call_id", "images", "image_url", "url", "source", "data",
+    "media_type", "thinking", "reasoning_content", "summary", "is_error", "refusal", "file", "input_audio",
+)  # fmt: skip
+VALID_ITEMS: list[dict[str, Any]] = [
+    {"role": "user", "content": "hi"},
+    {"role": "user", "content": [{"type": "text", "text": "hi"}]},
+    {"role": "assistant", "content": "", "tool_calls": [{"id": "c", "type": "function",
+                                                        "function": {"name": "f", "arguments": "{}"}}]},
+    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "c",
+                                  "content": [{"type": "text", "text": "x"}]}]},
+    {"role": "user", "content": [{"type": "image",
+                                  "source": {"type": "base64", "media_type": "image/png", "data": "x"}}]},
+    {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"},
+    {"type": "function_call_output", "call_id": "c", "output": "ok"},
+    {"role": "user", "content": "hi", "images": ["aGk="]},
+]  # fmt: skip
+
+
+@st.composite
+def nested(draw: st.DrawFn, value: Any, depth: int = 0) -> Any:
+    """``value`` with a few keys of its objects, at any depth, set to arbitrary values."""
+    if isinstance(value, list):
+        return [draw(nested(item, depth + 1)) for item in value]
+    if not isinstance(value, dict):
+        return value
+    out = {key: draw(nested(item, depth + 1)) if draw(st.booleans()) else item for key, item in value.items()}
+    # each altered item gets at least one field of any type; its nested objects maybe more
+    keys = st.lists(st.sampled_from(ITEM_KEYS), min_size=int(depth == 0), max_size=2 if depth < 4 else 0, unique=True)
+    for key in draw(keys):
+        out[key] = draw(VALUES)
+    return out
+
+
+@st.composite
+def history(draw: st.DrawFn) -> list[Any]:
+    """A history of valid items from every API, some of them altered at any depth."""
+    items = draw(st.lists(st.sampled_from(VALID_ITEMS), min_size=1, max_size=4))
+    return [draw(nested(item)) if draw(st.booleans()) else item for item in items]
+
 
 @st.composite
 def body_bytes(draw: st.DrawFn, route: str) -> bytes:
     """One request body for ``route`` as the bytes a client would send."""
     body: dict[str, Any] = dict(BASES[route])
+    if route in HISTORY and draw(st.booleans()):
+        body[HISTORY[route]] = draw(history())
     for name in draw(st.lists(st.sampled_from(FIELDS), max_size=3, unique=True)):
         if draw(st.booleans()) and name in body and name != "model":
             del body[name]
@@ -129,9 +184,11 @@ def body_bytes(draw: st.DrawFn, route: str) -> bytes:
     text = json.dumps(body, ensure_ascii=draw(st.booleans()))
     form = draw(st.sampled_from(["utf-8", "utf-8", "utf-8", "huge-number", "utf-8-sig", "utf-16", "latin-1", "junk"]))
     if form == "huge-number":
-        return text.replace("{", '{"temperature": 1e400, ', 1).encode()
+        return text.replace("{", '{"temperature": 1e400, ', 1).encode(errors="surrogatepass")
     if form == "junk":
-        return text.encode()[: draw(st.integers(0, max(0, len(text) - 1)))] + draw(st.binary(max_size=4))
+        return text.encode(errors="surrogatepass")[: draw(st.integers(0, max(0, len(text) - 1)))] + draw(
+            st.binary(max_size=4)
+        )
     if form == "latin-1":
         return text.encode("latin-1", errors="replace")
     return text.encode(form, errors="surrogatepass")

@@ -37,6 +37,7 @@ from pydantic.json_schema import SkipJsonSchema
 from orchestrator.config.agent_types import SYSTEM_MESSAGES_ABOUT, ModelAgentKeys
 from orchestrator.config.kv_types import WarmPrefix
 from orchestrator.config.lifecycle_types import ModelLifecycle, ServerLifecycle
+from orchestrator.config.limits_types import ServerLimits
 from orchestrator.config.model_paths import check_path
 from orchestrator.config.plan_flags import PLAN_ENV, PLAN_FLAGS
 from orchestrator.config.problems import UNIQUE_MSG, Lines, format_loc, located, nearest_line
@@ -106,7 +107,7 @@ class Timeouts(_Strict):
     shutdown_grace: float = Field(10, ge=0, description="in-flight requests get this long on SIGINT/SIGTERM (s)")
 
 
-class ServerConfig(ServerLifecycle, _Strict):
+class ServerConfig(ServerLifecycle, ServerLimits, _Strict):
     """The orchestrator's own OpenAI-compatible endpoint."""
 
     host: str = Field("127.0.0.1", description="address the proxy binds; children always bind 127.0.0.1")

@@ -11,9 +11,13 @@ import json
 import math
 import re
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.errors import ApiError
+from orchestrator.serve import body_shapes
+
+if TYPE_CHECKING:
+    from orchestrator.config.schema import ServerConfig
 
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 
@@ -152,13 +156,23 @@ def _charset(headers: list[tuple[bytes, bytes]]) -> str | None:
     return None
 
 
-def parse_body(raw: bytes) -> dict[str, Any]:
-    """Parse a request body (UTF-8, see :func:`to_utf8`) as a JSON object.
+def limits_of(server: ServerConfig) -> body_shapes.Limits:
+    """``server.request_limits`` as the body check's bounds."""
+    return body_shapes.Limits(**server.request_limits.model_dump())
+
+
+def parse_body(raw: bytes, path: str = "", limits: body_shapes.Limits | None = None) -> dict[str, Any]:
+    """Parse a request body (UTF-8, see :func:`to_utf8`) as a JSON object, and check what it holds.
+
+    This is the one place every route's body passes before it is repaired, translated or
+    forwarded: after parsing, ``orchestrator.serve.body_shapes`` checks it against the shape of
+    the API of ``path`` and ``limits`` (integers beyond 64 bits, wrong types anywhere in the
+    history, too many messages, parts, tools or characters).
 
     Raises:
         ApiError: 400 when it is not valid JSON or not an object, holds a number beyond any float
             (``1e400``), or a string with a lone UTF-16 surrogate (``"\\ud800"``: no UTF-8 can
-            carry it, so it could be sent nowhere), naming where.
+            carry it, so it could be sent nowhere), naming where; 400 or 413 from the shape check.
     """
     try:
         # NaN/Infinity are not JSON (RFC 8259) and llama-server's parser rejects them: refuse here
@@ -177,6 +191,10 @@ def parse_body(raw: bytes) -> dict[str, Any]:
             param=where or None,
             code="invalid_json",
         )
+    try:
+        body_shapes.check(body, raw, path, limits or body_shapes.Limits())
+    except RecursionError:
+        raise ApiError(400, "request body is nested too deeply", code="invalid_json") from None
     return body
 
 

@@ -41,7 +41,7 @@ from orchestrator.serve import finish_fix, token_probs
 from orchestrator.serve import request_repair as chat
 from orchestrator.serve import response_repair as reasoning
 from orchestrator.serve.api_routes import ApiRoute, prepare_body
-from orchestrator.serve.body import ClientGone, dump_body, parse_body, read_body, to_utf8
+from orchestrator.serve.body import ClientGone, dump_body, limits_of, parse_body, read_body, to_utf8
 from orchestrator.serve.body_codec import decode_body
 from orchestrator.serve.holding import end_held_stream, hold_for_lease, next_lease
 from orchestrator.serve.metrics import NO_MODEL, ModelMetrics, ProxyMetrics
@@ -108,7 +108,7 @@ class Forwarder:
     def update(self, config: Config) -> None:
         """Take a new config (a reload): body limits and each model's repair policy change in place."""
         self.config, self.max_body = config, config.server.max_body_bytes
-        self.body_timeout = config.server.timeouts.client_body
+        self.body_timeout, self.limits = config.server.timeouts.client_body, limits_of(config.server)
         self.policies = {m.name: policy_for(m) for m in config.models}
 
     def endpoint(self, route: ApiRoute) -> Endpoint:
@@ -171,7 +171,7 @@ class Endpoint:
             headers = scope["headers"]
             received = await read_body(headers, receive, fwd.max_body, fwd.body_timeout)
             raw = to_utf8(decode_body(headers, received, fwd.max_body), headers)
-            body = parse_body(raw)
+            body = parse_body(raw, self.path, fwd.limits)
             model = fwd.peers.resolve(fwd.router, body.get("model"))
             mm = fwd.metrics.model(model.name)
             prep = self._prepare(raw, body, model, mm)

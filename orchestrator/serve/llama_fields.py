@@ -321,6 +321,7 @@ CLIENT_500S: tuple[tuple[str, str | None, str], ...] = (
     ("audio input is not supported", "messages", "server-common.cpp (no mmproj)"),
     ('"prompt" elements must be', "input", "server-common.cpp tokenize_input_prompts"),
     ("[json.exception.", None, "nlohmann::json: a value of the wrong type"),
+    ("vector::_M_range_check", "tokens", "server-context.cpp /detokenize: a token id outside the vocabulary"),
     ("\n------------\nWhile executing", "messages", "the chat template raised (jinja)"),
 )
 

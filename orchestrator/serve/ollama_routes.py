@@ -166,7 +166,8 @@ class OllamaApi:
         headers = request.scope["headers"]
         self.fwd.keys.check(headers)
         raw = await read_body(headers, cast("Receive", request.receive), self.fwd.max_body, self.fwd.body_timeout)
-        return parse_body(to_utf8(decode_body(headers, raw, self.fwd.max_body), headers))
+        raw = to_utf8(decode_body(headers, raw, self.fwd.max_body), headers)
+        return parse_body(raw, request.scope["path"], self.fwd.limits)
 
     def _entry(self, model: ModelConfig, name: str) -> dict[str, Any]:
         size = 0
