@@ -225,7 +225,7 @@ def test_400000_messages_are_refused_at_once_with_the_limit(stack: Stack, path: 
 
 
 def test_real_agent_bodies_pass_the_check_untouched(stack: Stack) -> None:
-    body = json.loads((DATA / "claude_code_first_request.json").read_text())
+    body = json.loads((DATA / "agent_sessions" / "claude_code.json").read_text())["requests"][-1]
     response = httpx.post(stack.url + "/v1/messages/count_tokens", json=body, timeout=60)
     assert response.status_code == 200, response.text[:300]
 
@@ -265,8 +265,10 @@ def test_huge_integers_anywhere_are_found_and_digit_runs_in_text_are_not() -> No
 
 
 def test_real_agent_bodies_and_every_documented_form_pass() -> None:
-    claude = (DATA / "claude_code_first_request.json").read_bytes()
-    assert parse_body(claude, "/v1/messages")["model"] == "demo"
+    for session in sorted((DATA / "agent_sessions").glob("*.json")):  # Claude Code, Codex, opencode
+        recorded = json.loads(session.read_text())
+        for body in recorded["requests"]:
+            assert parse_body(json.dumps(body).encode(), recorded["route"]) == body, session.name
     forms: list[tuple[str, dict[str, Any]]] = [
         ("/v1/chat/completions", {"messages": [
             {"role": "system", "content": None},
