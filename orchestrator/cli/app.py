@@ -137,12 +137,15 @@ def connect(
     model: str | None = typer.Option(None, help="the model the client uses (default: the first in models.yaml)"),
     write: bool = typer.Option(False, "--write", help="update the client's own config file (a backup first)"),
     show_key: bool = typer.Option(False, "--show-key", help="print the API key (hidden otherwise)"),
+    max_output: int | None = typer.Option(
+        None, help="the longest answer (tokens) the client asks for (default: a quarter of the context window)"
+    ),
 ) -> None:
     """Print an agent's or app's settings for this endpoint (address, key, models, context window);
     --write puts them in the client's config file."""
     from orchestrator.cli import connect as m
 
-    _run(lambda: m.run(client, config, model=model, write=write, show_key=show_key))
+    _run(lambda: m.run(client, config, model=model, write=write, show_key=show_key, max_output=max_output))
 
 
 @app.command()

@@ -7,7 +7,9 @@ from pathlib import Path
 from rich.console import Console
 
 
-def run(client: str, config: Path, *, model: str | None, write: bool, show_key: bool) -> int:
+def run(
+    client: str, config: Path, *, model: str | None, write: bool, show_key: bool, max_output: int | None = None
+) -> int:
     """Print ``client``'s settings (the running ``up``'s address when there is one); with ``write``
     update the client's config file after a backup. The key is printed only with ``show_key``."""
     from orchestrator.config.load import load_config
@@ -19,7 +21,7 @@ def run(client: str, config: Path, *, model: str | None, write: bool, show_key: 
     live = statefile.read_live()
     same = live is not None and Path(str(live.get("config", ""))) == config.resolve()
     ep = endpoint_of(load_config(config), live if same else None)
-    settings = client_config(client, ep, model, show_key)
+    settings = client_config(client, ep, model, show_key, max_output)
     out = Console(highlight=False, soft_wrap=True)
     for line in settings.lines:
         out.print(line, markup=False)

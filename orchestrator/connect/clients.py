@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from orchestrator.connect import files
@@ -53,8 +53,9 @@ def _names(ep: Endpoint) -> list[str]:
 
 
 def _out_tokens(m: Model) -> int:
-    """A max output that leaves most of the window to the prompt (agents send long ones)."""
-    return max(256, min(32000, m.context // 4))
+    """The longest answer a client asks for: ``--max-output``, else a quarter of the window (agents
+    send long prompts), at most 32,000."""
+    return m.max_output or max(256, min(32000, m.context // 4))
 
 
 def claude_code(ep: Endpoint, m: Model, key: str, shown: str) -> ClientConfig:
@@ -79,18 +80,15 @@ def claude_code(ep: Endpoint, m: Model, key: str, shown: str) -> ClientConfig:
 def codex(ep: Endpoint, m: Model, key: str, shown: str) -> ClientConfig:
     top = {"model": m.name, "model_provider": PROVIDER, "model_context_window": m.context}
     provider: dict[str, object] = {"name": "orchestrator (llama.cpp)", "base_url": f"{ep.url}/v1"}
-    provider["wire_api"] = "responses"
-    if ep.key:
-        provider["env_key"] = KEY_ENV
+    provider.update(wire_api="responses", env_key=KEY_ENV if ep.key else None)
+    tables: dict[str, dict[str, object]] = {f"model_providers.{PROVIDER}": provider}
     path = _home("CODEX_HOME", ".codex") / "config.toml"
-    lines = [f"Codex CLI: {path}"]
-    lines += [f"  {k} = {json.dumps(v)}" for k, v in top.items()]
-    lines += [f"  [model_providers.{PROVIDER}]"] + [f"  {k} = {json.dumps(v)}" for k, v in provider.items()]
+    lines = [f"Codex CLI: {path}"] + [f"  {k} = {json.dumps(v)}" for k, v in top.items()]
+    for name, values in tables.items():
+        lines += [f"  [{name}]"] + [f"  {k} = {json.dumps(v)}" for k, v in values.items() if v is not None]
     if ep.key:
         lines.append(f"  and in your shell: export {KEY_ENV}={shown}")
-    return ClientConfig(
-        "codex", lines, path, lambda p: files.merge_toml(p, top, {f"model_providers.{PROVIDER}": provider})
-    )
+    return ClientConfig("codex", lines, path, lambda p: files.merge_toml(p, top, tables))
 
 
 def opencode(ep: Endpoint, m: Model, key: str, shown: str) -> ClientConfig:
@@ -147,9 +145,12 @@ CLIENTS: dict[str, Callable[[Endpoint, Model, str, str], ClientConfig]] = {
 }
 
 
-def client_config(client: str, ep: Endpoint, model: str | None = None, show_key: bool = False) -> ClientConfig:
+def client_config(
+    client: str, ep: Endpoint, model: str | None = None, show_key: bool = False, max_output: int | None = None
+) -> ClientConfig:
     """``client``'s settings for ``ep`` serving ``model`` (default: the first model), the key
-    hidden in what is printed unless ``show_key`` (it is always written in full).
+    hidden in what is printed unless ``show_key`` (it is always written in full); ``max_output``
+    caps the answers the client asks for (clients that have such a setting).
 
     Raises:
         UserError: an unknown client or model.
@@ -158,6 +159,10 @@ def client_config(client: str, ep: Endpoint, model: str | None = None, show_key:
     if make is None:
         raise UserError(f"unknown client {client!r}", hint=f"use one of: {', '.join(CLIENTS)}")
     key = ep.key or "none"  # the endpoint takes any key when server.api_keys is empty
+    if max_output is not None and max_output < 1:
+        raise UserError(f"--max-output {max_output}: give a number of tokens of 1 or more")
+    if max_output is not None:
+        ep = replace(ep, models=tuple(replace(m, max_output=max_output) for m in ep.models))
     config = make(ep, ep.model(model), key, key if show_key or ep.key is None else HIDDEN)
     return ClientConfig(config.client, [*config.lines, *_names(ep)], config.path, config.apply)
 

@@ -22,6 +22,7 @@ class Model:
     name: str
     aliases: tuple[str, ...]
     context: int
+    max_output: int | None = None  # the longest answer a client should ask for (None: its share of context)
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,11 @@ def endpoint_of(config: Config, live: dict[str, Any] | None = None) -> Endpoint:
         raise UserError("models.yaml serves no model", hint="add one under models:")
     server = config.server
     url = str(live["endpoint"]) if live and live.get("endpoint") else ""
+    if not url and server.port == 0:
+        raise UserError(
+            "server.port is 0: the endpoint's port is picked when `orchestrator up` starts",
+            hint="start `orchestrator up` first (connect then reads its address), or set server.port",
+        )
     if not url:
         host = _WILDCARD.get(server.host, server.host)
         host = f"[{host}]" if ":" in host and not host.startswith("[") else host

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from io import StringIO
 from pathlib import Path
@@ -67,9 +68,10 @@ def _deep(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
     return base
 
 
-def merge_toml(path: Path, top: dict[str, Any], tables: dict[str, dict[str, Any]]) -> None:
-    """Set top-level keys ``top`` and replace the dotted tables ``tables`` (``model_providers.x``)
-    in the TOML file ``path`` (created when missing), keeping its comments and other content."""
+def merge_toml(path: Path, top: Mapping[str, object], tables: Mapping[str, Mapping[str, object]]) -> None:
+    """Set top-level keys ``top`` and, in each dotted table of ``tables`` (``model_providers.x``),
+    its keys (a None value removes the key), in the TOML file ``path`` (created when missing),
+    keeping its comments and everything else."""
     try:
         doc = tomlkit.parse(_read(path))
     except TOMLKitError as err:
@@ -77,16 +79,19 @@ def merge_toml(path: Path, top: dict[str, Any], tables: dict[str, dict[str, Any]
     for key, value in top.items():
         doc[key] = value  # tomlkit puts a new top-level key before the first table
     for dotted, values in tables.items():
-        parent: Any = doc
+        table: Any = doc
         *outer, last = dotted.split(".")
         for part in outer:
-            if part not in parent:
-                parent[part] = tomlkit.table(is_super_table=True)
-            parent = parent[part]
-        table = tomlkit.table()
+            if part not in table:
+                table[part] = tomlkit.table(is_super_table=True)
+            table = table[part]
+        if last not in table:
+            table[last] = tomlkit.table()
         for key, value in values.items():
-            table[key] = value
-        parent[last] = table
+            if value is None:
+                table[last].pop(key, None)
+            else:
+                table[last][key] = value
     _write(path, tomlkit.dumps(doc))
 
 
