@@ -83,9 +83,7 @@ class Stack:
         self._thread = threading.Thread(target=self.loop.run_forever, name="proxy-stack", daemon=True)
         self._thread.start()
         self.supervisor: Supervisor = self.run(self._make_supervisor(specs, config, log_dir, policy))
-        self.scheduler = ModelScheduler(
-            self.supervisor, config, budget_for(config.server, gpu_indices=[]), scheduler_policy
-        )
+        self.scheduler = ModelScheduler(self.supervisor, budget_for(config.server, gpu_indices=[]), scheduler_policy)
         self.app = create_app(config, self.supervisor, self.scheduler)
         self.recorder = Recorder(self.supervisor)
         self.app.state.pool.event_hooks["request"].append(self.recorder)

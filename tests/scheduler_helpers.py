@@ -16,6 +16,7 @@ from supervision_helpers import fast_policy
 
 from orchestrator.config.schema import Config, ModelConfig, ServerConfig, Timeouts
 from orchestrator.launch.plan import plan_launch
+from orchestrator.launch.spec import InstanceSpec
 from orchestrator.native.capabilities import probe_capabilities
 from orchestrator.supervise.model_state import ModelState, SchedulerPolicy
 from orchestrator.supervise.states import RUNNING
@@ -42,6 +43,25 @@ def tiny_models(folder: Path, count: int) -> list[Path]:
     return paths
 
 
+def lifecycle_config(
+    models: list[dict[str, Any]], *, budget: int | None = None, server: dict[str, Any] | None = None
+) -> Config:
+    """The config of ``lifecycle_stack``: ``models`` (ModelConfig fields; each needs ``name`` and
+    ``path``) on the CPU, short timeouts, a CPU ``memory_budget`` of ``budget`` bytes."""
+    server = dict(server or {})
+    server.setdefault("timeouts", Timeouts(load=120, keepalive=0.05, queue=120, drain=60))
+    server.setdefault("memory_reserve", 0)
+    if budget is not None:
+        server["memory_budget"] = {"cpu": budget}
+    defaults = {"ctx_size": 512, "threads": 1, "load": "on_demand"}
+    return Config(server=ServerConfig(**server), models=[ModelConfig(**{**defaults, **m}) for m in models])
+
+
+def plan(config: Config, build: Any) -> list[InstanceSpec]:
+    """The launch plan of ``config`` on the CPU (what ``up`` and a reload compute)."""
+    return plan_launch(config, gpus=[], build=build, capabilities=probe_capabilities(build), check_ports=False)
+
+
 def lifecycle_stack(
     tmp_path: Path,
     build: Any,
@@ -54,16 +74,9 @@ def lifecycle_stack(
 ) -> Stack:
     """A proxy + Supervisor + ModelScheduler over real llama-servers (CPU) for ``models`` (ModelConfig
     fields; each needs ``name`` and ``path``), with a CPU ``memory_budget`` of ``budget`` bytes."""
-    server = dict(server or {})
-    server.setdefault("timeouts", Timeouts(load=120, keepalive=0.05, queue=120, drain=60))
-    server.setdefault("memory_reserve", 0)
-    if budget is not None:
-        server["memory_budget"] = {"cpu": budget}
-    defaults = {"ctx_size": 512, "threads": 1, "load": "on_demand"}
-    config = Config(server=ServerConfig(**server), models=[ModelConfig(**{**defaults, **m}) for m in models])
-    specs = plan_launch(config, gpus=[], build=build, capabilities=probe_capabilities(build), check_ports=False)
+    config = lifecycle_config(models, budget=budget, server=server)
     policy = SchedulerPolicy(tick=tick, stop_grace=3.0)
-    stack = Stack(config, specs, tmp_path / "logs", policy=fast_policy(), scheduler_policy=policy)
+    stack = Stack(config, plan(config, build), tmp_path / "logs", policy=fast_policy(), scheduler_policy=policy)
     if start:
         try:
             stack.run(stack.scheduler.start())

@@ -6,6 +6,7 @@ paths are only names here (the launch layer turns them into files).
 Concern -> file:
     pydantic models, JSON schema                   schema.py
     read + validate a file (``load_config``)       load.py
+    the running snapshot a reload swaps            running.py
     located problems, ``ConfigError``              problems.py
     file paths: ``~``, relative, split parts       model_paths.py
     flags/env the launch plan owns                 plan_flags.py

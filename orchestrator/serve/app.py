@@ -64,6 +64,7 @@ from orchestrator.supervise.control import ModelControl
 from orchestrator.supervise.scheduler import ModelScheduler
 
 if TYPE_CHECKING:
+    from orchestrator.config.running import RunningConfig
     from orchestrator.config.schema import Config
     from orchestrator.supervise.supervisor import Supervisor
 
@@ -74,7 +75,8 @@ def create_app(config: Config, supervisor: Supervisor, scheduler: ModelScheduler
     """Build the proxy app for ``config``, forwarding to ``supervisor``'s instances.
 
     Args:
-        config: the validated models.yaml.
+        config: the validated models.yaml: the supervisor's (``supervisor.running`` owns it from
+            now on; every part of the app reads its current snapshot, so a reload applies at once).
         supervisor: owns the llama-server instances (``for_model``, ``snapshot``, ``instances``).
         scheduler: loads, unloads and evicts models (``orchestrator up`` passes its own); by
             default one over ``supervisor`` with the memory budget from ``config.server``.
@@ -84,14 +86,15 @@ def create_app(config: Config, supervisor: Supervisor, scheduler: ModelScheduler
         (``ProxyMetrics``), ``pool`` (``UpstreamPool``), ``router`` (``Router``), ``peers`` (``PeerRouter``)
         and ``scheduler`` (``ModelScheduler``).
     """
+    running = _running(config, supervisor)
     if scheduler is None:
-        scheduler = ModelScheduler(supervisor, config, budget_for(config.server))
-    pool = UpstreamPool(config.server.timeouts)
+        scheduler = ModelScheduler(supervisor, budget_for(config.server))
+    pool = UpstreamPool(lambda: running.current.server.timeouts)
     metrics = ProxyMetrics(supervisor, [m.name for m in config.models], scheduler)
-    router = Router(config, supervisor, scheduler)
+    router = Router(running, supervisor, scheduler)
     router.prompt_cache = PromptCache.attached(config, supervisor, scheduler, metrics.registry)
-    keys = ApiKeys.for_server(config.server)
-    peers = PeerRouter(config, supervisor, metrics.registry, pool)
+    keys = ApiKeys.following(running)
+    peers = PeerRouter(running, supervisor, metrics.registry, pool)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -110,12 +113,31 @@ def create_app(config: Config, supervisor: Supervisor, scheduler: ModelScheduler
     app.state.router = router
     app.state.peers, app.state.scheduler = peers, scheduler
     draining = lambda: bool(app.state.draining)  # noqa: E731
-    app.state.forwarder = fwd = Forwarder(config, router, pool, metrics, keys, draining=draining, peers=peers)
+    app.state.forwarder = fwd = Forwarder(running, router, pool, metrics, keys, draining=draining, peers=peers)
     for api_route in ROUTES:
         app.router.routes.append(Route(api_route.path, fwd.endpoint(api_route), methods=["POST"]))
     OllamaApi(fwd).add_to(app)
     app.add_api_route("/v1/responses/{response_id:path}", _not_stored, methods=["GET", "DELETE", "POST"])
     _add_error_handlers(app)
+    _add_cors(app, config)
+    add_info_routes(app, running, supervisor, keys, metrics, scheduler)
+    app.state.control = control = ModelControl(scheduler)
+    add_model_routes(app, router, control, keys)
+    restarts = add_restart_route(app, supervisor, control, router, keys)
+    # last: the console's routes (and its catch-all under /ui/) come after every API route
+    app.state.console = console = mount_console(app, config, supervisor, metrics, keys, scheduler)
+    return app
+
+
+def _running(config: Config, supervisor: Supervisor) -> RunningConfig:
+    """The supervisor's running config, which the whole app reads; ``config`` must be its snapshot."""
+    if config is not supervisor.config:
+        raise ValueError("create_app: config must be the supervisor's own (supervisor.config)")
+    return supervisor.running
+
+
+def _add_cors(app: FastAPI, config: Config) -> None:
+    """CORS for ``server.cors_origins`` (a change needs a restart); off without origins."""
     if config.server.cors_origins:
         app.add_middleware(
             CORSMiddleware,
@@ -123,13 +145,6 @@ def create_app(config: Config, supervisor: Supervisor, scheduler: ModelScheduler
             allow_methods=["GET", "POST", "OPTIONS"],
             allow_headers=["*"],
         )
-    add_info_routes(app, config, supervisor, keys, metrics, scheduler)
-    app.state.control = control = ModelControl(scheduler)
-    add_model_routes(app, router, control, keys)
-    restarts = add_restart_route(app, supervisor, control, router, keys)
-    # last: the console's routes (and its catch-all under /ui/) come after every API route
-    app.state.console = console = mount_console(app, config, supervisor, metrics, keys, scheduler)
-    return app
 
 
 async def _not_stored(request: Request, response_id: str) -> None:

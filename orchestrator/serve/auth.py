@@ -4,7 +4,9 @@ The scheme word ``Bearer`` matches in any case (RFC 9110 section 11.1: auth sche
 case-insensitive); ``x-api-key`` is what Anthropic clients send, and llama-server accepts it too
 (``tools/server/server-http.cpp``). When both headers are present, ``Authorization`` is used.
 
-Keys come from ``server.api_keys`` in models.yaml; with none configured every request passes.
+Keys come from ``server.api_keys`` of the running config (``ApiKeys.following``: each request is
+checked against the current snapshot, so a key a reload removes is refused at once); with none
+configured every request passes.
 The presented token is compared with every configured key using ``hmac.compare_digest`` (constant
 time, and no early exit on the first match), so response timing reveals neither a key's prefix
 nor which key matched. ``/health`` and ``/metrics`` are open unless ``server.auth_health`` /
@@ -15,7 +17,7 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
@@ -23,6 +25,7 @@ from orchestrator.errors import ApiError
 from orchestrator.serve.hosts import host_of, is_loopback
 
 if TYPE_CHECKING:
+    from orchestrator.config.running import RunningConfig
     from orchestrator.config.schema import ServerConfig
 
 _BEARER = b"bearer "
@@ -47,19 +50,25 @@ class ApiKeys:
     """
 
     def __init__(self, keys: Iterable[str], *, loopback_bind: bool = False, origins: Iterable[str] = ()) -> None:
-        self._keys = [k.encode() for k in keys]
-        self._loopback_bind = loopback_bind
-        self._origins = {o.rstrip("/") for o in origins}
+        rule = _Rule(keys, loopback_bind, origins)
+        self._rule: Callable[[], _Rule] = lambda: rule
 
     @classmethod
     def for_server(cls, server: ServerConfig) -> ApiKeys:
-        """The keys and the keyless guard of models.yaml's ``server`` section."""
+        """The keys and the keyless guard of one models.yaml ``server`` section, fixed."""
         return cls(server.api_keys, loopback_bind=is_loopback(server.host), origins=server.cors_origins)
+
+    @classmethod
+    def following(cls, running: RunningConfig) -> ApiKeys:
+        """The keys and the keyless guard of the running config's current snapshot, per request."""
+        keys = cls(())
+        keys._rule = running.derive(lambda c: _Rule.of(c.server))
+        return keys
 
     @property
     def enabled(self) -> bool:
         """Whether any key is configured."""
-        return bool(self._keys)
+        return bool(self._rule().keys)
 
     def check(self, headers: Iterable[tuple[bytes, bytes]]) -> None:
         """Accept or refuse a request by its raw ASGI ``headers`` (lower-case names, bytes).
@@ -69,8 +78,9 @@ class ApiKeys:
                 an ``Authorization: Bearer`` nor an ``x-api-key`` header, or its token matches
                 none of them.
         """
-        if not self._keys:
-            foreign = self._foreign(headers)
+        rule = self._rule()
+        if not rule.keys:
+            foreign = rule.foreign(headers)
             if foreign:
                 raise ApiError(
                     403,
@@ -92,12 +102,27 @@ class ApiKeys:
                 401, "missing API key: send 'Authorization: Bearer <key>' or 'x-api-key: <key>'", code="invalid_api_key"
             )
         ok = False
-        for key in self._keys:
+        for key in rule.keys:
             ok |= hmac.compare_digest(token, key)
         if not ok:
             raise ApiError(401, "invalid API key", code="invalid_api_key")
 
-    def _foreign(self, headers: Iterable[tuple[bytes, bytes]]) -> str | None:
+
+class _Rule:
+    """One snapshot's keys (bytes) and keyless guard (loopback bind, allowed web origins)."""
+
+    __slots__ = ("_loopback_bind", "_origins", "keys")
+
+    def __init__(self, keys: Iterable[str], loopback_bind: bool, origins: Iterable[str]) -> None:
+        self.keys = [k.encode() for k in keys]
+        self._loopback_bind = loopback_bind
+        self._origins = {o.rstrip("/") for o in origins}
+
+    @classmethod
+    def of(cls, server: ServerConfig) -> _Rule:
+        return cls(server.api_keys, is_loopback(server.host), server.cors_origins)
+
+    def foreign(self, headers: Iterable[tuple[bytes, bytes]]) -> str | None:
         """``"Origin 'x'"`` or ``"Host 'x'"`` for a request from another site's web page, else None."""
         host = origin = None
         for name, value in headers:

@@ -38,15 +38,14 @@ import httpx
 
 from orchestrator.errors import ApiError
 from orchestrator.serve import finish_fix, token_probs
-from orchestrator.serve import request_repair as chat
 from orchestrator.serve import response_repair as reasoning
 from orchestrator.serve.api_routes import ApiRoute, prepare_body
-from orchestrator.serve.body import ClientGone, dump_body, limits_of, parse_body, read_body, to_utf8
+from orchestrator.serve.body import ClientGone, dump_body, parse_body, read_body, to_utf8
 from orchestrator.serve.body_codec import decode_body
 from orchestrator.serve.holding import end_held_stream, hold_for_lease, next_lease
 from orchestrator.serve.metrics import NO_MODEL, ModelMetrics, ProxyMetrics
 from orchestrator.serve.peers import Peer, PeerRouter
-from orchestrator.serve.prompt_prefix import policy_for
+from orchestrator.serve.request_settings import RequestSettings
 from orchestrator.serve.stream_repair import repair_for_stream
 from orchestrator.serve.streaming import SSE_HEADERS, RelayOutcome, relay_sse
 from orchestrator.serve.structured import schema_error
@@ -61,6 +60,7 @@ from orchestrator.serve.upstream import (
 )
 
 if TYPE_CHECKING:
+    from orchestrator.config.running import RunningConfig
     from orchestrator.config.schema import Config, ModelConfig
     from orchestrator.serve.auth import ApiKeys
     from orchestrator.serve.routing import Router
@@ -82,7 +82,7 @@ class Forwarder:
     """Shared state of the POST endpoints of one app.
 
     Args:
-        config: the validated models.yaml.
+        running: the running config (body limits, repair policies: read per request).
         router: model resolution and replica choice.
         pool: the upstream HTTP clients.
         metrics: the app's metrics.
@@ -93,7 +93,7 @@ class Forwarder:
 
     def __init__(
         self,
-        config: Config,
+        running: RunningConfig,
         router: Router,
         pool: UpstreamPool,
         metrics: ProxyMetrics,
@@ -103,13 +103,13 @@ class Forwarder:
     ) -> None:
         self.router, self.pool, self.metrics, self.keys, self.draining = router, pool, metrics, keys, draining
         self.peers = peers  # peers, spillover, where requests went
-        self.update(config)
+        self.running = running
+        self.settings = running.derive(RequestSettings.of)  # limits and repair policies, per snapshot
 
-    def update(self, config: Config) -> None:
-        """Take a new config (a reload): body limits and each model's repair policy change in place."""
-        self.config, self.max_body = config, config.server.max_body_bytes
-        self.body_timeout, self.limits = config.server.timeouts.client_body, limits_of(config.server)
-        self.policies = {m.name: policy_for(m) for m in config.models}
+    @property
+    def config(self) -> Config:
+        """The running config's current snapshot (a reload applies to the next request)."""
+        return self.running.current
 
     def endpoint(self, route: ApiRoute) -> Endpoint:
         """The ASGI endpoint for ``route`` (one of ``orchestrator.serve.api_routes.ROUTES``)."""
@@ -169,9 +169,10 @@ class Endpoint:
                 )
             fwd.keys.check(scope["headers"])
             headers = scope["headers"]
-            received = await read_body(headers, receive, fwd.max_body, fwd.body_timeout)
-            raw = to_utf8(decode_body(headers, received, fwd.max_body), headers)
-            body = parse_body(raw, self.path, fwd.limits)
+            settings = fwd.settings()
+            received = await read_body(headers, receive, settings.max_body, settings.body_timeout)
+            raw = to_utf8(decode_body(headers, received, settings.max_body), headers)
+            body = parse_body(raw, self.path, settings.limits)
             model = fwd.peers.resolve(fwd.router, body.get("model"))
             mm = fwd.metrics.model(model.name)
             prep = self._prepare(raw, body, model, mm)
@@ -186,7 +187,7 @@ class Endpoint:
             mm.duration.observe(time.monotonic() - started)
 
     def _prepare(self, raw: bytes, body: dict[str, Any], model: ModelConfig, mm: ModelMetrics) -> _Prepared:
-        plan = prepare_body(self.route, body, model, self.fwd.policies.get(model.name) or chat.RepairPolicy())
+        plan = prepare_body(self.route, body, model, self.fwd.settings().policy(model.name))
         for kind in plan.repairs:
             mm.repair(kind)
         if plan.drafting_off is not None:
@@ -239,7 +240,7 @@ class Endpoint:
     async def _exchange(self, prep: _Prepared, mm: ModelMetrics, send: Send, watch: _Watch, started: float) -> int:
         """Forward to a peer (``PeerRouter.route``) or a serving replica; one that answered nothing
         (it just died) hands the request on to the next serving one (held while it restarts), once."""
-        router, keepalive = self.fwd.router, self.fwd.config.server.timeouts.keepalive if prep.stream else None
+        router, keepalive = self.fwd.router, self.fwd.settings().keepalive if prep.stream else None
         with self.fwd.peers.route(prep.model) as peer, await router.affinity(self.kind, prep.model, prep.body) as a:
             if peer is not None:
                 return await self._exchange_on(peer, prep, mm, send, watch, started, refused_ok=False)

@@ -23,6 +23,7 @@ from orchestrator.serve.routing import RETRY_AFTER
 from orchestrator.supervise.supervisor import SERVING
 
 if TYPE_CHECKING:
+    from orchestrator.config.running import RunningConfig
     from orchestrator.config.schema import Config
     from orchestrator.serve.peers import PeerRouter
     from orchestrator.serve.prompt_cache import PromptCache
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
 
 def add_info_routes(
     app: FastAPI,
-    config: Config,
+    running: RunningConfig,
     supervisor: Supervisor,
     keys: ApiKeys,
     metrics: ProxyMetrics,
@@ -40,7 +41,8 @@ def add_info_routes(
 ) -> None:
     """Register the read-only routes on ``app`` (``app.state.draining`` turns ``/health`` to 503).
 
-    The model list follows ``app.state.router.config``, so a reloaded models.yaml shows at once.
+    Everything follows ``running``'s current snapshot: a reload's models show in the list, and its
+    ``auth_health`` / ``auth_metrics`` apply, on the next request.
     """
     created = int(time.time())
     peer_router: PeerRouter = app.state.peers
@@ -50,7 +52,7 @@ def add_info_routes(
             keys.check(request.scope["headers"])
 
     def entries_now() -> list[dict[str, Any]]:
-        local = model_entries(app.state.router.config, supervisor, scheduler, created)
+        local = model_entries(running.current, supervisor, scheduler, created)
         return local + peer_router.model_entries(created)
 
     _add_model_list(app, entries_now, guard)
@@ -58,7 +60,7 @@ def add_info_routes(
     # HEAD too: uptime checkers and load balancers probe with it
     @app.api_route("/health", methods=["GET", "HEAD"])
     async def health(request: Request) -> JSONResponse:
-        guard(request, config.server.auth_health)
+        guard(request, running.current.server.auth_health)
         return health_response(supervisor, scheduler, draining=bool(app.state.draining))
 
     @app.get("/status")
@@ -73,7 +75,7 @@ def add_info_routes(
 
     @app.get("/metrics")
     async def prometheus(request: Request) -> Response:
-        guard(request, config.server.auth_metrics)
+        guard(request, running.current.server.auth_metrics)
         return Response(metrics.render(), media_type=CONTENT_TYPE)
 
 

@@ -35,7 +35,7 @@ from orchestrator.serve.upstream import UpstreamTimeout, from_upstream_status, t
 from orchestrator.supervise.supervisor import SERVING
 
 if TYPE_CHECKING:
-    from orchestrator.config.schema import ModelConfig
+    from orchestrator.config.schema import Config, ModelConfig
 
 NDJSON = "application/x-ndjson"
 _ROUTES = {r.path: r for r in ROUTES}
@@ -48,8 +48,12 @@ class OllamaApi:
 
     def __init__(self, fwd: Forwarder) -> None:
         self.fwd = fwd
-        self.config = fwd.config
         self.supervisor = fwd.router.supervisor
+
+    @property
+    def config(self) -> Config:
+        """The running config's current snapshot: listings show a reload at once."""
+        return self.fwd.config
 
     def add_to(self, app: FastAPI) -> None:
         """Register every Ollama route on ``app``."""
@@ -165,9 +169,10 @@ class OllamaApi:
     async def _body(self, request: Request) -> dict[str, Any]:
         headers = request.scope["headers"]
         self.fwd.keys.check(headers)
-        raw = await read_body(headers, cast("Receive", request.receive), self.fwd.max_body, self.fwd.body_timeout)
-        raw = to_utf8(decode_body(headers, raw, self.fwd.max_body), headers)
-        return parse_body(raw, request.scope["path"], self.fwd.limits)
+        settings = self.fwd.settings()
+        raw = await read_body(headers, cast("Receive", request.receive), settings.max_body, settings.body_timeout)
+        raw = to_utf8(decode_body(headers, raw, settings.max_body), headers)
+        return parse_body(raw, request.scope["path"], settings.limits)
 
     def _entry(self, model: ModelConfig, name: str) -> dict[str, Any]:
         size = 0
@@ -198,7 +203,7 @@ class OllamaApi:
         lease = None
         handed = False  # a stream releases the replica itself when it ends
         try:
-            plan = prepare_body(_ROUTES[path], oai, model, fwd.policies[model.name])
+            plan = prepare_body(_ROUTES[path], oai, model, fwd.settings().policy(model.name))
             for repair in plan.repairs:
                 mm.repair(repair)
             if plan.drafting_off is not None:

@@ -37,6 +37,7 @@ from orchestrator.serve.upstream import Upstream, UpstreamPool
 from orchestrator.supervise.states import SERVING
 
 if TYPE_CHECKING:
+    from orchestrator.config.running import RunningConfig
     from orchestrator.config.scaleout import PeerConfig
     from orchestrator.config.schema import Config
     from orchestrator.serve.routing import Router
@@ -142,17 +143,20 @@ class PeerRouter:
     """All peers of one app, the spillover rule, and where requests went.
 
     Args:
-        config: ``peers:`` and each model's ``spillover``.
+        running: the running config: ``peers:`` (as started: a change needs a restart) and the
+            local model names and aliases (each snapshot's).
         supervisor: the local replicas' states (is the model down, degraded?).
         registry: the app's Prometheus registry (``orchestrator_routed_requests``, ``orchestrator_peer_up``).
         pool: the app's upstream clients; each peer's (its timeouts, its key) is added to it on ``start``.
     """
 
-    def __init__(self, config: Config, supervisor: Supervisor, registry: CollectorRegistry, pool: UpstreamPool) -> None:
+    def __init__(
+        self, running: RunningConfig, supervisor: Supervisor, registry: CollectorRegistry, pool: UpstreamPool
+    ) -> None:
         self.supervisor = supervisor
-        self.peers = {p.name: Peer(p) for p in config.peers}
+        self.peers = {p.name: Peer(p) for p in running.current.peers}
         self._pool = pool
-        self.local_names = {n for m in config.models for n in (m.name, *m.aliases)}
+        self._local = running.derive(_local_names)
         self.pending: dict[str, int] = {}  # requests of a model waiting or running locally now
         self.routed: dict[tuple[str, str], int] = {}  # (model, target) -> requests
         self._counter = Counter(
@@ -166,9 +170,10 @@ class PeerRouter:
         )
         self._task: asyncio.Task[None] | None = None
 
-    def update_local(self, config: Config) -> None:
-        """Take a reloaded models.yaml's local model names and aliases (peers stay as started)."""
-        self.local_names = {n for m in config.models for n in (m.name, *m.aliases)}
+    @property
+    def local_names(self) -> set[str]:
+        """The names and aliases of the local models, in the current snapshot."""
+        return self._local()
 
     def start(self) -> None:
         """Make each peer's HTTP client (the app's hooks are in place by now) and start the
@@ -321,3 +326,7 @@ class PeerRouter:
                 }
             )
         return entries
+
+
+def _local_names(config: Config) -> set[str]:
+    return {n for m in config.models for n in (m.name, *m.aliases)}

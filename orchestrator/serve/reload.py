@@ -2,10 +2,16 @@
 SIGHUP, and on ``POST /reload`` (``orchestrator reload``).
 
 A reload reads and validates the file, adds the GGUFs found in ``models_dirs``, plans the launch,
-and hands the result to ``ModelControl.apply`` (which restarts only what changed); then the
-router and the request repair take the new names, aliases and policies. When the file is invalid
-or the change needs a full restart, nothing changes: the located error is logged, shown in
-``GET /status`` (``config_error``) and returned to ``orchestrator reload`` (exit status 1).
+and hands the result to ``ModelControl.apply``, which swaps it in as the running config in one
+step (every reader sees the new names, keys, timeouts and policies on its next request) and then
+restarts only what changed. When the file is invalid or the change needs a full restart, nothing
+changes: the located error is logged, shown in ``GET /status`` (``config_error``) and returned to
+``orchestrator reload`` (exit status 1).
+
+Reloads are serial and coalesced: one runs at a time, and every request for a reload that arrives
+while one runs joins the one pending reload after it (a burst of SIGHUPs and edits is at most two
+reloads, the second reading the file as it is by then). ``Reloading.stop`` drops the pending one
+and cancels the running one, so a shutdown never waits for a backlog.
 """
 
 from __future__ import annotations
@@ -14,9 +20,9 @@ import asyncio
 import contextlib
 import logging
 import signal
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from orchestrator.errors import ApiError, UserError
 from orchestrator.supervise.control import RestartRequired
@@ -24,8 +30,6 @@ from orchestrator.supervise.control import RestartRequired
 if TYPE_CHECKING:
     from orchestrator.config.schema import Config
     from orchestrator.launch.spec import InstanceSpec
-    from orchestrator.serve.forward import Forwarder
-    from orchestrator.serve.routing import Router
     from orchestrator.supervise.control import ModelControl, ReloadReport
 
 log = logging.getLogger("orchestrator.reload")
@@ -35,55 +39,89 @@ Prepare = Callable[[Path], "tuple[Config, list[InstanceSpec], list[str]]"]
 
 
 class ConfigReloader:
-    """Re-reads ``path`` and applies it to the running models and the app.
+    """Re-reads ``path`` and applies it to the running models, one reload at a time.
 
     Args:
         path: the models.yaml ``up`` was started with.
         prepare: load + discovery + launch plan (``orchestrator.cli.up`` builds it: it knows the
             native build and the GPUs); raises ``UserError`` for an invalid file.
-        control: applies the new plan to the models.
-        router, forwarder: take the new names and repair policies once applied.
+        control: applies the new plan to the models (and swaps the running config).
         on_note: where lines for people go (the ``up`` display).
+
+    ``reloads`` counts reloads applied, ``attempts`` every reload run (applied or refused).
     """
 
     def __init__(
-        self,
-        path: Path,
-        prepare: Prepare,
-        control: ModelControl,
-        router: Router,
-        forwarder: Forwarder,
-        on_note: Callable[[str], None] = log.warning,
+        self, path: Path, prepare: Prepare, control: ModelControl, on_note: Callable[[str], None] = log.warning
     ) -> None:
         self.path = path
         self.prepare = prepare
         self.control = control
-        self.router = router
-        self.forwarder = forwarder
         self.on_note = on_note
         self.reloads = 0
+        self.attempts = 0
+        self._pending: tuple[asyncio.Future[ReloadReport], str] | None = None
+        self._worker: asyncio.Task[None] | None = None
+
+    def request(self, why: str) -> asyncio.Future[ReloadReport]:
+        """Ask for a reload (``why``: ``file changed``, ``SIGHUP``, ``request``) and return its result
+        to come: the pending reload's, when one already waits (coalesced), else a new pending one
+        that runs once the running one (if any) ends."""
+        if self._pending is None:
+            future: asyncio.Future[ReloadReport] = asyncio.get_running_loop().create_future()
+            future.add_done_callback(_retrieve)  # a refused reload nobody awaits is logged, not warned
+            self._pending = (future, why)
+        if self._worker is None or self._worker.done():
+            self._worker = asyncio.get_running_loop().create_task(self._run(), name="reload")
+        return self._pending[0]
 
     async def reload(self, why: str) -> ReloadReport:
-        """Apply the file as it is now (``why``: ``file changed``, ``SIGHUP``, ``request``).
+        """Reload and wait for it (see ``request``); the caller giving up does not cancel it.
 
         Raises:
             ApiError: 400 ``config_invalid`` (the located problems) or 409 ``restart_required``;
                 the running config stays and ``GET /status`` shows the problem.
         """
-        scheduler = self.control.scheduler
+        return await asyncio.shield(self.request(why))
+
+    async def stop(self) -> None:
+        """Drop the pending reload and cancel the running one (shutdown)."""
+        if self._pending is not None:
+            self._pending[0].cancel()
+            self._pending = None
+        if self._worker is not None:
+            self._worker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._worker
+
+    async def _run(self) -> None:
+        while self._pending is not None:
+            future, why = self._pending
+            self._pending = None
+            try:
+                report = await self._reload_once(why)
+            except ApiError as err:
+                if not future.done():
+                    future.set_exception(err)
+            except BaseException:
+                future.cancel()
+                raise
+            else:
+                if not future.done():
+                    future.set_result(report)
+
+    async def _reload_once(self, why: str) -> ReloadReport:
+        self.attempts += 1
         try:
             config, specs, notes = await asyncio.to_thread(self.prepare, self.path)
             report = await self.control.apply(config, specs)
         except UserError as err:
             text = str(err) + (f" ({err.hint})" if err.hint else "")
-            scheduler.config_error = text
+            self.control.scheduler.config_error = text
             self.on_note(f"reload ({why}) refused, still serving the previous config: {text}")
             if isinstance(err, RestartRequired):
                 raise ApiError(409, text, code="restart_required") from None
             raise ApiError(400, text, code="config_invalid") from None
-        self.router.update(config)
-        self.forwarder.update(config)
-        self.forwarder.peers.update_local(config)
         self.reloads += 1
         for note in notes:
             self.on_note(note)
@@ -91,8 +129,9 @@ class ConfigReloader:
         return report
 
     async def watch(self) -> None:
-        """Reload whenever the file changes (until cancelled). Editors often replace the file (write a
-        temporary one, rename it over), so its folder is watched and events are filtered by name."""
+        """Ask for a reload whenever the file changes (until cancelled). Editors often replace the
+        file (write a temporary one, rename it over), so its folder is watched and events are
+        filtered by name."""
         from watchfiles import awatch
 
         target = self.path.resolve()
@@ -101,8 +140,12 @@ class ConfigReloader:
             return Path(path).resolve() == target
 
         async for _ in awatch(target.parent, watch_filter=ours, debounce=300, recursive=False):
-            with contextlib.suppress(ApiError):  # logged and shown in /status by reload()
-                await self.reload("file changed")
+            self.request("file changed")
+
+
+def _retrieve(future: asyncio.Future[ReloadReport]) -> None:
+    if not future.cancelled():
+        future.exception()  # refusals are logged and shown in /status by _reload_once
 
 
 class Reloading:
@@ -110,30 +153,26 @@ class Reloading:
 
     def __init__(self, reloader: ConfigReloader | None) -> None:
         self.reloader = reloader
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._watch: asyncio.Task[None] | None = None
 
     def __enter__(self) -> Reloading:
         if self.reloader is not None:
             loop = asyncio.get_running_loop()
-            loop.add_signal_handler(signal.SIGHUP, self._on_hup)
-            self._spawn(self.reloader.watch())
+            loop.add_signal_handler(signal.SIGHUP, self.reloader.request, "SIGHUP")
+            self._watch = loop.create_task(self.reloader.watch(), name="reload watch")
         return self
 
     def __exit__(self, *exc: object) -> None:
         if self.reloader is not None:
             asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
-        for task in self._tasks:
-            task.cancel()
+        if self._watch is not None:
+            self._watch.cancel()
 
-    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.get_running_loop().create_task(coro, name="reload")
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    def _on_hup(self) -> None:
-        self._spawn(self._reload("SIGHUP"))
-
-    async def _reload(self, why: str) -> None:
-        assert self.reloader is not None
-        with contextlib.suppress(ApiError):  # logged and shown in /status by reload()
-            await self.reloader.reload(why)
+    async def stop(self) -> None:
+        """Stop reloading now (shutdown): no new reloads, the pending one dropped, the running one
+        cancelled."""
+        if self.reloader is not None:
+            asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
+            if self._watch is not None:
+                self._watch.cancel()
+            await self.reloader.stop()

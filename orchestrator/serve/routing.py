@@ -26,6 +26,7 @@ from orchestrator.supervise.scheduler import RETRY_AFTER as SCHEDULER_RETRY_AFTE
 from orchestrator.supervise.states import SERVING
 
 if TYPE_CHECKING:
+    from orchestrator.config.running import RunningConfig
     from orchestrator.config.schema import Config, ModelConfig
     from orchestrator.serve.prompt_cache import PromptCache
     from orchestrator.supervise.managed import Lease, Prefer
@@ -44,26 +45,27 @@ class Router:
     """Resolves model names and picks replicas.
 
     Args:
-        config: the validated models.yaml (``models``, ``server.when_loading``,
-            ``server.timeouts.queue``).
+        running: the running config (``models``, ``server.when_loading``, ``server.timeouts.queue``);
+            names resolve against its current snapshot, so a reload's names apply to the next request.
         supervisor: owns the instances and their states.
     """
 
-    def __init__(self, config: Config, supervisor: Supervisor, scheduler: ModelScheduler) -> None:
+    def __init__(self, running: RunningConfig, supervisor: Supervisor, scheduler: ModelScheduler) -> None:
+        self.running = running
         self.supervisor = supervisor
         self.scheduler = scheduler
         self.prompt_cache: PromptCache | None = None  # prefix affinity (``orchestrator.serve.prompt_cache``)
-        self.update(config)
+        self._names = running.derive(_name_table)
 
-    def update(self, config: Config) -> None:
-        """Take a new config (a reload): names and aliases change in place."""
-        self.config = config
-        self.models: dict[str, ModelConfig] = {}
-        for model in config.models:
-            self.models[model.name] = model
-            for alias in model.aliases:
-                self.models[alias] = model
-        self._only = config.models[0] if len(config.models) == 1 else None
+    @property
+    def config(self) -> Config:
+        """The current snapshot."""
+        return self.running.current
+
+    @property
+    def models(self) -> dict[str, ModelConfig]:
+        """Every name and alias -> its model, in the current snapshot."""
+        return self._names()
 
     def names(self) -> list[str]:
         """Every name a client may send: model names and aliases, in config order."""
@@ -81,8 +83,9 @@ class Router:
                 nothing is called ``name``.
         """
         if name is None or name == "":
-            if self._only is not None:
-                return self._only
+            models = self.config.models
+            if len(models) == 1:
+                return models[0]
             raise ApiError(
                 400,
                 f"'model' is required: this endpoint serves {', '.join(self.names())}",
@@ -132,3 +135,12 @@ class Router:
                 reason and no ``Retry-After`` (retrying cannot help until a person acts).
         """
         return await self.scheduler.acquire(model, prefer)
+
+
+def _name_table(config: Config) -> dict[str, ModelConfig]:
+    table: dict[str, ModelConfig] = {}
+    for model in config.models:
+        table[model.name] = model
+        for alias in model.aliases:
+            table[alias] = model
+    return table

@@ -171,7 +171,7 @@ def _publish(config: Config, supervisor: Supervisor, url: str, started: float) -
             "pid_started": statefile.process_start_time(me),
             "endpoint": url,
             "config": str(Path(config.path).resolve()) if config.path else None,
-            "api_key": config.server.api_keys[0] if config.server.api_keys else None,
+            "api_key": next(iter(supervisor.config.server.api_keys), None),  # the running config's
             "started_at": started,
             "log_dir": str(supervisor.log_dir),
             "instances": {
@@ -224,7 +224,7 @@ async def _serve(
     started = time.time()
     supervisor = Supervisor(specs, config, log_dir=statefile.log_dir())
     gpu_indices = sorted({g for s in specs for g in s.gpus})
-    scheduler = ModelScheduler(supervisor, config, budget_for(config.server, gpu_indices=gpu_indices))
+    scheduler = ModelScheduler(supervisor, budget_for(config.server, gpu_indices=gpu_indices))
     app = create_app(config, supervisor, scheduler)
     app.state.draining = False
     server = _make_server(app, config)
@@ -232,10 +232,8 @@ async def _serve(
     display = make_display(supervisor)
     me = os.getpid()
     if prepare is not None and config.path is not None:
-        app.state.reloader = ConfigReloader(
-            Path(config.path), prepare, app.state.control, app.state.router, app.state.forwarder, display.note
-        )
-    with _Signals(app) as signals, Reloading(getattr(app.state, "reloader", None)):
+        app.state.reloader = ConfigReloader(Path(config.path), prepare, app.state.control, display.note)
+    with _Signals(app) as signals, Reloading(getattr(app.state, "reloader", None)) as reloading:
         try:
             _publish(config, supervisor, url, started)
             serve_task = asyncio.get_running_loop().create_task(server.serve(sockets=[sock]), name="uvicorn")
@@ -246,10 +244,11 @@ async def _serve(
                 display.note(note)
             display.start()
             exit_code = await _watch(config, scheduler, url, started, display, serve_task, signals.stop)
-            await _drain(config, supervisor, display, signals)
+            await reloading.stop()  # a reload backlog never delays the shutdown
+            await _drain(supervisor, display, signals)
             server.should_exit = True
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(serve_task, timeout=config.server.timeouts.shutdown_grace + 5)
+                await asyncio.wait_for(serve_task, timeout=supervisor.config.server.timeouts.shutdown_grace + 5)
             display.note("stopping llama-server instances")
             await scheduler.close(supervisor.policy.stop_grace)
             await supervisor.stop(supervisor.policy.stop_grace)
@@ -321,11 +320,11 @@ def _announce(scheduler: ModelScheduler, display: Display, url: str, started: fl
     return True
 
 
-async def _drain(config: Config, supervisor: Supervisor, display: Display, signals: _Signals) -> None:
+async def _drain(supervisor: Supervisor, display: Display, signals: _Signals) -> None:
     """New requests get 503 (``app.state.draining``); in-flight ones get the grace period, unless a
     second signal arrives."""
     signals.app.state.draining = True
-    grace = config.server.timeouts.shutdown_grace
+    grace = supervisor.config.server.timeouts.shutdown_grace
     deadline = time.monotonic() + grace
     if any(i.in_flight for i in supervisor.instances):
         display.note(f"draining: waiting up to {grace:g} s for in-flight requests (signal again to skip)")

@@ -318,6 +318,12 @@ class Upstream:
             watch.stop()
             await chunks.aclose()
 
+    def set_timeouts(self, connect: float, first_byte: float, idle: float) -> None:
+        """Use these timeouts (s) from the next request on; requests under way keep theirs."""
+        self.first_byte, self.idle = first_byte, idle
+        timeout = httpx.Timeout(connect=connect, read=None, write=connect, pool=None)
+        self.client.timeout = self._fresh.timeout = timeout
+
     async def aclose(self) -> None:
         """Close both clients and their connections."""
         await self.client.aclose()
@@ -328,16 +334,18 @@ class UpstreamPool:
     """One :class:`Upstream` per instance, created lazily.
 
     Args:
-        timeouts: an object with ``connect``, ``first_byte`` and ``idle`` (seconds), i.e.
-            ``config.server.timeouts``.
+        timeouts: returns an object with ``connect``, ``first_byte`` and ``idle`` (seconds), i.e.
+            the running config's ``server.timeouts``: read on every ``get``, so a reload's timeouts
+            apply to the next request (an upstream made with other timeouts is replaced).
 
     An instance launched with ``--port 0`` gets a new port on every restart; its previous
     upstream (whose server is gone) is closed in the background when the new one is created.
     """
 
-    def __init__(self, timeouts: Any) -> None:
+    def __init__(self, timeouts: Callable[[], Any]) -> None:
         self._timeouts = timeouts
         self._by_key: dict[str, Upstream] = {}
+        self._made_with: dict[str, tuple[float, float, float]] = {}  # the timeouts of each upstream
         self._closing: set[asyncio.Task[None]] = set()
         #: httpx event hooks given to every client created from now on (a test seam: the tests
         #: record the exact bodies sent to llama-server with a "request" hook).
@@ -353,22 +361,28 @@ class UpstreamPool:
         """
         key = key or base_url
         upstream = self._by_key.get(key)
+        t = self._timeouts()
+        wanted = (t.connect, t.first_byte, t.idle)
         if upstream is not None and upstream.base_url == base_url:
+            if self._made_with.get(key, wanted) != wanted:  # a reload changed them: next request on
+                upstream.set_timeouts(*wanted)
+                self._made_with[key] = wanted
             return upstream
         if upstream is not None:
             task = asyncio.get_running_loop().create_task(upstream.aclose())
             self._closing.add(task)
             task.add_done_callback(self._closing.discard)
-        t = self._timeouts
         upstream = Upstream(
             base_url, connect=t.connect, first_byte=t.first_byte, idle=t.idle, event_hooks=self.event_hooks
         )
         self._by_key[key] = upstream
+        self._made_with[key] = wanted
         return upstream
 
     def add(self, key: str, upstream: Upstream) -> None:
         """Use ``upstream`` (made by its owner, e.g. a peer with its own timeouts and key) for ``key``."""
         self._by_key[key] = upstream
+        self._made_with.pop(key, None)
 
     def all(self) -> list[Upstream]:
         """Every upstream in use."""

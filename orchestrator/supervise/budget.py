@@ -20,13 +20,13 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from orchestrator.host.memory import CPU, DeviceMemory, read_devices
 
 if TYPE_CHECKING:
-    from orchestrator.config.schema import ServerConfig
+    from orchestrator.config.schema import Config, ServerConfig
 
 GIB = 2**30
 _MEASURE_EVERY = 1.0  # seconds between live readings (NVML / nvidia-smi / psutil)
@@ -191,6 +191,18 @@ def need_per_device(replicas: list[tuple[tuple[int, ...], int | None]]) -> dict[
         for key in keys:
             need[key] = need.get(key, 0) + total // len(keys)
     return need
+
+
+def follow_budget(budget: MemoryBudget, started: ServerConfig, config: Config) -> MemoryBudget:
+    """``budget`` (made for the ``started`` server section) as ``config`` sets it: the same budget
+    while ``memory_reserve`` and ``memory_budget`` are as they were, else one with the new values
+    (the same live readings)."""
+    server = config.server
+    if (server.memory_reserve, server.memory_budget) == (started.memory_reserve, started.memory_budget):
+        return budget
+    return replace(
+        budget, reserve=int(server.memory_reserve), overrides={k: int(v) for k, v in server.memory_budget.items()}
+    )
 
 
 def budget_for(server: ServerConfig, gpu_indices: list[int] | None = None) -> MemoryBudget:

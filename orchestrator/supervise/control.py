@@ -23,8 +23,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from orchestrator.errors import ApiError, UserError
+from orchestrator.errors import UserError
 from orchestrator.supervise.managed import ManagedModel, model_need
+from orchestrator.supervise.model_rules import removed_error
 from orchestrator.supervise.model_state import ModelState
 from orchestrator.supervise.states import TERMINAL
 
@@ -169,49 +170,57 @@ class ModelControl:
     async def apply(self, config: Config, specs: list[InstanceSpec]) -> ReloadReport:
         """Make the running models match ``config`` and its launch plan ``specs`` (see the module).
 
+        ``config`` becomes the running snapshot in one step, before any model stops or restarts:
+        from then on every reader (names, keys, timeouts, listings) sees it, and a removed model
+        answers 404 at once while it drains.
+
         Raises:
             RestartRequired: the change needs a full restart (``server.host``, ``port``,
-                ``cors_origins``); nothing was changed.
+                ``cors_origins``, ``peers``); nothing was changed.
         """
         async with self._reloading:
             s = self.scheduler
-            old = s.config.server
-            changed = [f"server.{k}" for k in RESTART_KEYS if getattr(old, k) != getattr(config.server, k)]
-            changed += ["peers"] if s.config.peers != config.peers else []
-            if changed:
-                keys = ", ".join(changed)
-                raise RestartRequired(
-                    f"{keys} changed: the running endpoint cannot change that; nothing was reloaded",
-                    hint="restart with `orchestrator down` and `orchestrator up`, or undo that edit",
-                )
-            report = ReloadReport()
-            wanted = {m.name: m for m in config.models}
+            _refuse_restart_keys(s.config, config)
             by_model: dict[str, list[InstanceSpec]] = {}
             for spec in specs:
                 by_model.setdefault(spec.model, []).append(spec)
-            for name in [n for n in s.models if n not in wanted]:
-                await self._remove(name)
-                report.removed.append(name)
-            s.config = config
-            for name, model in wanted.items():
-                m = s.models.get(name)
-                if m is None:
-                    self._add(model.name, config, by_model.get(name, []))
-                    report.added.append(name)
-                    continue
-                launch_changed = [_launch(sp) for sp in by_model.get(name, [])] != [
-                    _launch(i.spec) for i in m.instances
-                ]
-                if model != m.config:
-                    m.config = model
-                    if not launch_changed:
-                        report.updated.append(name)
-                if launch_changed:
-                    await self.restart(name, by_model.get(name, []))
-                    report.restarted.append(name)
+            names = {model.name for model in config.models}
+            gone = [m for name, m in s.models.items() if name not in names]
+            s.running.swap(config)
+            report = ReloadReport(removed=[m.name for m in gone])
+            for m in gone:
+                m.removed = True
+                m.fail_waiters(removed_error(m.name))
+            restart = self._take(config, by_model, report)
             s.config_error = None
             s._schedule()
+            for m in gone:
+                await self._remove(m)
+            for name in restart:
+                await self.restart(name, by_model.get(name, []))
             return report
+
+    def _take(self, config: Config, by_model: dict[str, list[InstanceSpec]], report: ReloadReport) -> list[str]:
+        """Add the new models and update the others' settings in place; returns the models whose
+        launch changed (to restart)."""
+        s = self.scheduler
+        restart = []
+        for model in config.models:
+            name = model.name
+            m = s.models.get(name)
+            if m is None:
+                self._add(name, config, by_model.get(name, []))
+                report.added.append(name)
+                continue
+            launch_changed = [_launch(sp) for sp in by_model.get(name, [])] != [_launch(i.spec) for i in m.instances]
+            if model != m.config:
+                m.config = model
+                if not launch_changed:
+                    report.updated.append(name)
+            if launch_changed:
+                restart.append(name)
+                report.restarted.append(name)
+        return restart
 
     def _add(self, name: str, config: Config, specs: list[InstanceSpec]) -> None:
         s = self.scheduler
@@ -222,11 +231,21 @@ class ModelControl:
         if model.load == "on_start":
             m.wanted_since = time.monotonic()
 
-    async def _remove(self, name: str) -> None:
+    async def _remove(self, m: ManagedModel) -> None:
+        """Drain and stop a model the running config no longer has, then forget it."""
         s = self.scheduler
-        m = s.models[name]
-        await self.unload(name, "reload")
-        m.fail_waiters(ApiError(404, f"model {name!r} was removed from models.yaml", code="model_not_found"))
+        await self.unload(m.name, "reload")
         for inst in m.instances:
             s.ops.supervisor.instances.remove(inst)
-        del s.models[name]
+        del s.models[m.name]
+
+
+def _refuse_restart_keys(old: Config, new: Config) -> None:
+    """Raise ``RestartRequired`` when ``new`` changes what the running endpoint cannot."""
+    changed = [f"server.{k}" for k in RESTART_KEYS if getattr(old.server, k) != getattr(new.server, k)]
+    changed += ["peers"] if old.peers != new.peers else []
+    if changed:
+        raise RestartRequired(
+            f"{', '.join(changed)} changed: the running endpoint cannot change that; nothing was reloaded",
+            hint="restart with `orchestrator down` and `orchestrator up`, or undo that edit",
+        )

@@ -100,6 +100,7 @@ class ManagedModel:
         self.startup = False  # this load was started by `up`, not by a request
         self.adopted = False  # replicas were started outside the lifecycle (tests, tools)
         self.retry = False  # a person asked to load it again after it FAILED (load, reload)
+        self.removed = False  # a reload removed it: 404 at once while it drains and stops
 
     @property
     def name(self) -> str:

@@ -1,6 +1,23 @@
 """Rules the model scheduler applies, as functions of the models' records (``ManagedModel``): who
 holds memory and may be evicted, whose TTL ran out, what a held request waits for, the memory
-table per device. ``ModelScheduler._schedule`` calls them; none changes a model."""
+table per device. ``ModelScheduler._schedule`` calls them; none changes a model.
+
+The rules (``ModelState`` has the per-state table):
+
+- A held request is granted once its model is READY with a serving replica.
+- A model that is not loaded is loaded when its need fits the budget (``MemoryBudget``). If it
+  does not, idle unpinned models on the devices it needs are evicted, least recently used first.
+  Busy models (requests in flight, or held requests that queued before the swap) are never
+  evicted: they are *closed* (requests arriving later are held) and evicted once drained. Held
+  requests time out after ``server.timeouts.queue`` s with a 503 that says what they waited for.
+- Demands are served oldest first; a later one never takes a device an earlier one waits for.
+  Requests that queued while a model loaded are all served before it is swapped out, so
+  alternating requests cannot thrash.
+- A failed load (a replica exits, times out or is refused) answers its held requests with 503 and
+  the log's reason; the model stays FAILED (503 at once, no ``Retry-After``) until ``load()`` or a
+  reload asks again: a client's retries never reload a broken 20 GB model over and over.
+- Idle READY models unload after their TTL, unless pinned.
+"""
 
 from __future__ import annotations
 
@@ -35,6 +52,15 @@ def holders(models: Iterable[ManagedModel], exclude: ManagedModel) -> list[Holde
         for m in models
         if m is not exclude and m.holds_memory
     ]
+
+
+def startup_misfit(m: ManagedModel, models: Iterable[ManagedModel], budget: MemoryBudget) -> str | None:
+    """Why the on_start model ``m`` cannot load at start, or None when it fits beside the models
+    started before it (on_start models never evict each other)."""
+    plan = budget.plan(m.name, m.need, holders(models, exclude=m))
+    if plan.fits and not plan.evict:
+        return None
+    return plan.impossible or "it does not fit beside the models loaded before it"
 
 
 def expired(models: Iterable[ManagedModel], server: ServerConfig, now: float) -> list[ManagedModel]:
@@ -92,6 +118,11 @@ def follow_replicas(m: ManagedModel, *, idle: bool) -> tuple[ModelState, str | N
 def load_failed_error(m: ManagedModel) -> ApiError:
     """The 503 for requests held by a load that failed (no Retry-After: it would fail again)."""
     return ApiError(503, f"model {m.name!r} failed to load: {m.reason}", code="model_load_failed")
+
+
+def removed_error(name: str) -> ApiError:
+    """The 404 for a model a reload removed (also while it drains and stops)."""
+    return ApiError(404, f"model {name!r} was removed from models.yaml", param="model", code="model_not_found")
 
 
 def unavailable_error(m: ManagedModel) -> ApiError:

@@ -6,21 +6,7 @@ method, :meth:`ModelScheduler._schedule`, makes every decision (grant, load, evi
 every change (a request arrives or ends, a replica changes state, a task ends, a tick), so no two
 decisions race; loads and unloads run as tasks and call it again when they end.
 
-Rules (see ``ModelState`` for the per-state table):
-
-- A held request is granted once its model is READY with a serving replica.
-- A model that is not loaded is loaded when its need fits the budget (``MemoryBudget``). If it
-  does not, idle unpinned models on the devices it needs are evicted, least recently used first.
-  Busy models (requests in flight, or held requests that queued before the swap) are never
-  evicted: they are *closed* (requests arriving later are held) and evicted once drained. Held
-  requests time out after ``server.timeouts.queue`` s with a 503 that says what they waited for.
-- Demands are served oldest first; a later one never takes a device an earlier one waits for.
-  Requests that queued while a model loaded are all served before it is swapped out, so
-  alternating requests cannot thrash.
-- A failed load (a replica exits, times out or is refused) answers its held requests with 503 and
-  the log's reason; the model stays FAILED (503 at once, no ``Retry-After``) until ``load()`` or a
-  reload asks again: a client's retries never reload a broken 20 GB model over and over.
-- Idle READY models unload after their TTL, unless pinned.
+The rules it applies are listed in ``orchestrator.supervise.model_rules``.
 
 Hooks: ``before_ready`` (restore prompt caches) and ``before_stop`` (save them); ``listeners`` get
 each ``ModelEvent``; ``changed`` is pulsed on every state change, ``version`` counts them.
@@ -33,10 +19,11 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Coroutine
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.errors import ApiError
-from orchestrator.supervise.budget import MemoryBudget
+from orchestrator.supervise.budget import MemoryBudget, follow_budget
 from orchestrator.supervise.managed import Lease, ManagedModel, Prefer, Waiter, model_need
 from orchestrator.supervise.model_rules import (
     expired,
@@ -44,6 +31,8 @@ from orchestrator.supervise.model_rules import (
     holders,
     load_failed_error,
     memory_table,
+    removed_error,
+    startup_misfit,
     unavailable_error,
     waiting_for,
 )
@@ -64,22 +53,30 @@ class ModelScheduler:
     """Loads, unloads and evicts the models of one ``Supervisor`` under a ``MemoryBudget``.
 
     Args:
-        supervisor: owns the replicas (``Instance``) of every model, started or not.
-        config: the validated models.yaml (``server.ttl``, ``queue_limit``, timeouts, each model's
-            ``load``, ``ttl``, ``pinned``).
-        budget: device capacities.
+        supervisor: owns the replicas (``Instance``) of every model, started or not, and the running
+            config (``server.ttl``, ``queue_limit``, timeouts, each model's ``load``, ``ttl``, ``pinned``).
+        budget: device capacities; a reload that changes ``server.memory_reserve`` or
+            ``memory_budget`` gets a budget with the new values (``follow_budget``).
         policy: timing rules; tests shrink them.
     """
 
-    def __init__(
-        self, supervisor: Supervisor, config: Config, budget: MemoryBudget, policy: SchedulerPolicy | None = None
-    ) -> None:
+    @property
+    def config(self) -> Config:
+        """The running config's current snapshot."""
+        return self.running.current
+
+    @property
+    def budget(self) -> MemoryBudget:
+        """The memory budget of the current snapshot."""
+        return self._budget()
+
+    def __init__(self, supervisor: Supervisor, budget: MemoryBudget, policy: SchedulerPolicy | None = None) -> None:
         self.supervisor = supervisor
-        self.config = config
-        self.budget = budget
+        self.running = supervisor.running
+        self._budget = self.running.derive(partial(follow_budget, budget, self.running.current.server))
         self.policy = policy or SchedulerPolicy()
         self.models: dict[str, ManagedModel] = {}
-        for model in config.models:
+        for model in self.config.models:
             insts = supervisor.for_model(model.name)
             self.models[model.name] = ManagedModel(model, insts, model_need(insts))
         self.listeners: list[Callable[[ModelEvent], None]] = []
@@ -111,15 +108,13 @@ class ModelScheduler:
         if not load_on_start:
             return notes
         for m in self.models.values():
-            if m.config.load != "on_start" or m.state is not ModelState.UNLOADED:
-                continue
-            plan = self.budget.plan(m.name, m.need, holders(self.models.values(), exclude=m))
-            if not plan.fits or plan.evict:
-                why = plan.impossible or "it does not fit beside the models loaded before it"
-                m.reason = f"not loaded at start: {why}; it loads on its first request"
-                notes.append(f"{m.name}: {m.reason}")
-                continue
-            self._start_load(m, startup=True)
+            if m.config.load == "on_start" and m.state is ModelState.UNLOADED:
+                why = startup_misfit(m, self.models.values(), self.budget)
+                if why is None:
+                    self._start_load(m, startup=True)
+                else:
+                    m.reason = f"not loaded at start: {why}; it loads on its first request"
+                    notes.append(f"{m.name}: {m.reason}")
         self._pulse()
         return notes
 
@@ -138,7 +133,7 @@ class ModelScheduler:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._runner
         for m in self.models.values():
-            self._fail_waiters(m, ApiError(503, "the server is shutting down", code="draining", retry_after=5.0))
+            m.fail_waiters(ApiError(503, "the server is shutting down", code="draining", retry_after=5.0))
         await asyncio.gather(*(self.ops.stop(m, "shutdown", grace) for m in self.models.values()))
         for task in list(self._tasks):
             task.cancel()
@@ -164,7 +159,9 @@ class ModelScheduler:
                 503 ``model_load_failed`` with the log's reason; 503 ``model_too_large`` with the
                 numbers when it can never fit.
         """
-        m = self.models[name]
+        m = self.models.get(name)
+        if m is None or m.removed:
+            raise removed_error(name)
         self._ensure_running()
         self._reconcile(m)
         if m.state is ModelState.READY and not m.closing and not m.waiters:
@@ -257,7 +254,7 @@ class ModelScheduler:
             if m.state in (ModelState.LOADING, ModelState.READY, ModelState.UNLOADING):
                 continue
             if m.state is ModelState.FAILED and not m.retry:
-                self._fail_waiters(m, unavailable_error(m))
+                m.fail_waiters(unavailable_error(m))
                 continue
             devices = set(m.need) or {"cpu"}
             if devices & reserved:
@@ -266,7 +263,7 @@ class ModelScheduler:
             plan = self.budget.plan(m.name, m.need, holders(self.models.values(), exclude=m))
             if plan.impossible is not None:
                 m.reason = plan.impossible
-                self._fail_waiters(m, ApiError(503, plan.impossible, code="model_too_large"))
+                m.fail_waiters(ApiError(503, plan.impossible, code="model_too_large"))
                 continue
             for victim in plan.evict:
                 self._start_unload(self.models[victim], "memory", for_model=m.name)
@@ -291,10 +288,6 @@ class ModelScheduler:
                 return
             m.waiters.remove(waiter)
             waiter.future.set_result(self._grant(m, inst, now - waiter.since))
-
-    @staticmethod
-    def _fail_waiters(m: ManagedModel, error: ApiError) -> None:
-        m.fail_waiters(error)
 
     def _reconcile(self, m: ManagedModel) -> None:
         """Follow replicas started or lost outside a load or unload (``model_rules.follow_replicas``)."""
@@ -349,7 +342,7 @@ class ModelScheduler:
             self._set(m, ModelState.FAILED, problem)
             self._emit(ModelEvent("load_failed", m.name, reason=problem))
             log.warning("model %s failed to load: %s", m.name, problem)
-            self._fail_waiters(m, load_failed_error(m))
+            m.fail_waiters(load_failed_error(m))
             self._schedule()
             return
         m.loads += 1

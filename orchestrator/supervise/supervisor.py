@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from orchestrator.config.running import RunningConfig
 from orchestrator.supervise.instance import Instance
 from orchestrator.supervise.lifecycle import describe_exit
 from orchestrator.supervise.states import RUNNING, SERVING, STARTING, TERMINAL, ProcessState, SupervisorPolicy
@@ -33,7 +34,8 @@ class Supervisor:
 
     Args:
         specs: the launch plan (``orchestrator.launch.plan.plan_launch``).
-        config: the validated config (timeouts, per-model speculative settings).
+        config: the validated config (timeouts, per-model speculative settings), or the running
+            config to follow (``running``; new instances take its current snapshot).
         log_dir: directory for ``<instance>.log`` files (appended across restarts).
         policy: timing rules; defaults suit production.
 
@@ -44,18 +46,24 @@ class Supervisor:
     def __init__(
         self,
         specs: Iterable[InstanceSpec],
-        config: Config,
+        config: Config | RunningConfig,
         *,
         log_dir: Path,
         policy: SupervisorPolicy | None = None,
     ) -> None:
-        self.config = config
+        self.running = config if isinstance(config, RunningConfig) else RunningConfig(config)
+        config = self.running.current
         self.log_dir = Path(log_dir)
         self.policy = policy or SupervisorPolicy(stall_timeout=config.server.timeouts.stall)
         self.changed = asyncio.Event()
         self.instances = [
             Instance(s, config, log_dir=self.log_dir, policy=self.policy, on_change=self._pulse) for s in specs
         ]
+
+    @property
+    def config(self) -> Config:
+        """The running config's current snapshot (``running``: its one owner, swapped by a reload)."""
+        return self.running.current
 
     def _pulse(self, _inst: Instance) -> None:
         self.changed.set()

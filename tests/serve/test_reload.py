@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -149,3 +150,38 @@ def test_scan_rules_on_names(tmp_path: Path) -> None:
         (tmp_path / name).write_bytes(b"")
     names = [model_name(p) for p in _candidates(tmp_path)]
     assert names == ["Big-Model", "x-y-z"]
+
+
+def test_twenty_sighups_give_at_most_two_reloads_and_sigterm_during_a_backlog_exits_within_the_grace(
+    tmp_path: Path, bin_info: object, pinned_source: Path
+) -> None:
+    a, b = tiny_models(tmp_path / "models", 2)
+    config = tmp_path / "models.yaml"
+    text = _yaml(a, b).replace("shutdown_grace: 30", "shutdown_grace: 10")
+    config.write_text(text)
+    with RunningUp(config, tmp_path / "state", until="health") as up:
+        assert up.proc is not None
+        for _ in range(20):
+            os.kill(up.proc.pid, signal.SIGHUP)
+
+        def reloads() -> int:
+            return up.out.read_text().count("(SIGHUP): ")
+
+        wait_until("the first reload", reloads, timeout=60)
+        seen = [reloads()]
+        deadline = time.monotonic() + 5  # anything still pending runs well within this
+        while time.monotonic() < deadline:
+            seen.append(reloads())
+            time.sleep(0.2)
+        assert 1 <= seen[-1] <= 2, up.out.read_text()[-3000:]
+
+        # a backlog again (signals and edits), then SIGTERM: the backlog is dropped, `up` exits
+        for i in range(20):
+            os.kill(up.proc.pid, signal.SIGHUP)
+            if i % 5 == 0:
+                config.write_text(text + f"# edit {i}\n")
+        started = time.monotonic()
+        up.proc.send_signal(signal.SIGTERM)
+        up.proc.wait(timeout=60)
+        assert time.monotonic() - started < 10, up.out.read_text()[-3000:]
+        assert up.proc.returncode == 0

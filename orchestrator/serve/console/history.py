@@ -71,8 +71,8 @@ class History:
     """Per-model samples for the console's charts, at most ``size`` of them.
 
     Args:
-        config: models (names, ``parallel`` slots).
-        supervisor: read for the serving replicas (queue depth) and child pids (resident memory).
+        supervisor: read for the serving replicas (queue depth), child pids (resident memory) and
+            the running config's models (names, ``parallel`` slots).
         metrics: the app's ``ProxyMetrics``; only read.
         interval: seconds between samples.
         size: samples kept (older ones are dropped).
@@ -83,7 +83,6 @@ class History:
 
     def __init__(
         self,
-        config: Config,
         supervisor: Supervisor,
         metrics: ProxyMetrics,
         *,
@@ -91,7 +90,7 @@ class History:
         size: int = SIZE,
     ) -> None:
         self.interval = interval
-        self._slots = {m.name: m.parallel for m in config.models}
+        self._slots = supervisor.running.derive(_slots)  # each snapshot's models (a reload adds some)
         self._supervisor = supervisor
         self._metrics = metrics
         self._points: collections.deque[dict[str, Any]] = collections.deque(maxlen=size)
@@ -123,7 +122,7 @@ class History:
         dt = max(now - last.at, 1e-6)
         held = self.waiting() if self.waiting is not None else {}
         models = {}
-        for name, slots in self._slots.items():
+        for name, slots in self._slots().items():
             cur, prev = totals.get(name, {}), last.values.get(name, {})
             d = {k: cur.get(k, 0.0) - prev.get(k, 0.0) for k in cur}
             in_flight = int(cur.get("in_flight", 0.0))
@@ -173,3 +172,7 @@ def _ratio(num: float | None, den: float | None) -> float | None:
     if not den or den <= 0:
         return None
     return (num or 0.0) / den
+
+
+def _slots(config: Config) -> dict[str, int]:
+    return {m.name: m.parallel for m in config.models}

@@ -73,7 +73,7 @@ class Console:
     ) -> None:
         self.supervisor = supervisor
         self.access = ConsoleAccess(config, keys)
-        self.history = History(config, supervisor, metrics)
+        self.history = History(supervisor, metrics)
         self.files = _load_static()
         self.scheduler: ModelScheduler | None = None  # set by mount_console: lifecycle rows for the page
         if bench_dirs is None:

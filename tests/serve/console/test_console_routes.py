@@ -200,7 +200,7 @@ def test_history_turns_counter_deltas_into_rates(tmp_path: Path) -> None:
     config = _config()
     supervisor = Supervisor([fake_spec()], config, log_dir=tmp_path)
     metrics = ProxyMetrics(supervisor, ["demo"])
-    history = History(config, supervisor, metrics, interval=1.0, size=3)
+    history = History(supervisor, metrics, interval=1.0, size=3)
     assert history.sample() is None  # the baseline
     idle = history.sample()
     assert idle is not None and idle["models"]["demo"]["rps"] == 0.0
