@@ -60,6 +60,7 @@ from orchestrator.config.load import load_config
 from orchestrator.config.schema import Config, ModelConfig
 from orchestrator.config.yaml_edit import set_draft_length
 from orchestrator.errors import UserError
+from orchestrator.host import disk
 from orchestrator.host import gpus as gpus_mod
 from orchestrator.launch import plan as launch
 from orchestrator.launch.spec import InstanceSpec
@@ -316,12 +317,24 @@ def results_payload(
     }
 
 
-def write_results(out: Path, payload: dict[str, Any], run: SweepRun, outcome: Outcome, *, plot_title: str) -> None:
-    """Write ``results.json``, ``summary.csv``, ``requests.csv`` and ``sweep.png`` into ``out``."""
-    report.write_json(out / "results.json", payload)
-    report.write_csv(out / "summary.csv", outcome.summaries)
-    report.write_csv(out / "requests.csv", run.results)
-    report.write_plot(out / "sweep.png", outcome.summaries, title=plot_title)
+def write_results(out: Path, payload: dict[str, Any], run: SweepRun, outcome: Outcome, *, plot_title: str) -> list[str]:
+    """Write ``results.json``, ``summary.csv``, ``requests.csv`` and ``sweep.png`` into ``out``.
+
+    Returns the files that could not be written (a full, read-only or forbidden folder:
+    ``orchestrator.host.disk``): the sweep's minutes of work are still printed.
+    """
+    writes = {
+        "results.json": lambda path: report.write_json(path, payload),
+        "summary.csv": lambda path: report.write_csv(path, outcome.summaries),
+        "requests.csv": lambda path: report.write_csv(path, run.results),
+        "sweep.png": lambda path: report.write_plot(path, outcome.summaries, title=plot_title),
+    }
+    failed = []
+    for name, write in writes.items():
+        path = out / name
+        if disk.attempt(f"bench {name}", path, lambda w=write, p=path: w(p) or True) is None:  # type: ignore[misc]
+            failed.append(name)
+    return failed
 
 
 def apply_draft_length(target: BenchTarget, k: int) -> str:

@@ -89,9 +89,11 @@ def run_bench(
         run = sweep.run_sweep(target, options, log_dir=out / "logs", progress=progress)
     outcome = sweep.analyse(run)
     payload = sweep.results_payload(target, options, run, outcome, started=started)
-    sweep.write_results(out, payload, run, outcome, plot_title=f"{target.model.name} ({run.mode})")
+    unsaved = sweep.write_results(out, payload, run, outcome, plot_title=f"{target.model.name} ({run.mode})")
     # piped output (a log, CI) gets a width that fits the whole table instead of 80 columns
     stdout = Console() if sys.stdout.isatty() else Console(width=160)
+    if unsaved:  # a full or read-only disk: the numbers are printed below, not saved
+        run.warnings.append(f"could not write {', '.join(unsaved)} into {out} (disk full, read-only or forbidden)")
     _print_results(stdout, sweep.title(target, options, run), outcome, run.warnings, out)
     if apply:
         _apply(stdout, target, outcome.best)

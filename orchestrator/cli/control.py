@@ -42,6 +42,19 @@ def fetch_peers(run: dict[str, Any], timeout: float = 5.0) -> dict[str, Any] | N
         return None
 
 
+def fetch_disk_faults(run: dict[str, Any], timeout: float = 5.0) -> list[dict[str, Any]]:
+    """The writes failing now (``/health``'s ``disk``: full, read-only or forbidden folders)."""
+    import httpx
+
+    headers = {"Authorization": f"Bearer {run['api_key']}"} if run.get("api_key") else {}
+    try:
+        resp = httpx.get(f"{run['endpoint']}/health", headers=headers, timeout=timeout, trust_env=False)
+        found = resp.json().get("disk") or []
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return []
+    return [f for f in found if isinstance(f, dict)] if isinstance(found, list) else []
+
+
 def fetch_status(run: dict[str, Any], timeout: float = 5.0) -> list[dict[str, Any]] | None:
     """``GET <endpoint>/status`` with the API key; None when it does not answer with JSON."""
     import httpx
@@ -91,6 +104,13 @@ def status(json_out: bool = False) -> int:
             for line in row.get("log_tail") or []:
                 console.print(f"  | {line}", markup=False)
     _print_peers(console, peers)
+    for fault in fetch_disk_faults(run) if source == "endpoint" else []:
+        console.print(
+            f"disk: cannot write {fault.get('what')} ({fault.get('path')}): {fault.get('error')}, "
+            f"{fault.get('count')} time(s) since {time.strftime('%H:%M:%S', time.localtime(fault.get('since') or 0))}; "
+            "serving goes on",
+            markup=False,
+        )
     return 0
 
 

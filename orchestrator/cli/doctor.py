@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from orchestrator import paths
 from orchestrator.errors import UserError
-from orchestrator.host import gpus
+from orchestrator.host import disk, gpus
 from orchestrator.host.gpus import GPU
 from orchestrator.native import cuda as native_cuda
 from orchestrator.native import cuda_compat
@@ -77,8 +77,21 @@ def collect(config: Path) -> list[Check]:
         lambda: check_config(config),
         lambda: check_port(config),
         check_demo_model,
+        lambda: check_folder("state folder", paths.state_dir(), "ORCHESTRATOR_STATE"),
+        lambda: check_folder("cache folder", paths.cache_root(), "ORCHESTRATOR_CACHE"),
     ]
     return [step() for step in steps]
+
+
+def check_folder(name: str, folder: Path, env: str) -> Check:
+    """A folder the orchestrator writes to is writable and not nearly full (``host/disk.py``).
+
+    ``up`` keeps serving without it (logs stay in memory, run.json goes stale), so this WARNs.
+    """
+    problem = disk.folder_problem(folder)
+    if problem is not None:
+        return Check(name, WARN, problem, f"free space there, fix its rights, or set {env} to another folder")
+    return Check(name, OK, str(folder))
 
 
 def check_python() -> Check:

@@ -24,6 +24,7 @@ from typing import Any
 
 from orchestrator import paths
 from orchestrator.errors import UserError
+from orchestrator.host import disk
 
 RUN_FILE = "run.json"
 
@@ -51,8 +52,16 @@ def process_start_time(pid: int) -> float | None:
         return None
 
 
-def write(data: dict[str, Any]) -> Path:
-    """Atomically replace ``run.json`` with ``data`` (mode 0600). Returns its path."""
+def write(data: dict[str, Any]) -> Path | None:
+    """Atomically replace ``run.json`` with ``data`` (mode 0600). Returns its path.
+
+    A full, read-only or forbidden state folder is recorded (``orchestrator.host.disk``) and
+    gives None: the last run.json written (if any) stays, and serving goes on.
+    """
+    return disk.attempt("state file run.json", run_file(), lambda: _write(data))
+
+
+def _write(data: dict[str, Any]) -> Path:
     target = run_file()
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".run-", suffix=".json", dir=target.parent)

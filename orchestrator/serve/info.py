@@ -17,6 +17,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
 from orchestrator.errors import ApiError
+from orchestrator.host import disk
 from orchestrator.serve.auth import ApiKeys
 from orchestrator.serve.metrics import CONTENT_TYPE, ProxyMetrics
 from orchestrator.serve.routing import RETRY_AFTER
@@ -159,6 +160,7 @@ def status_body(supervisor: Supervisor, scheduler: ModelScheduler, kv: PromptCac
     return {
         "instances": supervisor.snapshot(),
         "models": models,
+        "disk": disk.faults(),
         "memory": scheduler.memory(),
         "swaps": scheduler.swaps,
         "config_error": scheduler.config_error,
@@ -193,7 +195,9 @@ def health_response(supervisor: Supervisor, scheduler: ModelScheduler, *, draini
     ok = not bad and not draining
     status = "ok" if ok else ("draining" if draining else "unavailable")
     headers = None if ok or "failed" in bad else {"Retry-After": str(int(RETRY_AFTER))}
-    return JSONResponse({"status": status, "models": models}, status_code=200 if ok else 503, headers=headers)
+    # a file that cannot be written (full or read-only disk) is shown, but the endpoint still serves
+    body = {"status": status, "models": models, "disk": disk.faults()}
+    return JSONResponse(body, status_code=200 if ok else 503, headers=headers)
 
 
 def model_state(replicas: list[Any]) -> str:

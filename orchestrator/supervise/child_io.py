@@ -6,6 +6,9 @@
   launches, this launch only), remembers when the child last wrote anything, a partial line
   included (the load and stall deadlines count from it), and hands each line to its owner
   (which learns the port, counts speculative-batch failures and reads the GPU offload from it).
+  A log file that cannot be written (full, read-only or forbidden folder: ``host/disk.py``)
+  leaves only the in-memory tail (``SupervisorPolicy.tail_lines``); reopening is retried every
+  ``REOPEN_AFTER`` seconds.
 - ``ChildProcess`` spawns the child, turns its exit into an awaitable task and stops it.
 - ``ChildProbe`` asks ``/health`` and ``/slots`` (is the main loop turning?), finds a
   ``--port 0`` child's port from its listening socket,
@@ -26,13 +29,14 @@ from typing import TYPE_CHECKING, TextIO
 
 import httpx
 
-from orchestrator.host import process
+from orchestrator.host import disk, process
 from orchestrator.supervise.readiness import Health, classify_health
 
 if TYPE_CHECKING:
     from orchestrator.launch.spec import InstanceSpec
 
 RUN_TAIL_LINES = 200  # lines of the current launch kept for failure messages
+REOPEN_AFTER = 30.0  # seconds between attempts to reopen a log file that could not be written
 
 
 class ChildLog:
@@ -51,6 +55,7 @@ class ChildLog:
         self._run_tail: collections.deque[str] = collections.deque(maxlen=RUN_TAIL_LINES)
         self._on_line = on_line
         self._file: TextIO | None = None
+        self._failed_at: float | None = None  # monotonic time the file last failed (disk fault)
         self._pump_task: asyncio.Task[None] | None = None
 
     def tail(self, n: int = 50) -> list[str]:
@@ -63,9 +68,7 @@ class ChildLog:
 
     def begin_launch(self, marker: str) -> None:
         """Open the file (once), write the launch ``marker`` line, start a new launch tail."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        if self._file is None:
-            self._file = open(self.path, "a", encoding="utf-8", errors="replace")  # noqa: SIM115
+        self._failed_at = None  # a launch retries the file at once
         self._write(marker)
         self._run_tail.clear()
         self.last_output = time.monotonic()
@@ -89,7 +92,8 @@ class ChildLog:
     def close(self) -> None:
         """Close the log file (it is reopened by the next ``begin_launch``)."""
         if self._file is not None:
-            self._file.close()
+            with contextlib.suppress(OSError):  # a full disk fails the last flush too
+                self._file.close()
             self._file = None
 
     async def _pump(self, proc: asyncio.subprocess.Process) -> None:
@@ -113,10 +117,28 @@ class ChildLog:
         self._run_tail.append(line)
         self._on_line(line)
 
+    def _open(self) -> TextIO:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        return open(self.path, "a", encoding="utf-8", errors="replace")
+
     def _write(self, line: str) -> None:
+        if self._file is None:
+            if self._failed_at is not None and time.monotonic() - self._failed_at < REOPEN_AFTER:
+                return
+            self._file = disk.attempt(f"log {self.path.name}", self.path, self._open)
+        if self._file is not None and disk.attempt(f"log {self.path.name}", self.path, lambda: self._append(line)):
+            return
+        self._failed_at = time.monotonic()
         if self._file is not None:
-            self._file.write(line + "\n")
-            self._file.flush()
+            with contextlib.suppress(OSError):
+                self._file.close()  # flushing what the disk took no more fails again
+            self._file = None
+
+    def _append(self, line: str) -> bool:
+        assert self._file is not None
+        self._file.write(line + "\n")
+        self._file.flush()
+        return True
 
 
 class ChildProbe:

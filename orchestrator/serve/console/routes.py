@@ -14,8 +14,9 @@ from fastapi import FastAPI, Request
 from fastapi.responses import FileResponse, JSONResponse, RedirectResponse, Response
 
 from orchestrator.errors import ApiError
+from orchestrator.host import disk
 from orchestrator.serve.console.access import HEADERS, ConsoleAccess
-from orchestrator.serve.console.files import bench_summary, find_bench, read_log
+from orchestrator.serve.console.files import FIRST_LINES, bench_summary, find_bench, read_log
 from orchestrator.serve.console.history import History
 
 if TYPE_CHECKING:
@@ -123,6 +124,9 @@ class Console:
                 raise ApiError(404, f"no instance {instance!r}; instances: {names}", code="not_found")
             if offset is not None and offset < 0:
                 raise ApiError(400, "offset must be >= 0 (bytes)", param="offset")
+            if disk.failing(f"log {inst.log_path.name}"):  # the file is stale: show the in-memory tail
+                tail = {"memory": True, "offset": 0, "size": 0, "lines": inst.log_tail(FIRST_LINES)}
+                return JSONResponse({"instance": instance, **tail}, headers=HEADERS)
             return JSONResponse({"instance": instance, **read_log(inst.log_path, offset)}, headers=HEADERS)
 
         @app.get("/ui/api/bench", include_in_schema=False)
@@ -163,6 +167,7 @@ class Console:
             "seq": self.history.last_seq,
             "instances": rows,
             "models": self.scheduler.snapshot() if self.scheduler is not None else [],
+            "disk": disk.faults(),  # files that cannot be written (full or read-only disk)
             "points": self.history.since(since),
         }
 

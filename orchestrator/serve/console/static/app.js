@@ -213,6 +213,7 @@ async function poll(once) {
     syncSelect($("log-instance"), state.instances.map((r) => r.name));
     charts.add(live.points, state.models.map((m) => m.id));
     renderPeers(live.peers);
+    renderDisk(live.disk || []);
     await logTail.follow();
     connection("live", "· " + new Date().toLocaleTimeString());
   } catch (err) {
@@ -220,6 +221,14 @@ async function poll(once) {
     connection("cannot reach the endpoint: " + err.message, "");
   }
   if (!once && !document.hidden) state.timer = setTimeout(poll, state.interval);
+}
+
+/** Files the server cannot write (full, read-only or forbidden folder): it keeps serving without them. */
+function renderDisk(faults) {
+  const el = $("disk-faults");
+  const text = faults.map((f) => `cannot write ${f.what} (${f.path}): ${f.error}`).join("; ");
+  el.hidden = !text;
+  if (el.textContent !== text) el.textContent = text ? `Disk: ${text}. Serving goes on without them.` : "";
 }
 
 /** The connection line; only a change of state is announced (the time is not, every poll). */

@@ -23,6 +23,11 @@ export class LogTail {
       const q = log.offset === null ? "" : "?offset=" + log.offset;
       const body = await getJSON(`/ui/api/logs/${encodeURIComponent(log.instance)}${q}`);
       if (this.log !== log) return; // switched instance meanwhile
+      if (body.memory) { // the log file cannot be written (disk): the server's in-memory tail, whole
+        $("log").textContent = "";
+        append(["[console: the log file cannot be written; the last lines kept in memory]", ...body.lines]);
+        return; // offset stays null: the next poll asks for the tail again
+      }
       log.offset = body.offset;
       if (body.lines.length) append(body.lines);
     } catch (err) {
