@@ -3,8 +3,12 @@
 ``PromptCache`` owns the ``KvPersistence`` of one ``orchestrator up`` and joins it to the model
 lifecycle: its ``before_stop`` hook saves a model's slots before every stop the orchestrator
 controls (idle unload, eviction, reload, shutdown), its ``before_ready`` hook restores
-(verified) and warms them before the model is marked ready. Warm prefixes are rendered here,
-through the proxy's own request repair (``orchestrator.serve.prompt_prefix``).
+(verified) and warms them before the model is marked ready. Neither hook raises: a persistence
+problem is a warning in ``status``, never a model stuck loading. A watch (``watch``, every
+``WATCH_TICK`` s) saves a ready model's changed slots once it has been idle ``IDLE_SAVE_S`` s (at
+most every ``IDLE_SAVE_EVERY_S`` s: a save blocks the server while it writes), so an unplanned
+crash loses at most the turns since; after a crash restart it restores that save. Warm prefixes
+are rendered here, through the proxy's own request repair (``orchestrator.serve.prompt_prefix``).
 
 Prefix affinity (``route``): for a chat request to a model with several slots or replicas, the
 prompt is rendered and tokenized in-process, ``SlotHoldings.choose`` names the replica and
@@ -17,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import logging
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
@@ -32,6 +37,8 @@ from orchestrator.serve.prompt_prefix import chat_tokens, policy_for, warm_token
 from orchestrator.supervise.affinity import Choice, Replica, SlotHoldings
 from orchestrator.supervise.kv_files import KvStore
 from orchestrator.supervise.kv_persist import KvPersistence
+from orchestrator.supervise.model_state import ModelState
+from orchestrator.supervise.states import SERVING
 
 if TYPE_CHECKING:
     from orchestrator.config.schema import Config, ModelConfig
@@ -44,6 +51,9 @@ log = logging.getLogger("orchestrator.kv")
 #: Prompts shorter than this (tokens) are routed as before (least busy replica, llama-server's own
 #: slot choice) and forwarded untouched: their prefill is cheap, and a slot is kept for long ones.
 AFFINITY_MIN_TOKENS = 256
+WATCH_TICK = 1.0  # s between looks at the models (idle saves, crash restarts)
+IDLE_SAVE_S = 5.0  # s without a request before a ready model's changed slots are saved
+IDLE_SAVE_EVERY_S = 60.0  # s at least between two idle saves of one model (bounds their cost)
 P = TypeVar("P", bound="Prepared")
 
 
@@ -127,6 +137,9 @@ class PromptCache:
         self.supervisor = supervisor
         store = KvStore(root or kv_root(), config.server.kv_disk_budget)
         self.kv = KvPersistence(store, config.models, warm_tokens=warm_tokens_for(config, self._gguf))
+        self._scheduler: ModelScheduler | None = None
+        self._watch: asyncio.Task[None] | None = None
+        self._idle_saved: dict[str, tuple[float, float]] = {}  # model -> (its last_used then, when)
 
     @classmethod
     def attached(
@@ -149,14 +162,53 @@ class PromptCache:
         """Register the save and restore hooks with the model lifecycle."""
         scheduler.before_stop.append(self._before_stop)
         scheduler.before_ready.append(self._before_ready)
+        self._scheduler = scheduler
 
     async def _before_stop(self, m: ManagedModel, reason: str) -> None:
-        await self.kv.save(m.config, m.instances, reason)
+        if reason == "shutdown" and self._watch is not None:
+            self._watch.cancel()
+        try:
+            await self.kv.save(m.config, m.instances, reason)
+        except Exception:  # never block a stop
+            log.exception("kv: saving %s before %s failed", m.name, reason)
         for inst in m.instances:
             self.kv.holdings.clear(inst.name)
 
     async def _before_ready(self, m: ManagedModel, _reason: str) -> None:
-        await self.kv.restore(m.config, m.instances)
+        if self._watch is None and self._scheduler is not None:
+            self._watch = asyncio.get_running_loop().create_task(self.watch(self._scheduler), name="kv watch")
+        try:
+            await self.kv.restore(m.config, m.instances)
+        except Exception as err:  # never leave the model loading: it serves without its cache
+            log.exception("kv: restoring %s failed", m.name)
+            self.kv.model(m.name).warning = f"restoring saved slots failed: {err}"
+
+    async def watch(self, scheduler: ModelScheduler) -> None:
+        """Forever: save idle ready models (bounded, see the module) and restore replicas back
+        from a crash. A failure is logged and the watch goes on."""
+        while True:
+            await asyncio.sleep(WATCH_TICK)
+            for m in list(scheduler.models.values()):
+                try:
+                    await self._look_at(m)
+                except Exception:
+                    log.exception("kv: watching %s failed", m.name)
+
+    async def _look_at(self, m: ManagedModel) -> None:
+        if not m.config.kv_persist or m.state is not ModelState.READY:
+            return
+        crashed = [i for i in m.instances if i.name in self.kv.restored_pid and i.pid != self.kv.restored_pid[i.name]]
+        serving = [i for i in crashed if i.state in SERVING and i.in_flight == 0]
+        if serving:
+            await self.kv.restore(m.config, serving)
+            self.kv.model(m.name).crash_restores += len(serving)
+            log.info("kv: restored %s after a restart", ", ".join(i.name for i in serving))
+        now = time.monotonic()
+        last_used, saved_at = self._idle_saved.get(m.name, (-1.0, -IDLE_SAVE_EVERY_S))
+        idle = m.in_flight == 0 and now - m.last_used >= IDLE_SAVE_S
+        if idle and m.last_used != last_used and now - saved_at >= IDLE_SAVE_EVERY_S:
+            self._idle_saved[m.name] = (m.last_used, now)
+            await self.kv.save(m.config, m.instances, "idle")
 
     async def route(self, kind: str, model: ModelConfig, body: dict[str, Any]) -> Affinity:
         """Prefix affinity for a request: only chat requests (``kind`` ``chat``) without their own

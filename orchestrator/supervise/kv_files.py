@@ -7,8 +7,18 @@ pin): u32 magic ``ggsq``, u32 version 3, u32 token count, the tokens, then the s
 server's packed ``server_tokens`` (tools/server/server-common.cpp): ``LLAMA_TOKEN_NULL``, a
 format version, then a u32-counted token list. Older files hold a plain token list.
 
+With native patch 0003 a trailer follows the sequence state (magic ``SLCK``, version 1): the
+draft context's state and the slot's context checkpoints, so a restored hybrid model rolls back
+to a checkpoint like the live server. Files without it still restore (without checkpoints).
+
+Files are kept per conversation, not per slot: llama-server writes a slot into a ``.part`` file,
+whose first ``CONV_TOKENS`` tokens name the conversation (``conv_id``); it becomes
+``<key>-c<conv>.bin`` unless that conversation already has a longer saved state (the longest
+wins: an agent's short title or summary call never replaces its main context). At a load the
+most recently used conversations go back into the slots first, short ones last.
+
 Beside each ``<name>.bin`` the orchestrator writes ``<name>.json``: the layout key it was saved
-under, its size and SHA-256, and the token count. The sidecar is written last, so a file
+under, its size and SHA-256, the token count and the conversation. The sidecar is written last, so a file
 without one was never finished. A file is restored only when its sidecar's key equals the
 loading instance's key (``layout_key``: the GGUF's identity, the build, and every launch
 argument that shapes the KV cache), its size and SHA-256 match, and its header parses.
@@ -36,6 +46,8 @@ if TYPE_CHECKING:
 STATE_MAGIC = 0x67677371  # 'ggsq': LLAMA_STATE_SEQ_MAGIC (include/llama.h)
 STATE_VERSION = 3  # LLAMA_STATE_SEQ_VERSION
 TOKEN_NULL = 0xFFFFFFFF  # LLAMA_TOKEN_NULL (-1) as u32: marks the packed server_tokens format
+CONV_TOKENS = 256  # leading tokens naming a conversation (system prompt, tools, first message)
+SHORT_STATE_TOKENS = 1024  # shorter saved states are restored last (side requests, cheap to redo)
 SAMPLE_BYTES = 8 * 1024 * 1024  # bytes hashed at each end of a GGUF for its identity
 _HASH_CHUNK = 4 * 1024 * 1024
 
@@ -135,8 +147,21 @@ def layout_key(spec: InstanceSpec) -> str:
 
 
 def slot_filename(key: str, replica: int, slot: int) -> str:
-    """The file name (no folder; llama-server refuses paths) of replica ``replica``'s slot ``slot``."""
-    return f"{key[:16]}-r{replica}-s{slot}.bin"
+    """The name (no folder; llama-server refuses paths) replica ``replica`` saves slot ``slot``
+    into, before ``KvStore.adopt`` files it under its conversation."""
+    return f"{key[:16]}-r{replica}-s{slot}.part"
+
+
+def conv_id(tokens: tuple[int, ...] | list[int]) -> str:
+    """The conversation a state belongs to (hex, 16 chars): a hash of its first ``CONV_TOKENS``
+    tokens, which a conversation's turns share and another conversation's rarely do."""
+    head = tokens[:CONV_TOKENS]
+    return hashlib.sha256(struct.pack(f"<{len(head)}i", *head)).hexdigest()[:16]
+
+
+def conv_filename(key: str, conv: str) -> str:
+    """The file name of conversation ``conv``'s saved state under layout ``key``."""
+    return f"{key[:16]}-c{conv}.bin"
 
 
 class KvStore:
@@ -150,14 +175,41 @@ class KvStore:
         """The model's folder (created 0700: the files hold prompts)."""
         path = self.root / model
         path.mkdir(parents=True, exist_ok=True, mode=0o700)
-        path.chmod(0o700)
+        if path.stat().st_mode & 0o777 != 0o700:
+            path.chmod(0o700)
         return path
 
-    def commit(self, path: Path, key: str, n_tokens: int) -> SavedSlot:
-        """Seal a file llama-server just wrote: mode 0600, then its sidecar (written last, atomically)."""
+    def adopt(self, part: Path, key: str, checkpoints: int = 0) -> SavedSlot | None:
+        """File the slot llama-server just wrote into ``part`` under its conversation and seal it;
+        None (``part`` deleted) when that conversation already has a longer state, or ``part``
+        holds no tokens. Blocking.
+
+        Raises:
+            CorruptState: ``part`` is not a slot file.
+            OSError: the folder cannot be written (read-only, full, not ours).
+        """
+        try:
+            tokens = read_tokens(part)
+            if not tokens:
+                return None
+            conv = conv_id(tokens)
+            final = part.with_name(conv_filename(key, conv))
+            if _saved_tokens(final, key) > len(tokens):
+                return None
+            self.drop(final)
+            os.replace(part, final)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                part.unlink()
+        return self.commit(final, key, len(tokens), conv=conv, checkpoints=checkpoints)
+
+    def commit(self, path: Path, key: str, n_tokens: int, **extra: Any) -> SavedSlot:
+        """Seal a file llama-server just wrote: mode 0600, then its sidecar (written last, atomically);
+        ``extra`` goes into the sidecar."""
         path.chmod(0o600)
         size = path.stat().st_size
         meta = {"key": key, "bytes": size, "sha256": sha256_file(path), "tokens": n_tokens, "saved_at": time.time()}
+        meta.update(extra)
         tmp = path.with_suffix(".json.tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
@@ -212,10 +264,20 @@ class KvStore:
             out.append(SavedSlot(path, meta if isinstance(meta, dict) else {}, size))
         return sorted(out, key=lambda s: _mtime(s.path))
 
+    def saved(self, model: str, key: str) -> list[SavedSlot]:
+        """``model``'s sealed files for layout ``key`` in the order slots get them back: the most
+        recently used first, except that states under ``SHORT_STATE_TOKENS`` (a title or
+        summary request, cheap to prefill again) come after every longer one."""
+        own = [s for s in self.files() if s.path.parent.name == model and s.meta.get("key") == key]
+        return sorted(own, key=lambda s: (int(s.meta.get("tokens", 0)) < SHORT_STATE_TOKENS, -_mtime(s.path)))
+
     def drop_unsealed(self, model: str) -> list[Path]:
         """Delete ``model``'s files without a sidecar (a save that never finished: killed, disk
-        full). Call it only while nothing of that model is saving. Returns the deleted paths."""
-        dropped = [p for p in self.model_dir(model).glob("*.bin") if not p.with_suffix(".json").exists()]
+        full) and unfiled ``.part`` files. Call it only while nothing of that model is saving.
+        Returns the deleted paths."""
+        folder = self.model_dir(model)
+        dropped = [p for p in folder.glob("*.bin") if not p.with_suffix(".json").exists()]
+        dropped += folder.glob("*.part")
         for path in dropped:
             self.drop(path)
         return dropped
@@ -233,6 +295,16 @@ class KvStore:
             dropped.append(f.path)
             total -= f.size
         return dropped
+
+
+def _saved_tokens(path: Path, key: str) -> int:
+    """Tokens of the sealed state at ``path`` for ``key`` (0: none, unsealed or another key)."""
+    try:
+        meta = json.loads(path.with_suffix(".json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return 0
+    ok = isinstance(meta, dict) and meta.get("key") == key and path.exists()
+    return int(meta.get("tokens", 0)) if ok else 0
 
 
 def _mtime(path: Path) -> float:

@@ -1,33 +1,36 @@
-"""Keep prompt caches across unloads and restarts: save slots before a stop, restore (verified) and
-warm them before a model serves again.
+"""Keep prompt caches across unloads, restarts and crashes: save slots before a stop and when a
+model idles, restore (verified) and warm them before a model serves again.
 
 ``KvPersistence.save`` runs before every stop the orchestrator controls (idle unload, eviction,
-reload, ``down``): each slot of each serving replica is saved with llama-server's
-``POST /slots/{id}?action=save`` into the model's folder (``orchestrator.paths.kv_dir``) and
-sealed by ``KvStore.commit`` (mode 0600, SHA-256 sidecar); then the disk budget is enforced.
+reload, ``down``) and, bounded, when a serving model has been idle a while (``PromptCache``):
+each idle slot holding a prompt of each serving replica is saved with llama-server's
+``POST /slots/{id}?action=save`` and filed per conversation (``KvStore.adopt``: the longest state
+of a conversation wins, so an agent's short title or summary call never replaces its main
+context). A busy slot is not waited for (an unload honours ``server.timeouts.drain``), an empty
+or unchanged one is not written. Then the disk budget is enforced.
 
 ``KvPersistence.restore`` runs after the replicas answer ``/health`` and before the model is
-marked ready. Per slot ``s`` of replica ``r``:
+marked ready, and after a crash restart (the last save comes back). Per slot ``s`` of replica ``r``:
 
-- slot ``s < len(warm_prefixes)`` is that warm prefix's: its saved file is restored when it
-  holds exactly the prefix's tokens, else the prefix is prefilled (``n_predict`` 0);
-- any other slot gets its saved file back when one exists for the same ``layout_key`` (another
-  model, build or KV-shaping flag never matches); a file that fails its checks
+- slot ``s < len(warm_prefixes)`` is that warm prefix's: its conversation's file is restored
+  when it holds exactly the prefix's tokens, else the prefix is prefilled (``n_predict`` 0);
+- the other slots get the model's saved conversations of the same ``layout_key`` (another model,
+  build or KV-shaping flag never matches), longest first; a file that fails its checks
   (``KvStore.check``: sidecar, size, SHA-256, header) is skipped with a warning and deleted.
 
 A restore is verified: the saved tokens plus one more are sent to that slot, and the answer's
 ``timings.cache_n`` must cover every saved token (llama.cpp #26676: some builds restore nothing
-and say nothing). The probe token is then undone by restoring the file again: a hybrid model's
-recurrent state cannot drop a token (server-context.cpp forces full reprocessing instead). A
-restore that does not verify is logged, its file dropped, the slot erased, and persistence is
-turned off for that model for the rest of the run, with a warning in ``status``.
+and say nothing). The probe token is then undone by restoring the file again. A slot saved full
+(no room for the probe) is trusted on ``n_restored``. A restore that does not verify is logged,
+its file dropped, the slot erased, and persistence is turned off for that model for the rest of
+the run, with a warning in ``status``; so is a KV folder that cannot be written (read-only, full,
+not ours): the model loads and serves without persistence.
 
-At the pin (measured by tests/supervise/test_kv_persist.py on the tiny ``qwen35moe`` model, 3 gated
-delta-net layers beside 1 attention layer), the saved state carries the recurrent state too:
-after a restore the greedy continuation and its log-probabilities equal those of the
-uninterrupted server. Hence ``kv_persist`` defaults to true. What a hybrid model can reuse is
-narrower than an attention-only one: only a prompt that *extends* the saved tokens (no context
-checkpoints are saved), which is what warm prefixes and continued conversations are.
+With native patch 0003 a saved file carries the slot's context checkpoints and the draft's state:
+a hybrid model (gated delta-net layers, whose state cannot roll back) restored from it serves the
+next turn of a conversation, which re-renders the previous answer, from the checkpoint at the
+end of the previous prompt, exactly as the uninterrupted server does (tests/supervise/test_kv_persist.py,
+tests/native/test_patches_slot_checkpoints.py).
 """
 
 from __future__ import annotations
@@ -37,10 +40,18 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.supervise.affinity import SlotHoldings
-from orchestrator.supervise.kv_files import CorruptState, KvStore, layout_key, slot_filename
+from orchestrator.supervise.kv_files import (
+    CorruptState,
+    KvStore,
+    conv_filename,
+    conv_id,
+    layout_key,
+    slot_filename,
+)
 from orchestrator.supervise.slot_client import SlotClient, SlotError
 from orchestrator.supervise.states import SERVING
 
@@ -53,6 +64,8 @@ log = logging.getLogger("orchestrator.kv")
 #: ``warm_tokens(model)``: the token lists of the model's warm prefixes (blocking: renders and
 #: tokenizes with the GGUF's template and vocabulary; serve supplies it, through request repair).
 WarmTokens = Callable[["ModelConfig"], list[list[int]]]
+#: llama-server's answer when it cannot write the file (``SERVER_TASK_TYPE_SLOT_SAVE``)
+SAVE_REFUSED = "Unable to save slot"
 
 
 @dataclass
@@ -62,7 +75,11 @@ class ModelKv:
     enabled: bool
     warning: str | None = None
     saved: int = 0  # slot files written
+    superseded: int = 0  # saved states dropped: their conversation has a longer one on disk
+    busy_skipped: int = 0  # slots still generating at a save (not waited for)
     restored: int = 0  # slot files restored and verified
+    checkpoints: int = 0  # context checkpoints restored with them
+    crash_restores: int = 0  # replicas restored after a crash restart
     warmed: int = 0  # warm prefixes prefilled
     skipped: int = 0  # files refused: corrupt, truncated, unreadable
     verify_failures: int = 0
@@ -98,27 +115,49 @@ class KvPersistence:
         self.holdings = SlotHoldings()
         self._warm_tokens = warm_tokens
         self._client = client or SlotClient()
+        self._locks: dict[str, asyncio.Lock] = {}
+        # (instance, slot) -> (pid, id_task) of the state on disk: an unchanged slot is not rewritten
+        self._on_disk: dict[tuple[str, int], tuple[int | None, int]] = {}
+        self.restored_pid: dict[str, int | None] = {}  # instance -> the child its slots were restored into
 
     def model(self, name: str) -> ModelKv:
         """The state of model ``name`` (created enabled for a model added by a reload)."""
         return self.state.setdefault(name, ModelKv(enabled=True))
 
+    def _lock(self, model: str) -> asyncio.Lock:
+        return self._locks.setdefault(model, asyncio.Lock())
+
     # ----------------------------------------------------------------- save
 
     async def save(self, model: ModelConfig, instances: list[Instance], reason: str) -> None:
-        """Save every slot holding a prompt of each serving replica of ``model``. Never raises:
-        a failure is logged and kept as the model's warning (the stop goes on)."""
+        """Save every idle slot holding a changed prompt of each serving replica of ``model``.
+        Never raises: a failure is logged and kept as the model's warning (the stop goes on); a
+        folder that cannot be written turns persistence off for the model."""
         st = self.model(model.name)
         if not (model.kv_persist and st.enabled):
             return
-        for inst in instances:
-            if inst.state not in SERVING or inst.base_url is None:
-                continue
+        async with self._lock(model.name):
+            for inst in instances:
+                if inst.state not in SERVING or inst.base_url is None or not st.enabled:
+                    continue
+                try:
+                    await self._save_instance(model.name, inst, st)
+                except OSError as err:
+                    self._warn(st, model.name, f"kv_persist turned off: the KV folder cannot be written ({err})")
+                except SlotError as err:
+                    refused = SAVE_REFUSED in str(err)  # llama-server could not write the file
+                    why = "kv_persist turned off: " if refused else ""
+                    self._warn(
+                        st,
+                        model.name,
+                        f"{why}saving {inst.name}'s slots before {reason} failed: {err}",
+                        disable=refused,
+                    )
             try:
-                await self._save_instance(model.name, inst, st)
-            except (SlotError, OSError) as err:
-                self._warn(st, model.name, f"saving {inst.name}'s slots before {reason} failed: {err}", disable=False)
-        dropped = await asyncio.to_thread(self.store.enforce_budget)
+                dropped = await asyncio.to_thread(self.store.enforce_budget)
+            except OSError as err:
+                dropped = []
+                self._warn(st, model.name, f"disk budget not enforced: {err}", disable=False)
         if dropped:
             log.info("kv: disk budget: deleted %d least recently used slot files", len(dropped))
         self._show_warning(st, instances)
@@ -128,20 +167,28 @@ class KvPersistence:
         key = await asyncio.to_thread(layout_key, inst.spec)
         folder = await asyncio.to_thread(self.store.model_dir, model)
         for slot in await self._client.slots(inst.base_url):
-            sid = int(slot.get("id", -1))
-            if sid < 0:
+            sid, mark = int(slot.get("id", -1)), _mark(inst, slot)
+            if slot.get("is_processing"):
+                st.busy_skipped += 1  # not waited for: the drain timeout already passed
                 continue
+            if sid < 0 or mark is None or self._on_disk.get((inst.name, sid)) == mark:
+                continue  # empty, or the state on disk already
             name = slot_filename(key, inst.spec.replica, sid)
-            path = folder / name
-            self.store.drop(path)
             answer = await self._client.action(inst.base_url, sid, "save", name)
-            n_saved = int(answer.get("n_saved", 0))
-            if n_saved <= 0:
-                self.store.drop(path)  # an empty slot: nothing worth keeping
+            try:
+                kept = await asyncio.to_thread(
+                    self.store.adopt, folder / name, key, int(answer.get("n_checkpoints", 0))
+                )
+            except CorruptState as err:
+                self._warn(st, model, f"llama-server wrote an unreadable slot file: {err}", disable=False)
                 continue
-            await asyncio.to_thread(self.store.commit, path, key, n_saved)
+            self._on_disk[(inst.name, sid)] = mark
+            if kept is None:
+                st.superseded += 1
+                log.info("kv: %s slot %d: a longer state of that conversation is kept", inst.name, sid)
+                continue
             st.saved += 1
-            log.info("kv: saved %s slot %d (%d tokens, %s bytes)", inst.name, sid, n_saved, answer.get("n_written"))
+            log.info("kv: saved %s slot %d (%s tokens, %d bytes)", inst.name, sid, kept.meta["tokens"], kept.size)
 
     # ----------------------------------------------------------------- restore and warm
 
@@ -149,6 +196,27 @@ class KvPersistence:
         """Restore (verified) and warm the slots of every serving replica of ``model`` (see the
         module). Never raises: problems become warnings and counters."""
         st = self.model(model.name)
+        warm = await self._warm(model, st, instances)
+        async with self._lock(model.name):
+            persist = model.kv_persist and st.enabled
+            if persist:
+                try:
+                    await asyncio.to_thread(self.store.drop_unsealed, model.name)
+                except OSError as err:
+                    self._warn(st, model.name, f"kv_persist turned off: the KV folder cannot be used ({err})")
+                    persist = False
+            used: set[str] = set()  # files restored into a slot already (each goes to one slot)
+            for inst in instances:
+                self.holdings.clear(inst.name)
+                if inst.state not in SERVING or inst.base_url is None:
+                    continue
+                try:
+                    await self._restore_instance(model, inst, st, warm, used, persist=persist)
+                except (SlotError, OSError) as err:
+                    self._warn(st, model.name, f"restoring {inst.name}'s slots failed: {err}", disable=False)
+        self._show_warning(st, instances)
+
+    async def _warm(self, model: ModelConfig, st: ModelKv, instances: list[Instance]) -> list[list[int]]:
         warm: list[list[int]] = []
         if model.warm_prefixes and self._warm_tokens is not None:
             try:
@@ -159,18 +227,7 @@ class KvPersistence:
             self._warn(
                 st, model.name, f"{len(warm)} warm prefixes but fewer slots (parallel): the last unused", disable=False
             )
-        persist = model.kv_persist and st.enabled
-        if persist:
-            await asyncio.to_thread(self.store.drop_unsealed, model.name)
-        for inst in instances:
-            self.holdings.clear(inst.name)
-            if inst.state not in SERVING or inst.base_url is None:
-                continue
-            try:
-                await self._restore_instance(model, inst, st, warm, persist=persist)
-            except (SlotError, OSError) as err:
-                self._warn(st, model.name, f"restoring {inst.name}'s slots failed: {err}", disable=False)
-        self._show_warning(st, instances)
+        return warm
 
     @staticmethod
     def _show_warning(st: ModelKv, instances: list[Instance]) -> None:
@@ -180,24 +237,36 @@ class KvPersistence:
                 inst.record_error("kv_persist", st.warning)
 
     async def _restore_instance(
-        self, model: ModelConfig, inst: Instance, st: ModelKv, warm: list[list[int]], *, persist: bool
+        self, model: ModelConfig, inst: Instance, st: ModelKv, warm: list[list[int]], used: set[str], *, persist: bool
     ) -> None:
+        assert inst.base_url is not None
+        self.restored_pid[inst.name] = inst.pid
         key = await asyncio.to_thread(layout_key, inst.spec) if persist else ""
+        queue = await asyncio.to_thread(self.store.saved, model.name, key) if persist else []
         for sid in range(inst.spec.server.parallel):
             prefix = warm[sid] if sid < len(warm) else None
-            tokens = await self._restore_slot(model.name, inst, sid, key, st, want=prefix) if persist else None
+            tokens = None
+            if persist and prefix is not None:
+                want = self.store.model_dir(model.name) / conv_filename(key, conv_id(prefix))
+                tokens = await self._restore_slot(model.name, inst, sid, key, st, want, prefix)
+            while persist and prefix is None and tokens is None and queue:
+                saved = queue.pop(0)
+                if saved.path.name not in used:
+                    used.add(saved.path.name)
+                    tokens = await self._restore_slot(model.name, inst, sid, key, st, saved.path, None)
             if tokens is None and prefix is not None:
                 await self._prefill(model.name, inst, sid, prefix, st)
             persist = persist and st.enabled
+        for slot in await self._client.slots(inst.base_url):  # what is on disk now is in these slots
+            if (mark := _mark(inst, slot)) is not None:
+                self._on_disk[(inst.name, int(slot.get("id", -1)))] = mark
 
     async def _restore_slot(
-        self, model: str, inst: Instance, sid: int, key: str, st: ModelKv, want: list[int] | None
+        self, model: str, inst: Instance, sid: int, key: str, st: ModelKv, path: Path, want: list[int] | None
     ) -> tuple[int, ...] | None:
-        """Restore one slot's file when it exists and passes its checks (and, for a warm slot,
-        holds exactly ``want``); returns the restored tokens or None."""
+        """Restore the file ``path`` into slot ``sid`` when it passes its checks (and, for a warm
+        slot, holds exactly ``want``); returns the restored tokens or None."""
         assert inst.base_url is not None
-        name = slot_filename(key, inst.spec.replica, sid)
-        path = self.store.model_dir(model) / name
         if not path.exists():
             return None
         try:
@@ -211,21 +280,22 @@ class KvPersistence:
             return None
         started = time.monotonic()
         try:
-            await self._client.action(inst.base_url, sid, "restore", name)
+            answer = await self._client.action(inst.base_url, sid, "restore", path.name)
         except SlotError as err:
             st.skipped += 1
             self.store.drop(path)
-            self._warn(st, model, f"llama-server refused saved slot {name}: {err}", disable=False)
+            self._warn(st, model, f"llama-server refused saved slot {path.name}: {err}", disable=False)
             return None
         seconds = time.monotonic() - started
-        problem = await self._verify(inst.base_url, sid, tokens, name)
+        problem = await self._verify(inst, sid, tokens, path.name, answer)
         if problem is not None:
             st.verify_failures += 1
             self.store.drop(path)
             await self._erase(inst.base_url, sid)
-            self._warn(st, model, f"kv_persist turned off: the restore of {name} did not verify ({problem})")
+            self._warn(st, model, f"kv_persist turned off: the restore of {path.name} did not verify ({problem})")
             return None
         st.restored += 1
+        st.checkpoints += int(answer.get("n_checkpoints", 0))
         st.restore_seconds += seconds
         st.last_restore_s = seconds
         self.store.touch(path)
@@ -233,14 +303,23 @@ class KvPersistence:
         log.info("kv: restored %s slot %d (%d tokens) in %.3f s", inst.name, sid, len(tokens), seconds)
         return tokens
 
-    async def _verify(self, url: str, sid: int, tokens: tuple[int, ...], name: str) -> str | None:
-        """None when a request extending ``tokens`` by one finds them all cached, else why not."""
+    async def _verify(
+        self, inst: Instance, sid: int, tokens: tuple[int, ...], name: str, answer: dict[str, Any]
+    ) -> str | None:
+        """None when a request extending ``tokens`` by one finds them all cached, else why not. A
+        slot saved full has no room for that token: its restore answer must count every token."""
+        assert inst.base_url is not None
+        # llama-server refuses a prompt that fills the slot (no room to generate): a probe of
+        # len + 1 tokens needs len + 2 <= n_ctx
+        if len(tokens) + 2 > inst.spec.server.ctx_size // max(1, inst.spec.server.parallel):
+            restored = int(answer.get("n_restored", -1))
+            return None if restored == len(tokens) else f"{restored} of {len(tokens)} tokens restored"
         try:
-            answer = await self._client.fill(url, sid, [*tokens, tokens[-1]])
-            cached = int(answer.get("timings", {}).get("cache_n", -1))
+            probe = await self._client.fill(inst.base_url, sid, [*tokens, tokens[-1]])
+            cached = int(probe.get("timings", {}).get("cache_n", -1))
             if cached < len(tokens):
                 return f"the next request found {cached} of {len(tokens)} saved tokens cached"
-            await self._client.action(url, sid, "restore", name)  # undo the probe token
+            await self._client.action(inst.base_url, sid, "restore", name)  # undo the probe token
         except (SlotError, ValueError, TypeError) as err:
             return str(err)
         return None
@@ -268,3 +347,12 @@ class KvPersistence:
         st.warning = text
         if disable:
             st.enabled = False
+
+
+def _mark(inst: Instance, slot: dict[str, Any]) -> tuple[int | None, int] | None:
+    """What identifies the state a ``/slots`` entry holds: the child's pid and the slot's last task;
+    None for an empty slot (no task since the start or the last restore, or no tokens)."""
+    task = slot.get("id_task")
+    if task is None or int(slot.get("n_prompt_tokens", 0) or 0) <= 0:
+        return None
+    return inst.pid, int(task)

@@ -10,7 +10,18 @@ from pathlib import Path
 import pytest
 
 from orchestrator.supervise.affinity import Replica, SlotHoldings
-from orchestrator.supervise.kv_files import STATE_MAGIC, STATE_VERSION, TOKEN_NULL, CorruptState, KvStore, read_tokens
+from orchestrator.supervise.kv_files import (
+    CONV_TOKENS,
+    STATE_MAGIC,
+    STATE_VERSION,
+    TOKEN_NULL,
+    CorruptState,
+    KvStore,
+    conv_filename,
+    conv_id,
+    read_tokens,
+    slot_filename,
+)
 
 
 def _slot_file(path: Path, tokens: list[int], state: bytes = b"\x01" * 64, packed: bool = True) -> Path:
@@ -85,6 +96,32 @@ def test_unsealed_files_are_dropped(tmp_path: Path) -> None:
     half = _slot_file(store.model_dir("m") / "b.bin", [1])
     assert store.drop_unsealed("m") == [half]
     assert sealed.exists() and not half.exists()
+
+
+def test_per_conversation_the_longest_state_wins(tmp_path: Path) -> None:
+    """A slot saved into its ``.part`` file is filed under its conversation (its first
+    ``CONV_TOKENS`` tokens); a shorter state of the same conversation (an agent's title or summary
+    call sharing the system prompt) does not replace a longer one, another conversation gets its
+    own file, and an empty slot leaves nothing behind."""
+    store = KvStore(tmp_path, 1 << 30)
+    folder = store.model_dir("m")
+    system = list(range(CONV_TOKENS))
+    part = folder / slot_filename("k" * 32, 0, 0)
+    main = store.adopt(_slot_file(part, [*system, *range(5000, 6000)]), "k" * 32, checkpoints=3)
+    assert main is not None and main.path.name == conv_filename("k" * 32, conv_id(system))
+    assert (main.meta["tokens"], main.meta["checkpoints"], main.meta["conv"]) == (1256, 3, conv_id(system))
+    assert store.adopt(_slot_file(part, [*system, 7, 8]), "k" * 32) is None  # shorter: the main state stays
+    assert read_tokens(main.path)[-1] == 5999 and not part.exists()
+    longer = store.adopt(_slot_file(part, [*system, *range(5000, 6500)]), "k" * 32)
+    assert longer is not None and longer.path == main.path and longer.meta["tokens"] == 1756
+    other = store.adopt(_slot_file(part, [9, 9, 9]), "k" * 32)  # another conversation: its own file
+    assert other is not None and other.path != main.path
+    assert store.adopt(_slot_file(part, []), "k" * 32) is None  # nothing in the slot: no file
+    os.utime(main.path, (1000.0, 1000.0))  # the main context is older than the side request,
+    assert [s.path for s in store.saved("m", "k" * 32)] == [main.path, other.path]  # but long ones go first
+    assert sorted(p.name for p in folder.iterdir()) == sorted(
+        [main.path.name, main.sidecar.name, other.path.name, other.sidecar.name]
+    )
 
 
 def test_affinity_prefers_the_slot_whose_prompt_the_request_extends() -> None:

@@ -109,3 +109,50 @@ def test_two_slots_two_prefixes_each_request_goes_to_its_slot(tmp_path: Path, bi
         assert all(n >= 1500 for turn, _, n in cached if turn == 0), cached
     finally:
         stack.close()
+
+
+def _turns(url: str, model: str, n: int, unload_before: int | None, tag: str) -> list[dict[str, Any]]:
+    """A chat session ``tag`` of ``n`` turns (a long system message, long user messages, each answer
+    sent back as the next turn's history); the model is unloaded and loaded before turn ``unload_before``."""
+    messages: list[dict[str, str]] = [{"role": "system", "content": long_text(tag, 150)}]
+    out = []
+    for turn in range(1, n + 1):
+        if turn == unload_before:
+            _post(url, "/models/unload", {"model": model})
+            _post(url, "/models/load", {"model": model})
+        messages.append({"role": "user", "content": long_text(f"q{turn}x", 50)})
+        body = {"model": model, "messages": messages, "max_tokens": 24, "temperature": 0}
+        answer = _post(url, "/v1/chat/completions", body)
+        messages.append({"role": "assistant", "content": answer["choices"][0]["message"]["content"]})
+        out.append(answer)
+    return out
+
+
+def test_a_session_unloaded_mid_way_resumes_from_the_restored_checkpoint(
+    tmp_path: Path, bin_info: Any, tiny: list[Path]
+) -> None:
+    """Each turn re-renders the previous answer, so it does not extend the saved slot: a hybrid
+    model needs the restored context checkpoints (native patch 0003) to reuse the prompt. Turn 4
+    after an unload processes as few tokens as the live server's turn 4 (which rolls back to a
+    checkpoint too), and repeating a request after unload + load is served from the restored slot."""
+    stack = lifecycle_stack(tmp_path, bin_info, [{"name": "a", "path": str(tiny[0]), "ctx_size": 4096}])
+    try:
+        body = {"model": "a", "prompt": long_text("doc"), "max_tokens": 8, "temperature": 0}
+        first = _post(stack.url, "/v1/completions", body)
+        _post(stack.url, "/models/unload", {"model": "a"})
+        _post(stack.url, "/models/load", {"model": "a"})
+        again = _post(stack.url, "/v1/completions", body)
+        assert again["timings"]["prompt_n"] <= 64, again["timings"]
+        assert again["choices"][0]["text"] == first["choices"][0]["text"]
+        live = _turns(stack.url, "a", 4, unload_before=None, tag="live")
+        swapped = _turns(stack.url, "a", 4, unload_before=4, tag="swap")
+        kv = _kv(stack.url, "a")
+        assert (kv["restored"], kv["enabled"], kv["warning"]) == (2, True, None), kv
+        assert kv["checkpoints"] >= 2, kv
+        # the same shape of session: turn 4 after the swap reuses as much as the live server's
+        assert [t["usage"]["prompt_tokens"] for t in swapped] == [t["usage"]["prompt_tokens"] for t in live]
+        n_live = live[3]["timings"]["prompt_n"]
+        assert n_live < live[3]["usage"]["prompt_tokens"] // 2, live[3]["timings"]
+        assert swapped[3]["timings"]["prompt_n"] <= n_live + 64, (n_live, swapped[3]["timings"])
+    finally:
+        stack.close()
