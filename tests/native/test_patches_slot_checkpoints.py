@@ -17,11 +17,11 @@ from typing import Any
 
 import httpx
 import pytest
+from kv_helpers import long_text
 from native_server import running_server
 
 from orchestrator.models.tiny import write_tiny_model
 from orchestrator.supervise.kv_files import read_tokens
-from kv_helpers import long_text
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 

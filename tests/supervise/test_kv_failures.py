@@ -25,11 +25,11 @@ from typing import Any
 
 import httpx
 import pytest
+from kv_helpers import long_text
 from scheduler_helpers import lifecycle_stack, tiny_models, wait_until
 
 from orchestrator.config.schema import Timeouts
 from orchestrator.serve import prompt_cache
-from kv_helpers import long_text
 
 pytestmark = [pytest.mark.slow, pytest.mark.server]
 
