@@ -87,3 +87,67 @@ def client_env(home: Path, **extra: str) -> dict[str, str]:
         "OPENCODE_DISABLE_LSP_DOWNLOAD": "1",
         **extra,
     }
+
+
+# --- a served model whose answers end, and `orchestrator up` serving it ----------------------
+
+ANSWER_TOKENS = 3  # the stopping model's answers: this many tokens, then <|im_end|>
+
+
+def stopping_model(out: Path, gguf_like: Path) -> tuple[Path, str]:
+    """An echo tiny model (``write_tiny_model(stop_after=...)``) whose answer to any chat prompt
+    rendered with thinking off is :data:`ANSWER_TOKENS` tokens and then ``<|im_end|>``: clients that
+    treat a cut answer as an error (Claude Code exits 1 on ``max_tokens``) get a finished one.
+    Returns the file and the answer's text. ``gguf_like``: a tiny model with the same tokenizer."""
+    from orchestrator.models.runtime import load_vocab
+    from orchestrator.models.tiny import load_echo_map, write_tiny_model
+
+    vocab = load_vocab(gguf_like)
+    last = vocab.tokenize("<|im_start|>assistant\n<think>\n\n</think>\n\n")[-1]
+    successor = load_echo_map(0.1).successor
+    answer = [int(successor[last])]
+    for _ in range(ANSWER_TOKENS - 1):
+        answer.append(int(successor[answer[-1]]))
+    path = write_tiny_model(out, mode="echo", q=0.1, stop_after=answer[-1])
+    return path, vocab.detokenize(answer)
+
+
+class Up:
+    """``orchestrator up -c CONFIG`` as a child in its own process group and state folder."""
+
+    def __init__(self, config: Path, state: Path, timeout: float = 300) -> None:
+        import json
+        import signal
+        import sys
+        import time
+
+        self._signal = signal
+        self.log = state.parent / "up.log"
+        env = {**os.environ, "ORCHESTRATOR_STATE": str(state), "ORCHESTRATOR_KV": str(state / "kv")}
+        with self.log.open("w") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "orchestrator.cli.app", "up", "-c", str(config)],
+                stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+            )  # fmt: skip
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            run_json = state / "run.json"
+            run = json.loads(run_json.read_text()) if run_json.is_file() else {}
+            states = [i.get("state") for i in run.get("instances", {}).values()]
+            if run.get("endpoint") and states and all(s == "ready" for s in states):
+                self.url: str = run["endpoint"]
+                return
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.3)
+        self.stop()
+        raise RuntimeError("orchestrator up did not get ready:\n" + self.log.read_text()[-3000:])
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, self._signal.SIGTERM)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, self._signal.SIGKILL)
+                self.proc.wait(10)

@@ -334,7 +334,7 @@ def _check_args(mode: str, q: float, seed: int, variant: str) -> None:
 
 
 def write_tiny_model(
-    out: Path, *, mode: str = "echo", q: float = 0.0, seed: int = 0, variant: str = "embedded"
+    out: Path, *, mode: str = "echo", q: float = 0.0, seed: int = 0, variant: str = "embedded", stop_after: int = -1
 ) -> Path:
     """Write the tiny model (see the module docstring) to ``out`` and return ``out``.
 
@@ -344,6 +344,9 @@ def write_tiny_model(
         q: echo mode: fraction of tokens whose NextN draft is wrong, 0 <= q < 1.
         seed: seeds the random weights and the choice of flagged tokens.
         variant: ``embedded``, ``separate`` (also writes ``draft_path(out)``) or ``dense``.
+        stop_after: echo mode: a clean token id after which the model emits ``<|im_end|>`` instead
+            of its successor, so an answer passing it ends (tests of clients that need a finished
+            answer); -1 (default): never.
 
     Returns: ``out``. Same arguments give the same bytes (about 16 MB per file).
 
@@ -356,7 +359,8 @@ def write_tiny_model(
     vocab = _load_vocab()
     template = _source_file(TEMPLATE_FILE).read_text(encoding="utf-8")
     dense = variant == "dense"
-    weights = build_weights(vocab.clean, vocab.n_vocab, mode, q, seed, dense)
+    stop = (stop_after, _token_id(vocab, "<|im_end|>")) if stop_after >= 0 else None
+    weights = build_weights(vocab.clean, vocab.n_vocab, mode, q, seed, dense, stop)
     model = _Contents("qwen35" if dense else "qwen35moe", vocab, template, weights, dense)
     provenance: dict[str, Any] = {
         "generator_version": GENERATOR_VERSION,
@@ -364,6 +368,7 @@ def write_tiny_model(
         "q": float(q),
         "seed": seed,
         "variant": variant,
+        **({"stop_after": stop_after} if stop_after >= 0 else {}),
     }
     head = f"blk.{N_TRUNK}."
     if variant != "separate":
@@ -375,6 +380,11 @@ def write_tiny_model(
     draft_names += [n for n in weights.tensors if n.startswith(head)]
     _write_gguf(draft_path(out), model, _Part(draft_names, N_TRUNK + 1, 1, {**provenance, "part": "draft"}))
     return out
+
+
+def _token_id(vocab: _Vocab, text: str) -> int:
+    tokens = next(value for key, value, *_ in vocab.kv if key == "tokenizer.ggml.tokens")
+    return int(tokens.index(text))
 
 
 def demo_model() -> Path:

@@ -139,7 +139,9 @@ def _ffn(w: Weights, p: str, dense: bool, flag_junk: np.ndarray | None) -> None:
 _Vocabulary = tuple["np.ndarray", "np.ndarray", "np.ndarray | None", "np.ndarray"]
 
 
-def build_weights(clean: np.ndarray, n_vocab: int, mode: str, q: float, seed: int, dense: bool) -> Weights:
+def build_weights(
+    clean: np.ndarray, n_vocab: int, mode: str, q: float, seed: int, dense: bool, stop: tuple[int, int] | None = None
+) -> Weights:
     """Every tensor of the tiny model, in write order.
 
     Args:
@@ -147,6 +149,8 @@ def build_weights(clean: np.ndarray, n_vocab: int, mode: str, q: float, seed: in
         n_vocab: vocabulary size (tokens).
         mode: ``echo`` or ``random``; q, seed: as ``write_tiny_model``.
         dense: the ``qwen35`` dense FFN instead of MoE.
+        stop: echo mode: ``(t, eog)``: after token ``t`` the echo emits the end-of-generation token
+            ``eog`` instead of ``f(t)`` (which it then never emits), so answers reaching ``t`` end.
     """
     import numpy as np
     from gguf import GGMLQuantizationType as Q
@@ -155,6 +159,10 @@ def build_weights(clean: np.ndarray, n_vocab: int, mode: str, q: float, seed: in
     w = Weights(np.random.default_rng([seed, 0]), WRITE_SCALE if echo else 1.0)
     if echo:
         tok_embd, output, junk_dir, output_norm = _echo_vocabulary(clean, n_vocab, q, seed)
+        if stop is not None:
+            t, eog = stop
+            successor = clean[(np.searchsorted(clean, t) + 1) % len(clean)]
+            output[eog], output[successor] = output[successor].copy(), 0.0
     else:
         tok_embd, output, junk_dir, output_norm = _random_vocabulary(w, n_vocab)
     # only the vocabulary-sized matrices are quantised; everything else stays F32

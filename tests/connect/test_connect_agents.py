@@ -2,10 +2,11 @@
 serving the demo model with nothing but what ``orchestrator connect CLIENT --write`` wrote into
 their own config files (each in its own empty home; no update checks or telemetry).
 
-The demo model is stretched to a 64K window (``allow_ctx_beyond_trained`` adds ``--override-kv``: its echo weights do not depend on
-position) so Claude Code's ~19K-token first request fits, and it never emits an end token, so
-every answer ends at its length cap: ``--max-output 16`` for Claude Code (which then reports the
-cap as an error after printing the answer) and the server's ``-n 24`` for Codex (it sends none).
+The demo model is stretched to a 64K window (``allow_ctx_beyond_trained`` adds ``--override-kv``:
+its echo weights do not depend on position) so Claude Code's ~19K-token first request fits, and it
+never emits an end token, so every answer ends at its length cap: ``--max-output 16`` for Claude
+Code (which then reports the cap as an error after printing the answer) and the server's ``-n 24``
+for Codex (it sends none).
 """
 
 from __future__ import annotations
