@@ -36,6 +36,8 @@ tests/native/test_patches_slot_checkpoints.py).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import errno
 import logging
 import time
 from collections.abc import Callable, Iterable
@@ -43,6 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from orchestrator.host import disk
 from orchestrator.supervise.affinity import SlotHoldings
 from orchestrator.supervise.kv_files import (
     CorruptState,
@@ -143,16 +146,15 @@ class KvPersistence:
                 try:
                     await self._save_instance(model.name, inst, st)
                 except OSError as err:
-                    self._warn(st, model.name, f"kv_persist turned off: the KV folder cannot be written ({err})")
+                    self._disk_fault(st, model.name, err)
                 except SlotError as err:
-                    refused = SAVE_REFUSED in str(err)  # llama-server could not write the file
-                    why = "kv_persist turned off: " if refused else ""
-                    self._warn(
-                        st,
-                        model.name,
-                        f"{why}saving {inst.name}'s slots before {reason} failed: {err}",
-                        disable=refused,
-                    )
+                    if SAVE_REFUSED in str(err):  # llama-server could not write the file
+                        why = await asyncio.to_thread(_write_problem, self.store.root / model.name)
+                        self._disk_fault(st, model.name, why)
+                    else:
+                        self._warn(
+                            st, model.name, f"saving {inst.name}'s slots before {reason} failed: {err}", disable=False
+                        )
             try:
                 dropped = await asyncio.to_thread(self.store.enforce_budget)
             except OSError as err:
@@ -203,7 +205,7 @@ class KvPersistence:
                 try:
                     await asyncio.to_thread(self.store.drop_unsealed, model.name)
                 except OSError as err:
-                    self._warn(st, model.name, f"kv_persist turned off: the KV folder cannot be used ({err})")
+                    self._disk_fault(st, model.name, err)
                     persist = False
             used: set[str] = set()  # files restored into a slot already (each goes to one slot)
             for inst in instances:
@@ -342,11 +344,30 @@ class KvPersistence:
         except SlotError as err:
             log.warning("kv: erasing slot %d at %s failed: %s", sid, url, err)
 
+    def _disk_fault(self, st: ModelKv, model: str, err: OSError) -> None:
+        """The KV folder cannot be written: persistence off for ``model``, the fault in ``/health``."""
+        disk.failed(f"saved prompt caches of {model}", err.filename or self.store.root / model, err)
+        self._warn(st, model, f"kv_persist turned off: the KV folder cannot be written ({err})")
+
     def _warn(self, st: ModelKv, model: str, text: str, *, disable: bool = True) -> None:
         log.warning("kv: %s: %s", model, text)
         st.warning = text
         if disable:
             st.enabled = False
+
+
+def _write_problem(folder: Path) -> OSError:
+    """Why llama-server could not write a slot file into ``folder``: the error of a small write
+    there, else (a small file fits, a slot file did not) no space."""
+    probe = folder / ".kv-write-probe"
+    try:
+        probe.write_bytes(b"\0" * 4096)
+        probe.unlink()
+    except OSError as err:
+        with contextlib.suppress(OSError):
+            probe.unlink()
+        return err
+    return OSError(errno.ENOSPC, "no room for a slot file", str(folder))
 
 
 def _mark(inst: Instance, slot: dict[str, Any]) -> tuple[int | None, int] | None:

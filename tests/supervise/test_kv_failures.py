@@ -14,6 +14,7 @@ The mounts need root (``mount -t tmpfs``); without it those tests are skipped.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import signal
 import subprocess
@@ -29,16 +30,19 @@ from kv_helpers import long_text
 from scheduler_helpers import lifecycle_stack, tiny_models, wait_until
 
 from orchestrator.config.schema import Timeouts
+from orchestrator.host import disk
 from orchestrator.serve import prompt_cache
 
 pytestmark = [pytest.mark.slow, pytest.mark.server]
 
 
 @pytest.fixture
-def kv_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def kv_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     root = tmp_path / "kv"
     monkeypatch.setenv("ORCHESTRATOR_KV", str(root))
-    return root
+    disk.clear()
+    yield root
+    disk.clear()
 
 
 @pytest.fixture(scope="module")
@@ -97,6 +101,8 @@ def test_a_read_only_kv_folder_turns_persistence_off(
             assert row["kv"]["enabled"] is False
             assert "kv_persist turned off" in row["kv"]["warning"]
             assert row["kv"]["saved"] == 0
+            faults = httpx.get(stack.url + "/status", timeout=30).json()["disk"]
+            assert [f["error"] for f in faults if "prompt caches of a" in f["what"]] == [os.strerror(errno.EROFS)]
         finally:
             stack.close()
 
@@ -113,6 +119,8 @@ def test_a_full_kv_folder_turns_persistence_off_and_leaves_no_partial_file(
             kv = _row(stack.url, "a")["kv"]
             assert kv["enabled"] is False and "kv_persist turned off" in kv["warning"], kv
             assert sorted(p.name for p in folder.iterdir()) == ["filler"]
+            faults = httpx.get(stack.url + "/status", timeout=30).json()["disk"]
+            assert [f["error"] for f in faults if "prompt caches of a" in f["what"]] == [os.strerror(errno.ENOSPC)]
         finally:
             stack.close()
 
