@@ -21,6 +21,7 @@ from orchestrator.bench.requests import N_MAX_FIELD, Completion, complete, repor
 from orchestrator.bench.summary import RequestResult
 from orchestrator.errors import UserError
 from orchestrator.launch.spec import InstanceSpec, without_speculation
+from orchestrator.supervise.child_auth import CHILD_AUTH
 from orchestrator.supervise.status import status_row
 from orchestrator.supervise.supervisor import SERVING, TERMINAL, Instance, ProcessState, Supervisor
 
@@ -260,6 +261,7 @@ class Sweep:
         timeouts = self.config.server.timeouts
         self._client = httpx.AsyncClient(
             trust_env=False,
+            auth=CHILD_AUTH,  # children are locked when models.yaml has server.api_keys
             limits=httpx.Limits(max_keepalive_connections=0),
             timeout=httpx.Timeout(
                 connect=timeouts.connect, read=timeouts.first_byte, write=timeouts.connect, pool=None

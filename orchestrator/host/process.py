@@ -27,7 +27,7 @@ import ctypes
 import os
 import signal
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
@@ -66,6 +66,7 @@ async def spawn(
     *,
     env: Mapping[str, str] | None = None,
     cwd: str | None = None,
+    unset: Iterable[str] = (),
 ) -> asyncio.subprocess.Process:
     """Start ``argv`` (list argv, never a shell) as a supervised child.
 
@@ -77,6 +78,7 @@ async def spawn(
         argv: program and arguments; ``argv[0]`` is an executable path.
         env: extra environment variables, layered over ``os.environ``.
         cwd: working directory, default the current one.
+        unset: variables of ``os.environ`` the child must not inherit (secrets meant for others).
 
     Returns:
         The ``asyncio.subprocess.Process``.
@@ -84,7 +86,8 @@ async def spawn(
     Raises:
         OSError: the executable is missing or not executable.
     """
-    full_env = dict(os.environ)
+    dropped = set(unset)
+    full_env = {k: v for k, v in os.environ.items() if k not in dropped}
     if env:
         full_env.update(env)
     return await asyncio.create_subprocess_exec(

@@ -37,6 +37,7 @@ import httpx
 from orchestrator.errors import ApiError
 from orchestrator.serve import llama_fields
 from orchestrator.serve.transport import asyncio_transport
+from orchestrator.supervise.child_auth import CHILD_AUTH
 
 # Failures of ``send`` that mean "the connection died before a response head": the peer closed
 # (RemoteProtocolError: h11 saw EOF while waiting for the status line), reset (ReadError), or the
@@ -222,6 +223,7 @@ class Upstream:
             trust_env=False,
             event_hooks=dict(event_hooks or {}),
             headers=dict(headers or {}),
+            auth=CHILD_AUTH,  # a locked child's key (supervise/child_auth.py); nothing for peers
         )
         fresh = httpx.Limits(max_connections=None, max_keepalive_connections=0)
         self._fresh = httpx.AsyncClient(
@@ -231,6 +233,7 @@ class Upstream:
             trust_env=False,
             event_hooks=dict(event_hooks or {}),
             headers=dict(headers or {}),
+            auth=CHILD_AUTH,  # a locked child's key (supervise/child_auth.py); nothing for peers
         )
         #: Times a request was re-sent after a connection died before any response (for tests/metrics).
         self.retries = 0

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, TextIO
 import httpx
 
 from orchestrator.host import disk, process
+from orchestrator.supervise.child_auth import CHILD_AUTH
 from orchestrator.supervise.readiness import Health, classify_health
 
 if TYPE_CHECKING:
@@ -149,7 +150,7 @@ class ChildProbe:
     """
 
     def __init__(self, timeout: float) -> None:
-        self._client = httpx.AsyncClient(trust_env=False, timeout=timeout)
+        self._client = httpx.AsyncClient(trust_env=False, timeout=timeout, auth=CHILD_AUTH)
 
     async def aclose(self) -> None:
         """Close the HTTP client."""
@@ -248,11 +249,16 @@ class ChildProcess:
         return self.proc.returncode if self.proc is not None else None
 
     async def spawn(
-        self, argv: tuple[str, ...], env: dict[str, str], folders: tuple[Path | None, ...] = ()
+        self,
+        argv: tuple[str, ...],
+        env: dict[str, str],
+        folders: tuple[Path | None, ...] = (),
+        unset: tuple[str, ...] = (),
     ) -> asyncio.subprocess.Process:
         """Start ``argv`` (``process.spawn``: own process group, parent-death signal), after
         creating ``folders`` it needs (mode 0700; e.g. ``--slot-save-path``, which llama-server
-        refuses unless it is a directory, and whose files hold prompts).
+        refuses unless it is a directory, and whose files hold prompts); ``unset`` names variables
+        of our environment the child must not inherit.
 
         Raises:
             OSError: the executable is missing or not executable, or a folder cannot be made.
@@ -260,7 +266,7 @@ class ChildProcess:
         for folder in folders:
             if folder is not None:
                 folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-        self.proc = await process.spawn(argv, env=env)
+        self.proc = await process.spawn(argv, env=env, unset=unset)
         self.exited = asyncio.get_running_loop().create_task(self.proc.wait())
         return self.proc
 

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.launch.spec import without_speculation
+from orchestrator.supervise.child_auth import ChildLock
 from orchestrator.supervise.child_io import ChildLog, ChildProbe, ChildProcess
 from orchestrator.supervise.lifecycle import Inbox, Lifecycle, describe_exit
 from orchestrator.supervise.parts import Part
@@ -80,6 +81,7 @@ class Instance:
         self._on_change = on_change
         self._warnings: dict[str, str] = {}
         self._load_timeout = float(config.server.timeouts.load)
+        self.lock = ChildLock(config)  # with server.api_keys, a key per launch (supervise/child_auth.py)
         self.lifecycle = Lifecycle(self._notify, policy.load_failure_limit)
         self.log = ChildLog(log_dir / f"{spec.name}.log", policy.tail_lines, self._on_line)
         self.spec_watch = SpecWatch(
@@ -225,7 +227,7 @@ class Instance:
 
     def _on_line(self, line: str) -> None:
         if self.base_url is None and (port := parse_listening_port(line)):
-            self.base_url = f"http://{self.spec.host}:{port}"
+            self.base_url = self.lock.at(f"http://{self.spec.host}:{port}")
         if is_spec_batch_failure(line):
             self.record_error("spec_batch", line)
         self.offload.line(line)
@@ -328,10 +330,11 @@ class Instance:
         stamp = time.strftime("%Y-%m-%d %H:%M:%S")
         argv = " ".join(self.spec.argv)
         self.log.begin_launch(f"===== orchestrator: launch #{self._launches} of {self.name} at {stamp}: {argv}")
-        self.base_url = f"http://{self.spec.host}:{self.spec.port}" if self.spec.port else None
+        env = self.lock.launch(self.spec.env)
+        self.base_url = self.lock.at(f"http://{self.spec.host}:{self.spec.port}" if self.spec.port else None)
         self.lifecycle.launching()
         self.offload.reset()
-        proc = await self.child.spawn(self.spec.argv, dict(self.spec.env), (self.spec.server.slot_save_path,))
+        proc = await self.child.spawn(self.spec.argv, env, (self.spec.server.slot_save_path,), self.lock.unset)
         self.log.start_pump(proc)
         self.lifecycle.launched(proc.pid)
 
@@ -348,7 +351,7 @@ class Instance:
             if event is not None:
                 return event
             if self.base_url is None and (url := self._probe.discover_port(proc.pid, self.spec.host)):
-                self.base_url = url
+                self.base_url = self.lock.at(url)
                 self._notify()
             if self.base_url is not None and await self._probe.health(self.base_url) is Health.READY:
                 problem = await self._probe.verify_identity(self.base_url, proc, self.spec)

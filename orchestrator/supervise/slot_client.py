@@ -12,6 +12,8 @@ from typing import Any
 
 import httpx
 
+from orchestrator.supervise.child_auth import CHILD_AUTH
+
 SLOT_TIMEOUT = 600.0  # s: saving or restoring a 20,000-token prompt of a large model reads/writes GB
 
 
@@ -27,7 +29,7 @@ class SlotClient:
         self._timeout = timeout
 
     def _client(self) -> httpx.AsyncClient:
-        return httpx.AsyncClient(trust_env=False, timeout=self._timeout)
+        return httpx.AsyncClient(trust_env=False, timeout=self._timeout, auth=CHILD_AUTH)  # locked children
 
     async def _post(self, url: str, body: dict[str, Any]) -> dict[str, Any]:
         try:
