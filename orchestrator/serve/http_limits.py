@@ -6,6 +6,9 @@ ten such connections held 80 MB) and waits for headers forever (slowloris). This
 they pass ``server.max_header_bytes``, answers 408 when a head is not complete within
 ``server.timeouts.client_header`` seconds of its first byte (or of the connection), and answers a
 malformed request with a JSON 400 instead of uvicorn's plain text; each closes the connection.
+Bytes that are not HTTP after a valid request on the same connection (garbage after a body, a
+broken pipelined request) do not cost that request its answer: the 400 is held until every
+request before it has been answered, then sent, and the connection closed; nothing more is read.
 A slow *body* is bounded in the app (``orchestrator.serve.body.read_body``), where the error can
 take its route's shape. ``uvicorn_config`` builds the uvicorn config with this protocol; both
 ``orchestrator up`` and the tests' proxy harness use it.
@@ -48,12 +51,15 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._tail = b""
         self._in_head = True
         self._head_timer: asyncio.TimerHandle | None = self.loop.call_later(self.header_timeout, self._head_too_slow)
+        self._after_answers: ApiError | None = None  # the 400 for bytes after requests still being answered
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_head_timer()
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
+        if self._after_answers is not None:
+            return  # the connection ends after its 400; what follows the bad bytes is not read
         if self._in_head and not self._count_head(data):
             self._refuse(
                 ApiError(
@@ -86,7 +92,21 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._in_head, self._head_bytes, self._tail = True, 0, b""
 
     def send_400_response(self, msg: str) -> None:
-        self._refuse(ApiError(400, f"malformed HTTP request: {msg}", code="invalid_http"))
+        err = ApiError(400, f"malformed HTTP request: {msg}", code="invalid_http")
+        if self.pipeline or (self.cycle is not None and not self.cycle.response_complete):
+            # a valid request before the bad bytes is still being answered: its answer goes first
+            self._cancel_head_timer()
+            self._in_head = False
+            self._after_answers = err
+            return
+        self._refuse(err)
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        done = not self.pipeline and (self.cycle is None or self.cycle.response_complete)
+        if self._after_answers is not None and done:
+            err, self._after_answers = self._after_answers, None
+            self._refuse(err)
 
     def _head_too_slow(self) -> None:
         self._head_timer = None

@@ -11,6 +11,7 @@ The unit tests at the end run on literals and need no server.
 from __future__ import annotations
 
 import json
+import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -228,6 +229,20 @@ def test_real_agent_bodies_pass_the_check_untouched(stack: Stack) -> None:
     body = json.loads((DATA / "agent_sessions" / "claude_code.json").read_text())["requests"][-1]
     response = httpx.post(stack.url + "/v1/messages/count_tokens", json=body, timeout=60)
     assert response.status_code == 200, response.text[:300]
+
+
+def test_a_chat_request_followed_by_garbage_gets_its_answer_then_the_400(stack: Stack) -> None:
+    body = json.dumps(BASES["/v1/chat/completions"]).encode()
+    head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\ncontent-type: application/json\r\n"
+    port = int(stack.url.rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port), timeout=60) as sock:
+        sock.sendall(head + b"content-length: %d\r\n\r\n" % len(body) + body + b"\x16\x03\x01 not http\r\n\r\n")
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    first, _, rest = data.partition(b"\r\n\r\n")
+    assert first.startswith(b"HTTP/1.1 200"), data[:300]
+    assert b'"choices"' in rest and b"HTTP/1.1 400" in rest and b"invalid_http" in rest, rest[-400:]
 
 
 # ---- unit tests on literals (no server) ----

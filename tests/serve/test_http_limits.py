@@ -2,7 +2,7 @@
 
 - a header over ``server.max_header_bytes`` is a 431 in JSON, read before the whole line arrives;
 - a head or a body sent too slowly (slowloris) gets 408 after ``client_header`` / ``client_body``;
-- malformed HTTP gets a JSON 400;
+- malformed HTTP gets a JSON 400, after the answers of the valid requests before it on its connection;
 - the proxy keeps serving meanwhile.
 """
 
@@ -89,4 +89,30 @@ def test_malformed_http_gets_a_json_400(stack: Stack) -> None:
     sock.sendall(b"GARBAGE \x00\x01 nonsense\r\n\r\n")
     status, doc = read_response(sock)
     assert status == 400 and doc["error"]["code"] == "invalid_http"  # type: ignore[index]
+    assert httpx.get(stack.url + "/health", timeout=10).status_code == 200
+
+
+def read_responses(sock: socket.socket) -> list[tuple[int, bytes]]:
+    """Every response on the connection until the server closes it: (status, body)."""
+    data = b""
+    while chunk := sock.recv(65536):
+        data += chunk
+    found = []
+    while data:
+        head, _, rest = data.partition(b"\r\n\r\n")
+        length = next(
+            int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")
+        )
+        found.append((int(head.split()[1]), rest[:length]))
+        data = rest[length:]
+    return found
+
+
+def test_garbage_after_a_request_costs_it_no_answer(stack: Stack) -> None:
+    sock = connect(stack)
+    request = b"GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n"
+    sock.sendall(request + request + b"GARBAGE \x00\x01 nonsense\r\n\r\n")  # two requests, then junk
+    (first, body1), (second, body2), (status, junk) = read_responses(sock)
+    assert first == second == 200 and json.loads(body1)["status"] == json.loads(body2)["status"] == "ok"
+    assert status == 400 and json.loads(junk)["error"]["code"] == "invalid_http"
     assert httpx.get(stack.url + "/health", timeout=10).status_code == 200
