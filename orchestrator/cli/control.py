@@ -57,14 +57,20 @@ def fetch_disk_faults(run: dict[str, Any], timeout: float = 5.0) -> list[dict[st
 
 def fetch_status(run: dict[str, Any], timeout: float = 5.0) -> list[dict[str, Any]] | None:
     """``GET <endpoint>/status`` with the API key; None when it does not answer with JSON."""
+    doc = fetch_status_doc(run, timeout)
+    return None if doc is None else _rows_from_status(doc)
+
+
+def fetch_status_doc(run: dict[str, Any], timeout: float = 5.0) -> Any:
+    """The whole ``GET <endpoint>/status`` body; None when it does not answer with JSON."""
     import httpx
 
     headers = {"Authorization": f"Bearer {run['api_key']}"} if run.get("api_key") else {}
     try:
         resp = httpx.get(f"{run['endpoint']}/status", headers=headers, timeout=timeout, trust_env=False)
         resp.raise_for_status()
-        return _rows_from_status(resp.json())
-    except (httpx.HTTPError, ValueError, KeyError):
+        return resp.json()
+    except (httpx.HTTPError, ValueError):
         return None
 
 
@@ -83,7 +89,9 @@ def status(json_out: bool = False) -> int:
     if run is None:
         print(NOT_RUNNING, file=sys.stderr)
         return 1
-    rows = fetch_status(run)
+    doc = fetch_status_doc(run)
+    rows = None if doc is None else _rows_from_status(doc)
+    drafts = doc.get("draft_policy") if isinstance(doc, dict) else None
     source = "endpoint"
     if rows is None:
         source = "run.json (the endpoint did not answer)"
@@ -91,7 +99,8 @@ def status(json_out: bool = False) -> int:
     peers = fetch_peers(run) if source == "endpoint" else None
     if json_out:
         out = {"pid": run.get("pid"), "endpoint": run.get("endpoint"), "source": source, "instances": rows}
-        print(json.dumps({**out, **({"peers": peers} if peers else {})}, indent=2))
+        out.update({"peers": peers} if peers else {})
+        print(json.dumps({**out, **({"draft_policy": drafts} if drafts else {})}, indent=2))
         return 0
     console.print(f"orchestrator pid {run.get('pid')}, endpoint {run.get('endpoint')} (from {source})", markup=False)
     console.print(render_status(rows))
@@ -111,7 +120,22 @@ def status(json_out: bool = False) -> int:
             "serving goes on",
             markup=False,
         )
+    _print_drafts(console, drafts)
     return 0
+
+
+def _print_drafts(console: Any, drafts: Any) -> None:
+    """Per model with ``speculative.adaptive``: its last draft-length choices and why."""
+    for model, policy in (drafts or {}).items():
+        recent = policy.get("recent") or []
+        counts: dict[str, int] = {}
+        for c in recent:
+            counts[f"K={c['k']} {c['reason']}"] = counts.get(f"K={c['k']} {c['reason']}", 0) + 1
+        summary = ", ".join(f"{k}: {n}" for k, n in sorted(counts.items())) or "no request yet"
+        console.print(f"draft length of {model} (adaptive, K in {policy.get('ks')}): {summary}", markup=False)
+        for c in recent[:5]:
+            done = f"{c.get('tokens_per_second', '-')} tok/s, accepted {c.get('accepted', '-')}"
+            console.print(f"  {c['class']}: K={c['k']} ({c['reason']}); {done}", markup=False)
 
 
 def _print_peers(console: Any, peers: dict[str, Any] | None) -> None:

@@ -24,11 +24,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
-    BeforeValidator,
     ConfigDict,
     Field,
     PrivateAttr,
-    WithJsonSchema,
     field_validator,
     model_validator,
 )
@@ -42,6 +40,7 @@ from orchestrator.config.model_paths import check_path
 from orchestrator.config.plan_flags import PLAN_ENV, PLAN_FLAGS
 from orchestrator.config.problems import UNIQUE_MSG, Lines, format_loc, located, nearest_line
 from orchestrator.config.scaleout import PeerConfig, RpcEndpoint, SpilloverConfig
+from orchestrator.config.spec_types import NgramModConfig, SpecType, drafters
 
 SCHEMA_FILE = Path(__file__).resolve().parents[1] / "data" / "models.schema.json"
 SCHEMA_COMMENT = "# yaml-language-server: $schema=./orchestrator/data/models.schema.json"
@@ -136,26 +135,6 @@ class BuildConfig(_Strict):
     cuda_arch: str | None = Field(None, description="CUDA compute capabilities, e.g. '120' or '89;90'")
 
 
-def _normalise_spec_type(value: Any) -> Any:
-    # Forks and model cards spell it `--spec-type mtp`; the pin only knows draft-mtp.
-    if isinstance(value, str) and value.strip().lower() in ("mtp", "draft_mtp", "draft-mtp"):
-        return "draft-mtp"
-    return value
-
-
-SpecType = Annotated[
-    Literal["draft-mtp", "none"] | None,
-    BeforeValidator(_normalise_spec_type),
-    WithJsonSchema(
-        {
-            "anyOf": [{"enum": ["draft-mtp", "mtp", "none"], "type": "string"}, {"type": "null"}],
-            "description": "draft-mtp (alias: mtp), none, or null/absent = auto: draft-mtp iff the GGUF "
-            "has a NextN/MTP head or `draft` is set",
-        }
-    ),
-]
-
-
 class SpeculativeConfig(_Strict):
     """MTP (NextN) speculative decoding for one model (llama.cpp common/speculative.cpp)."""
 
@@ -170,11 +149,15 @@ class SpeculativeConfig(_Strict):
         0.3, ge=0, le=1, description="warn when rolling acceptance (over >= 500 drafted tokens) drops below"
     )
     spec_fallback: Literal["warn", "relaunch_without_spec"] = "warn"
+    ngram_mod: NgramModConfig | None = Field(None, description="ngram-mod drafter settings (type lists ngram-mod)")
+    adaptive: bool = Field(False, description="choose K per request from live acceptance and speed (<= n_max)")
 
     @model_validator(mode="after")
     def _flags_together(self) -> SpeculativeConfig:
+        if self.ngram_mod is not None and "ngram-mod" not in drafters(self.type):
+            raise located("ngram_mod", "is set but speculative.type does not list ngram-mod")
         if self.type == "none":
-            for key in ("n_max", "n_min", "p_min", "draft"):
+            for key in ("n_max", "n_min", "p_min", "draft", "adaptive"):
                 if key in self.model_fields_set:
                     raise located(key, f"is set but speculative.type is none; remove {key} or set type: draft-mtp")
         if self.n_min > self.n_max:
@@ -288,7 +271,7 @@ class ModelConfig(ModelLifecycle, ModelAgentKeys, _Strict):
     def _consistent(self) -> ModelConfig:
         if isinstance(self.replicas, list) and self.gpus != "auto":
             raise located("replicas", "is a list of GPU lists, so gpus must be auto (remove gpus)")
-        if self.multimodal and self.speculative.type == "draft-mtp":
+        if self.multimodal and "draft-mtp" in drafters(self.speculative.type):
             raise located(
                 "speculative/type",
                 "is draft-mtp but multimodal is true; MTP does not work with --mmproj yet: "

@@ -17,11 +17,12 @@ from pathlib import Path
 class Speculation:
     """MTP speculative decoding flags. Draft lengths in tokens; ``draft`` is a NextN-only GGUF."""
 
-    type: str  # "draft-mtp"
+    type: str  # "draft-mtp", "ngram-mod" or "draft-mtp,ngram-mod" (--spec-type takes a list)
     n_max: int
     n_min: int
     p_min: float | None = None
     draft: Path | None = None
+    ngram_mod: tuple[int, int, int] | None = None  # n_match, n_min, n_max of the ngram-mod drafter
 
 
 @dataclass(frozen=True)
@@ -93,4 +94,8 @@ def _speculation(spec: Speculation | None) -> tuple[str, ...]:
         out += ("--spec-draft-p-min", f"{spec.p_min:g}")
     if spec.draft is not None:
         out += ("-md", str(spec.draft))
+    if spec.ngram_mod is not None:
+        n_match, n_min, n_max = spec.ngram_mod
+        out += ("--spec-ngram-mod-n-match", str(n_match), "--spec-ngram-mod-n-min", str(n_min))
+        out += ("--spec-ngram-mod-n-max", str(n_max))
     return out

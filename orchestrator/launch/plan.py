@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.config.schema import Config, ModelConfig
+from orchestrator.config.spec_types import drafters
 from orchestrator.errors import UserError
 from orchestrator.host.gpus import GPU
 from orchestrator.host.ports import check_port_free
@@ -145,7 +146,7 @@ def _plan_model(
         check_not_fork(config, i, model, draft, draft_facts, draft_key)
     _check_trained_context(config, i, model, model_facts)
     spec_type, notes = _decide_spec(config, i, model, gguf, draft, model_facts, draft_facts)
-    if spec_type is not None and not capabilities.draft_mtp:
+    if "draft-mtp" in drafters(spec_type) and not capabilities.draft_mtp:
         raise UserError(
             f"{config.where('models', i, 'speculative', 'type')}: {build.server} does not support "
             "--spec-type draft-mtp",
@@ -206,7 +207,9 @@ def _replica(
             hint="choose a lower port",
         )
     s = model.speculative
-    speculation = Speculation(p.spec_type, s.n_max, s.n_min, s.p_min, p.draft) if p.spec_type else None
+    ngram = s.ngram_mod if "ngram-mod" in drafters(p.spec_type) else None  # unset: the pin's defaults
+    ngram_args = (ngram.n_match, ngram.n_min, ngram.n_max) if ngram else None
+    speculation = Speculation(p.spec_type, s.n_max, s.n_min, s.p_min, p.draft, ngram_args) if p.spec_type else None
     server = ServerArgs(
         program=(str(build.server),),
         model=p.gguf,
@@ -307,8 +310,9 @@ def _decide_spec(
     facts: ModelFacts,
     draft_facts: ModelFacts | None,
 ) -> tuple[str | None, list[str]]:
-    """``"draft-mtp"`` or None, plus notes. type None (auto) = draft-mtp iff the GGUF has an
-    embedded NextN/MTP head or ``speculative.draft`` is set."""
+    """The ``--spec-type`` value (``draft-mtp``, ``ngram-mod`` or both) or None, plus notes. type
+    None (auto) = draft-mtp iff the GGUF has an embedded NextN/MTP head or ``speculative.draft``
+    is set; a list with draft-mtp needs that head as draft-mtp alone does."""
     kind = model.speculative.type
     mtp = facts.mtp
     if mtp == "draft-only":
@@ -326,7 +330,9 @@ def _decide_spec(
     has_head = mtp == "embedded"
     if kind == "none":
         return None, []
-    if kind == "draft-mtp":
+    if kind is not None and "draft-mtp" not in drafters(kind):
+        return kind, []  # n-gram drafting alone: no head needed
+    if kind is not None:
         if not has_head and draft is None:
             why = facts.mtp_message or "nextn_predict_layers = 0"
             raise UserError(
@@ -335,7 +341,7 @@ def _decide_spec(
                 hint="use a GGUF with the MTP head embedded, set speculative.draft to a NextN-only GGUF, "
                 "or set speculative.type: none",
             )
-        return "draft-mtp", []
+        return kind, []
     if model.multimodal:
         return None, ["speculation off: multimodal models run without MTP (llama.cpp: --mmproj and MTP do not mix)"]
     if has_head or draft is not None:

@@ -29,6 +29,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from orchestrator.errors import UserError
+from orchestrator.models import content_kinds as ck
 from orchestrator.models import gguf_write as gw
 from orchestrator.models import shaped_echo as se
 from orchestrator.models import tiny
@@ -38,6 +39,7 @@ from orchestrator.models.shapes import SCALES, Shape, get_shape, scaled
 GENERATOR_VERSION = 1
 QUANTS = {"q4_k_m": 15, "q8_0": 7, "f16": 1}  # -> general.file_type (llama_ftype)
 TOKEN_UNUSED = 5  # llama_token_type LLAMA_TOKEN_TYPE_UNUSED: convert_hf_to_gguf.py's [PAD<i>] tokens
+PROFILES = ("plain", "kinds")  # where drafts are wrong: a fraction q of tokens, or by content kind
 RowsFn = Callable[[int, int], np.ndarray]
 
 
@@ -250,10 +252,12 @@ def write_shaped_model(
     q: float = 0.1,
     seed: int = 0,
     scale: str = "full",
+    profile: str = "plain",
     progress: Callable[[str], None] | None = None,
 ) -> Shape:
     """Write the shaped echo model to ``out`` (atomically; zero tensors as sparse holes) and
-    return the ``Shape`` it has. Acceptance of its NextN drafts is ``1 - q``.
+    return the ``Shape`` it has. Acceptance of its NextN drafts is ``1 - q`` (``profile="plain"``),
+    or depends on the content (``profile="kinds"``: see ``content_kinds``).
 
     Raises ``UserError`` for an unknown shape, scale or mix, ``q`` outside [0, 1), a tokenizer
     larger than the shape's vocabulary, or a missing pinned source; ``OSError`` when the disk fills.
@@ -271,7 +275,10 @@ def write_shaped_model(
     if vocab.n_vocab > sh.n_vocab:
         raise UserError(f"the pinned tokenizer has {vocab.n_vocab} tokens, more than {sh.name}'s {sh.n_vocab}")
     template = tiny._source_file(tiny.TEMPLATE_FILE).read_text(encoding="utf-8")
-    echo = se.build(sh, vocab.n_vocab, vocab.clean, q, seed)
+    if profile not in PROFILES:
+        raise UserError(f"unknown profile {profile!r}", hint=f"use one of: {', '.join(PROFILES)}")
+    kinds = ck.clean_kinds(vocab.kv, vocab.clean) if profile == "kinds" else None
+    echo = se.build(sh, vocab.n_vocab, vocab.clean, q, seed, kinds)
     provenance: dict[str, Any] = {
         "generator_version": GENERATOR_VERSION,
         "shape": sh.name,
@@ -279,6 +286,7 @@ def write_shaped_model(
         "quant": quant,
         "q": float(q),
         "seed": seed,
+        "profile": profile,
     }
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from orchestrator.models import content_kinds as ck
 from orchestrator.models.shapes import Shape
 from orchestrator.models.tiny_echo import codewords, echo_map, to_unit
 
@@ -52,10 +53,19 @@ class EchoContent:
         return float(np.sqrt(self.shape.n_embd / CODE_DIM / 2.0))
 
 
-def build(shape: Shape, n_tok: int, clean: np.ndarray, q: float, seed: int) -> EchoContent:
-    """Lay out the echo map of the tokenizer's ``clean`` token ids for ``q`` and ``seed``."""
+def build(
+    shape: Shape, n_tok: int, clean: np.ndarray, q: float, seed: int, kinds: np.ndarray | None = None
+) -> EchoContent:
+    """Lay out the echo map of the tokenizer's ``clean`` token ids for ``q`` and ``seed``;
+    with ``kinds`` (kind codes of the clean tokens) the ``content_kinds`` profile instead."""
     emap = echo_map(clean, n_tok, q, seed)
     flagged_clean = emap.flagged[clean]
+    succ = (np.arange(len(clean)) + 1) % len(clean)  # clean index -> its successor's clean index
+    junk = emap.junk
+    if kinds is not None:
+        km = ck.kind_map(kinds, q, seed)
+        flagged_clean, succ = km.flagged, km.successor
+        junk = int(clean[np.nonzero((kinds == ck.KINDS.index("latin")) & ~flagged_clean)[0][0]])
     words = codewords(2 * len(clean))
     pools = [words[(words & 1) == 0], words[(words & 1) == 1]]  # bit 0 is the flag coordinate
     clean_words = np.empty(len(clean), dtype=np.uint32)
@@ -66,8 +76,8 @@ def build(shape: Shape, n_tok: int, clean: np.ndarray, q: float, seed: int) -> E
     below = np.searchsorted(clean, np.arange(n_tok), side="right") - 1
     below[below < 0] = len(clean) - 1
     out_src = np.full(shape.n_vocab, -1, dtype=np.int64)
-    out_src[np.roll(clean, -1)] = np.arange(len(clean))  # row f(t) = codeword(t)
-    junk_sign = np.sign(clean_embd[np.searchsorted(clean, emap.junk)]).astype(np.float32)
+    out_src[clean[succ]] = np.arange(len(clean))  # row f(t) = codeword(t)
+    junk_sign = np.sign(clean_embd[np.searchsorted(clean, junk)]).astype(np.float32)
     return EchoContent(shape, n_tok, seed, clean_embd, below, out_src, junk_sign)
 
 

@@ -9,7 +9,13 @@ and (for ``small``) width, so the same generator serves a CPU test suite:
 * ``full``: the real shapes (about 21 GB at the Q4_K_M-like mix);
 * ``medium``: the real width and vocabulary rows of the tokenizer, 24 trunk layers, 16 experts
   (about 1.7 GB at Q4_K_M): a trunk that dwarfs its draft head, for a CPU speed check;
-* ``small``: width 256, 4 trunk layers, 16 experts (8 used; about 65 MB): the test suite's model.
+* ``small``: width 256, 4 trunk layers, 16 experts (8 used; about 65 MB): the test suite's model;
+* ``bed``: width 256, 16 trunk layers whose weight is in a wide shared expert (16,384; 8 small
+  routed experts, 2 used): the draft-length policy's test bed. The draft head costs about a
+  fifth of a decode step (the output matrix over the whole vocabulary is most of it), and the
+  shared expert is a plain matrix product, which llama.cpp's CPU kernels batch (the routed
+  experts' per-expert products do not), so verifying K + 1 tokens costs little more than one
+  and drafting pays on a CPU; a step is cheap enough for an interleaved benchmark of many arms.
 
 All parameter counts here are elements (weights), not bytes; ``shaped`` turns them into bytes.
 """
@@ -90,7 +96,7 @@ QWEN36_35B_A3B = Shape(
 )
 
 SHAPES: dict[str, Shape] = {QWEN36_35B_A3B.name: QWEN36_35B_A3B}
-SCALES = ("full", "medium", "small")
+SCALES = ("full", "medium", "small", "bed")
 
 
 def scaled(shape: Shape, scale: str, tokenizer_vocab: int) -> Shape:
@@ -116,6 +122,9 @@ def scaled(shape: Shape, scale: str, tokenizer_vocab: int) -> Shape:
             n_vocab=tokenizer_vocab,
             context_length=8192,
         )
+    if scale == "bed":
+        small = scaled(shape, "small", tokenizer_vocab)
+        return replace(small, n_layer=16, n_expert=8, n_expert_used=2, n_ff_exp=256, n_ff_shexp=16384)
     raise UserError(f"unknown scale {scale!r}", hint=f"use one of: {', '.join(SCALES)}")
 
 

@@ -6,17 +6,16 @@ Each route is a raw ASGI endpoint (no pydantic, no Request/Response objects); on
 2. read the body (``orchestrator.serve.body``; ``body_codec`` undoes ``Content-Encoding``): over
    ``server.max_body_bytes`` (declared, received or decoded) is 413, not a JSON object 400;
 3. route by ``model`` (``orchestrator.serve.routing``): 400 / 404 ``model_not_found``;
-4. check and repair the request for its route (``orchestrator.serve.api_routes.prepare_body``:
-   chat, Anthropic and Responses repair with the model's policy, ``speculative`` flattening,
-   structured output, drafting off when per-token probabilities are asked for). When nothing
-   changed the client's original bytes are forwarded untouched; otherwise the body is
-   serialised once;
+4. check and repair the request for its route (``serve.api_routes.prepare_body``: the API's repair
+   with the model's policy, ``speculative`` flattening, structured output, drafting off for token
+   probabilities; the draft length of ``speculative.adaptive`` models, ``serve.draft_tuner``);
+   unchanged bodies go as the client's original bytes, others are serialised once;
 5. a peer (``serve.peers``), or a lease on a replica, held while the model loads (``serve.holding``);
    a long chat prompt goes to the replica and ``id_slot`` holding its prefix (``serve.prompt_cache``);
 6. send upstream (``orchestrator.serve.upstream``: keep-alive, retry once on a dead pooled socket;
    a replica that answered nothing hands the request on to the next one, once);
-7. answer: non-streamed bodies are parsed for ``timings`` (metrics, ``Instance.record_timings``)
-   and response repair (``orchestrator.serve.response_repair``), and passed on as the original
+7. answer: non-streamed bodies are parsed for ``timings`` (metrics, ``Instance.record_timings``,
+   the draft-length policy) and response repair (``orchestrator.serve.response_repair``), and passed on as the original
    bytes unless repaired; streams are relayed event by event (``orchestrator.serve.streaming``,
    repaired by ``orchestrator.serve.stream_repair``).
 
@@ -32,6 +31,7 @@ import asyncio
 import json
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -42,6 +42,7 @@ from orchestrator.serve import response_repair as reasoning
 from orchestrator.serve.api_routes import ApiRoute, prepare_body
 from orchestrator.serve.body import ClientGone, dump_body, parse_body, read_body, to_utf8
 from orchestrator.serve.body_codec import decode_body
+from orchestrator.serve.draft_tuner import DraftTuner, Ticket
 from orchestrator.serve.holding import end_held_stream, hold_for_lease, next_lease
 from orchestrator.serve.metrics import NO_MODEL, ModelMetrics, ProxyMetrics
 from orchestrator.serve.peers import Peer, PeerRouter
@@ -68,14 +69,11 @@ if TYPE_CHECKING:
 
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
-
 UPSTREAM_HEADERS = {"content-type": "application/json"}
 JSON_HEADER = (b"content-type", b"application/json")
-# Status counted for a request whose client went away before the answer (nginx's convention).
-CLIENT_CLOSED = 499
+CLIENT_CLOSED = 499  # status counted for a request whose client went away first (nginx's convention)
 DRAIN_RETRY_AFTER = 5.0
-# Seconds before a request starts watching for its client's disconnect (see _run_watched).
-WATCH_AFTER = 0.05
+WATCH_AFTER = 0.05  # seconds before a request starts watching for its client's disconnect (_run_watched)
 
 
 class Forwarder:
@@ -105,6 +103,7 @@ class Forwarder:
         self.peers = peers  # peers, spillover, where requests went
         self.running = running
         self.settings = running.derive(RequestSettings.of)  # limits and repair policies, per snapshot
+        self.tuner = DraftTuner(running, metrics.registry)  # speculative.adaptive: K per request
 
     @property
     def config(self) -> Config:
@@ -116,28 +115,27 @@ class Forwarder:
         return Endpoint(self, route)
 
 
+@dataclass(slots=True)
 class _Prepared:
-    """A request ready to forward."""
+    """A request ready to forward: the bytes to send upstream and the (repaired) body they encode."""
 
-    __slots__ = ("body", "client", "content", "model", "stream", "thinking", "trim_top")
-
-    def __init__(self, content: bytes, body: dict[str, Any], stream: bool, thinking: bool, model: ModelConfig) -> None:
-        self.content = content  # bytes to send upstream
-        self.body = body  # the (repaired) body those bytes encode
-        self.client = body  # the client's own body (its tools name the forms its answer comes back in)
-        self.stream = stream
-        self.thinking = thinking
-        self.model = model
-        self.trim_top = False  # empty the answer's top_logprobs lists (token_probs.widen)
+    content: bytes
+    body: dict[str, Any]
+    stream: bool
+    thinking: bool
+    model: ModelConfig
+    client: dict[str, Any] = field(default_factory=dict)  # the client's own body (its tools name answer forms)
+    trim_top: bool = False  # empty the answer's top_logprobs lists (token_probs.widen)
+    ticket: Ticket | None = None  # the draft-length policy's choice, learned from the answer's timings
 
 
+@dataclass(slots=True)
 class _Watch:
     """Flags shared with the disconnect watcher (and ``head_sent``: a held stream's head went out)."""
 
-    __slots__ = ("disconnected", "finished", "head_sent")
-
-    def __init__(self) -> None:
-        self.finished = self.disconnected = self.head_sent = False
+    finished: bool = False
+    disconnected: bool = False
+    head_sent: bool = False
 
 
 class Endpoint:
@@ -192,12 +190,12 @@ class Endpoint:
             mm.repair(kind)
         if plan.drafting_off is not None:
             mm.drafting_off(plan.drafting_off)
-        new = plan.body
+        tuned, ticket = self.fwd.tuner.decide(self.kind, model, plan.body if plan.body is not None else body)
+        new = tuned if tuned is not None else plan.body
         if new is None:
-            return _Prepared(raw, body, body.get("stream") is True, plan.thinking, model)
-        prep = _Prepared(dump_body(new), new, new.get("stream") is True, plan.thinking, model)
-        prep.trim_top, prep.client = plan.trim_top, body
-        return prep
+            return _Prepared(raw, body, body.get("stream") is True, plan.thinking, model, body, ticket=ticket)
+        stream = new.get("stream") is True
+        return _Prepared(dump_body(new), new, stream, plan.thinking, model, body, plan.trim_top, ticket)
 
     async def _run_watched(
         self, prep: _Prepared, mm: ModelMetrics, receive: Receive, send: Send, started: float
@@ -333,6 +331,7 @@ class Endpoint:
         if isinstance(timings, dict):
             mm.timings(timings)
             instance.record_timings(timings)
+            self.fwd.tuner.learn(prep.ticket, timings)
             predicted_ms = timings.get("predicted_ms")
             if isinstance(predicted_ms, (int, float)):
                 mm.ttft.observe(max(0.0, time.monotonic() - started - predicted_ms / 1000))
@@ -375,6 +374,7 @@ class Endpoint:
             if outcome.timings is not None:
                 mm.timings(outcome.timings)
                 instance.record_timings(outcome.timings)
+                self.fwd.tuner.learn(prep.ticket, outcome.timings)
             elif outcome.usage is not None:
                 mm.usage(outcome.usage)
             for kind in outcome.repairs:

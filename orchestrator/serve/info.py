@@ -67,7 +67,9 @@ def add_info_routes(
     @app.get("/status")
     async def status(request: Request) -> JSONResponse:
         guard(request)
-        return JSONResponse(status_body(supervisor, scheduler, app.state.router.prompt_cache))
+        body = status_body(supervisor, scheduler, app.state.router.prompt_cache)
+        body["draft_policy"] = app.state.forwarder.tuner.status()  # serve.draft_tuner: K per request, why
+        return JSONResponse(body)
 
     @app.get("/peers")
     async def peers(request: Request) -> JSONResponse:

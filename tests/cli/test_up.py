@@ -220,7 +220,7 @@ def test_s05_status_shows_failed_state_exit_code_and_log_tail(state: Path, monke
     rows = asyncio.run(crash_loop())
     me = os.getpid()
     statefile.write({"pid": me, "pid_started": statefile.process_start_time(me), "endpoint": "http://127.0.0.1:1"})
-    monkeypatch.setattr(control, "fetch_status", lambda run: rows)
+    monkeypatch.setattr(control, "fetch_status_doc", lambda run: {"instances": rows})
     assert control.status(json_out=False) == 0
     out = capsys.readouterr().out
     assert "failed" in out and "exit code 3" in out

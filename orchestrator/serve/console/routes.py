@@ -113,6 +113,9 @@ class Console:
             peers = getattr(request.app.state, "peers", None)  # serve.peers.PeerRouter: peers, where requests went
             if peers is not None:
                 data["peers"] = peers.snapshot()
+            forwarder = getattr(request.app.state, "forwarder", None)  # serve.draft_tuner: per-request K choices
+            if forwarder is not None:
+                data["draft_policy"] = forwarder.tuner.status()
             return JSONResponse(data, headers=HEADERS)
 
         @app.get("/ui/api/logs/{instance}", include_in_schema=False)

@@ -5,6 +5,7 @@ import { $, auth, bytes, duration, el, getJSON, num, pct, postJSON } from "./lib
 import { loadBench, initBench } from "./bench.js";
 import { Charts } from "./charts.js";
 import { initChat } from "./chat.js";
+import { renderDrafts } from "./drafts.js";
 import { LogTail } from "./logs.js";
 
 const state = {
@@ -214,6 +215,7 @@ async function poll(once) {
     charts.add(live.points, state.models.map((m) => m.id));
     renderPeers(live.peers);
     renderDisk(live.disk || []);
+    renderDrafts(live.draft_policy);
     await logTail.follow();
     connection("live", "· " + new Date().toLocaleTimeString());
   } catch (err) {

@@ -1,0 +1,240 @@
+"""The per-request draft length K: online statistics and the choice, as functions on values.
+
+For each model the proxy keeps a ``PolicyState``: per (request class, K), decayed sums of what
+answers' ``timings`` said (steps, tokens, drafted, accepted, decode ms); per (depth bucket, K)
+the same sums for the cost of a step. ``observe`` adds one answer; ``choose`` picks K for the
+next request of a class. The expected decode speed of K in a class is
+
+    tokens per step (class, K) / step time (depth, K)
+
+* tokens per step: measured for (class, K) once ``min_drafted`` tokens were drafted there;
+  otherwise from the class's per-token acceptance ``a`` (fitted to what any K drafted, drafts
+  accepted as a prefix) as ``(1 - a^(K+1)) / (1 - a)``;
+* step time: a line ``t0 + t1 * K`` fitted to the mean step time at each K tried at that depth
+  (all classes: a step's cost depends on the model and the depth, not on the content), with a
+  prior slope ``prior_draft_cost * t0`` while only one K was seen.
+
+K = 0 is chosen unless the best K beats it by ``margin`` (noise): drafting that does not pay
+is turned off, and a class never costs more than noise below K = 0 once it has been seen.
+Exploration is cheap by design: a class never seen drafts at the smallest K once (its acceptance
+is unknown); afterwards every ``explore_every``-th request tries a neighbour of the best K, but
+only when that neighbour is expected within ``explore_gap`` of the best (a clearly losing arm,
+such as drafting on content the head always gets wrong, is re-tried only every
+``refresh_every``-th request).
+
+Pure: imports nothing of the package but ``orchestrator.errors``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Params:
+    """The policy's knobs. ``ks``: the draft lengths it may choose (0 = off), ascending."""
+
+    ks: tuple[int, ...]
+    margin: float = 0.03
+    decay: float = 0.9  # weight of the past at each new observation of the same arm
+    min_drafted: float = 8.0  # drafted tokens before a (class, K) measurement replaces the model
+    prior_draft_cost: float = 0.25  # a drafted token's cost in steps, until two K were timed
+    explore_every: int = 8
+    explore_gap: float = 0.15
+    refresh_every: int = 64
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What one answer's ``timings`` say, for a request served at draft length ``k``."""
+
+    k: int
+    tokens: int  # predicted_n
+    ms: float  # predicted_ms (decode time, prompt processing excluded)
+    drafted: int  # draft_n
+    accepted: int  # draft_n_accepted
+
+    @property
+    def steps(self) -> int:
+        """Target-model decode steps: each emitted one token plus the draft tokens it accepted."""
+        return max(1, self.tokens - self.accepted)
+
+
+def observation(k: int, timings: Mapping[str, Any]) -> Observation | None:
+    """The ``Observation`` in an answer's ``timings``, or None when it has too little to learn
+    from (no decoded tokens, no decode time)."""
+    try:
+        tokens = int(timings.get("predicted_n") or 0)
+        ms = float(timings.get("predicted_ms") or 0.0)
+        drafted = int(timings.get("draft_n") or 0)
+        accepted = int(timings.get("draft_n_accepted") or 0)
+    except (TypeError, ValueError):
+        return None
+    if tokens < 2 or ms <= 0 or accepted > drafted or accepted >= tokens:
+        return None
+    return Observation(k=k, tokens=tokens, ms=ms, drafted=drafted, accepted=accepted)
+
+
+@dataclass(frozen=True)
+class Sums:
+    """Decayed sums over the observations of one arm; ``weight`` counts them (decayed)."""
+
+    weight: float = 0.0
+    steps: float = 0.0
+    tokens: float = 0.0
+    drafted: float = 0.0
+    accepted: float = 0.0
+    ms: float = 0.0
+
+    def add(self, o: Observation, decay: float) -> Sums:
+        return Sums(
+            weight=self.weight * decay + 1.0,
+            steps=self.steps * decay + o.steps,
+            tokens=self.tokens * decay + o.tokens,
+            drafted=self.drafted * decay + o.drafted,
+            accepted=self.accepted * decay + o.accepted,
+            ms=self.ms * decay + o.ms,
+        )
+
+    @property
+    def step_ms(self) -> float:
+        return self.ms / self.steps if self.steps else 0.0
+
+    @property
+    def tokens_per_step(self) -> float:
+        return self.tokens / self.steps if self.steps else 1.0
+
+
+@dataclass(frozen=True)
+class State:
+    """One model's statistics: per (class key, K) and per (depth, K); requests seen per class."""
+
+    arms: Mapping[tuple[str, int], Sums] = field(default_factory=dict)
+    cost: Mapping[tuple[str, int], Sums] = field(default_factory=dict)
+    seen: Mapping[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The K for one request, why (``reason``), and the expected decode tok/s per K behind it."""
+
+    k: int
+    reason: str  # probe | best | no-gain | explore | refresh | client | off
+    expected: Mapping[int, float] = field(default_factory=dict)
+
+
+def observe(state: State, cls: str, depth: str, o: Observation, params: Params) -> State:
+    """``state`` with one answer of class ``cls`` at depth bucket ``depth`` added."""
+    arms = dict(state.arms)
+    arms[(cls, o.k)] = arms.get((cls, o.k), Sums()).add(o, params.decay)
+    cost = dict(state.cost)
+    cost[(depth, o.k)] = cost.get((depth, o.k), Sums()).add(o, params.decay)
+    return replace(state, arms=arms, cost=cost)
+
+
+def counted(state: State, cls: str) -> State:
+    """``state`` with one more request of ``cls`` seen (the exploration schedule's clock)."""
+    return replace(state, seen={**state.seen, cls: state.seen.get(cls, 0) + 1})
+
+
+def draft_rate(a: float, k: int) -> float:
+    """Accepted / drafted at draft length ``k`` when each draft token is right with probability
+    ``a`` and a draft is accepted up to its first wrong token."""
+    if k <= 0:
+        return 0.0
+    return sum(a**i for i in range(1, k + 1)) / k
+
+
+def fit_acceptance(samples: list[tuple[int, float, float]]) -> float:
+    """The per-token acceptance ``a`` that best explains ``(k, drafted, accepted)`` samples
+    (drafted-weighted squared error of ``draft_rate``; a grid of 1/200 steps)."""
+    total = sum(d for _, d, _ in samples)
+    if total <= 0:
+        return 0.0
+
+    def err(a: float) -> float:
+        return sum(d * (draft_rate(a, k) - acc / d) ** 2 for k, d, acc in samples if d > 0)
+
+    return min((i / 200 for i in range(201)), key=err)
+
+
+def tokens_per_step(state: State, cls: str, k: int, params: Params) -> float | None:
+    """Expected tokens per step of class ``cls`` at ``k``; None when nothing was drafted yet."""
+    if k == 0:
+        return 1.0
+    arm = state.arms.get((cls, k))
+    if arm is not None and arm.drafted >= params.min_drafted:
+        return arm.tokens_per_step
+    samples = [(kk, s.drafted, s.accepted) for (c, kk), s in state.arms.items() if c == cls and kk > 0]
+    if sum(d for _, d, _ in samples) < params.min_drafted:
+        return None
+    a = fit_acceptance(samples)
+    return sum(a**i for i in range(k + 1))
+
+
+def step_cost(state: State, depth: str, params: Params) -> tuple[float, float] | None:
+    """``(t0, t1)``: step time ``t0 + t1 * K`` in ms at ``depth`` (all depths pooled when this one
+    has no timing yet); None before any answer was timed."""
+    points = [(k, s) for (d, k), s in state.cost.items() if d == depth and s.steps > 0]
+    if not points:
+        pooled: dict[int, Sums] = {}
+        for (_, k), s in state.cost.items():
+            base = pooled.get(k, Sums())
+            pooled[k] = Sums(base.weight + s.weight, base.steps + s.steps, ms=base.ms + s.ms)
+        points = [(k, s) for k, s in pooled.items() if s.steps > 0]
+    if not points:
+        return None
+    if len(points) == 1:
+        k, s = points[0]
+        t0 = s.step_ms / (1.0 + params.prior_draft_cost * k)
+        return t0, params.prior_draft_cost * t0
+    w = sum(s.weight for _, s in points)
+    mk = sum(s.weight * k for k, s in points) / w
+    mt = sum(s.weight * s.step_ms for k, s in points) / w
+    var = sum(s.weight * (k - mk) ** 2 for k, s in points)
+    slope = max(0.0, sum(s.weight * (k - mk) * (s.step_ms - mt) for k, s in points) / var)
+    t0 = max(mt - slope * mk, 1e-6)
+    return t0, slope
+
+
+def expected_speeds(state: State, cls: str, depth: str, params: Params) -> dict[int, float] | None:
+    """Expected decode tok/s of each K in ``params.ks`` for class ``cls``; None while the class's
+    acceptance or the step time is unknown."""
+    cost = step_cost(state, depth, params)
+    if cost is None:
+        return None
+    out: dict[int, float] = {}
+    for k in params.ks:
+        tps = tokens_per_step(state, cls, k, params)
+        if tps is None:
+            return None
+        out[k] = 1000.0 * tps / (cost[0] + cost[1] * k)
+    return out
+
+
+def choose(state: State, cls: str, depth: str, params: Params) -> Choice:
+    """The K for the next request of ``cls`` (call ``counted`` after it, ``observe`` on its answer)."""
+    drafting = [k for k in params.ks if k > 0]
+    if not drafting:
+        return Choice(0, "off")
+    speeds = expected_speeds(state, cls, depth, params)
+    if speeds is None:
+        return Choice(drafting[0], "probe")
+    best = max(speeds, key=lambda k: (speeds[k], -k))
+    reason = "best"
+    if best > 0 and speeds[best] < speeds.get(0, 0.0) * (1.0 + params.margin):
+        best, reason = 0, "no-gain"
+    n = state.seen.get(cls, 0) + 1
+    if n % params.refresh_every == 0:
+        return Choice(drafting[0] if best == 0 else 0, "refresh", speeds)
+    if n % params.explore_every == 0:
+        i = params.ks.index(best)
+        side = (n // params.explore_every) % 2
+        near = [params.ks[j] for j in (i + 1, i - 1) if 0 <= j < len(params.ks)]
+        near = near[side:] + near[:side]
+        for k in near:
+            if speeds[k] >= speeds[best] * (1.0 - params.explore_gap):
+                return Choice(k, "explore", speeds)
+    return Choice(best, reason, speeds)

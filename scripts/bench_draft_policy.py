@@ -1,0 +1,247 @@
+#!/usr/bin/env python3
+"""The per-request draft-length policy against every static K, on a mixed workload, in one run.
+
+The model is the test bed (``orchestrator/models/content_kinds.py``): the shaped echo model at
+scale ``bed`` with the ``kinds`` profile, whose MTP head is always right on Latin text, always
+wrong on CJK text, and right less and less along the answer on Cyrillic text. One llama-server
+serves it with ``--spec-draft-n-max`` = the largest K; every request sets its own
+``speculative.n_max`` (our patch 0002), so all arms share one process, one page cache and the
+same moment of machine load.
+
+Each round sends, for every class and every arm in a shuffled order, one completion of the
+class's prompt for that round: the static arms at their K, the adaptive arm at the K the
+policy (``orchestrator/serve/draft_policy.py``, the proxy's own code) chooses for the request's
+class (``orchestrator/serve/draft_classes.py``). The policy learns only from its own answers
+(``--learn-from all`` lets it see the static arms' answers too, as the proxy sees every
+client's). Round 0 is a warm-up and not counted. Printed: decode tok/s (tokens over decode
+time, summed over the counted rounds) per class and overall for every arm, the adaptive arm
+against the best static K overall, against the best K of each class and against K = 0, and
+the K it chose per class.
+
+    python scripts/bench_draft_policy.py [--rounds 8] [--n-predict 32] [--ks 0,1,2,3] [--threads 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import subprocess
+import tempfile
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+
+from orchestrator.models import content_kinds as ck
+from orchestrator.models import tiny
+from orchestrator.models.shaped import write_shaped_model
+from orchestrator.native.build import locate
+from orchestrator.serve import draft_classes as dc
+from orchestrator.serve import draft_policy as dp
+
+CLASSES = ("latin", "cjk", "cyrillic")
+
+
+def _args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--rounds", type=int, default=8, help="rounds after the warm-up round")
+    p.add_argument("--n-predict", type=int, default=32)
+    p.add_argument("--ks", default="0,1,2,3", help="static arms; the largest is the launch n_max")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--prompt-tokens", type=int, default=40)
+    p.add_argument("--learn-from", choices=("own", "all"), default="own")
+    p.add_argument("--model", type=Path, default=Path(tempfile.gettempdir()) / "orchestrator-bed-kinds-f16.gguf")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", type=Path, help="also write every answer's figures here")
+    return p.parse_args()
+
+
+def _prompts(n_rounds: int, n_tokens: int, seed: int) -> dict[str, list[str]]:
+    """Per class, one prompt per round: ``n_tokens`` random tokens of the class's kind, as text."""
+    vocab = tiny._load_vocab()
+    kinds = ck.clean_kinds(vocab.kv, vocab.clean)
+    tokens = next(v for k, v, *_ in vocab.kv if k == "tokenizer.ggml.tokens")
+    dec = tiny._bytes_decoder()
+    rng = np.random.default_rng(seed)
+    out: dict[str, list[str]] = {}
+    for name in CLASSES:
+        ids = vocab.clean[kinds == ck.KINDS.index(name)]
+        out[name] = [
+            "".join(bytes(dec[c] for c in tokens[int(t)]).decode("utf-8") for t in rng.choice(ids, n_tokens))
+            for _ in range(n_rounds)
+        ]
+    return out
+
+
+def _launch(model: Path, k_max: int, threads: int, log: Path) -> tuple[subprocess.Popen[bytes], str]:
+    build = locate()
+    argv = [str(build.server), "-m", str(model), "--host", "127.0.0.1", "--port", "0", "-c", "4096", "-np", "1"]
+    argv += ["-t", str(threads), "--spec-type", "draft-mtp", "--spec-draft-n-max", str(k_max)]
+    argv += ["--spec-draft-n-min", "0", "--load-mode", "none"]
+    env = {**os.environ, "LD_LIBRARY_PATH": str(build.lib_dir)}
+    fh = log.open("wb")
+    proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    deadline = time.monotonic() + 300
+    url = ""
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"llama-server exited: {log.read_text(errors='replace')[-2000:]}")
+        text = log.read_text(errors="replace")
+        if not url and "listening on http://" in text:
+            url = text.split("listening on ")[1].split()[0].rstrip("/")
+        if url:
+            try:
+                if httpx.get(f"{url}/health", timeout=5).status_code == 200:
+                    return proc, url
+            except httpx.HTTPError:
+                pass
+        time.sleep(0.5)
+    os.killpg(proc.pid, signal.SIGKILL)
+    raise SystemExit("llama-server did not become ready in 300 s")
+
+
+def _cpu_s(pid: int) -> float:
+    """CPU seconds (user + system, all threads) the process has used."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _complete(client: httpx.Client, pid: int, prompt: str, k: int, n_predict: int) -> dict[str, Any]:
+    """One streamed greedy completion at draft length ``k``: its timings, and the server's CPU
+    seconds from the first streamed token to the end (decode only: prefill excluded)."""
+    body = {"prompt": prompt, "n_predict": n_predict, "temperature": 0, "speculative.n_max": k, "stream": True}
+    first: float | None = None
+    last: dict[str, Any] = {}
+    with client.stream("POST", "/completion", json=body) as resp:
+        resp.raise_for_status()
+        for line in resp.iter_lines():
+            if not line.startswith("data: "):
+                continue
+            if first is None:
+                first = _cpu_s(pid)
+            last = json.loads(line[6:])
+    cpu = _cpu_s(pid) - (first if first is not None else 0.0)
+    t = last.get("timings", {})
+    out = {k2: t.get(k2, 0) for k2 in ("predicted_n", "predicted_ms", "draft_n", "draft_n_accepted")}
+    return {**out, "cpu_s": cpu}
+
+
+class Adaptive:
+    """The proxy's policy for one model, as the proxy runs it."""
+
+    def __init__(self, ks: tuple[int, ...]) -> None:
+        self.params = dp.Params(ks=ks)
+        self.state = dp.State()
+        self.chosen: dict[str, Counter[str]] = defaultdict(Counter)
+
+    def pick(self, prompt: str, counted: bool) -> tuple[dc.RequestClass, dp.Choice]:
+        cls = dc.classify("completions", {"prompt": prompt})
+        choice = dp.choose(self.state, cls.key, cls.depth, self.params)
+        self.state = dp.counted(self.state, cls.key)
+        if counted:
+            self.chosen[cls.content][f"K={choice.k} {choice.reason}"] += 1
+        return cls, choice
+
+    def learn(self, cls: dc.RequestClass, k: int, timings: dict[str, Any]) -> None:
+        obs = dp.observation(k, timings)
+        if obs is not None:
+            self.state = dp.observe(self.state, cls.key, cls.depth, obs, self.params)
+
+
+def _round(client: httpx.Client, a: argparse.Namespace, r: int, ctx: dict[str, Any]) -> list[dict[str, Any]]:
+    arms: list[str] = [f"K={k}" for k in ctx["ks"]] + ["adaptive"]
+    jobs = [(c, arm) for c in CLASSES for arm in arms]
+    random.Random(a.seed * 1000 + r).shuffle(jobs)
+    pol: Adaptive = ctx["policy"]
+    rows = []
+    for cls_name, arm in jobs:
+        prompt = ctx["prompts"][cls_name][r]
+        if arm == "adaptive":
+            cls, choice = pol.pick(prompt, counted=r > 0)
+            k = choice.k
+        else:
+            cls, k = dc.classify("completions", {"prompt": prompt}), int(arm[2:])
+        t = _complete(client, ctx["pid"], prompt, k, a.n_predict)
+        if arm == "adaptive" or a.learn_from == "all":
+            pol.learn(cls, k, t)
+        rows.append({"round": r, "class": cls_name, "arm": arm, "k": k, **t})
+    return rows
+
+
+def _tps(rows: list[dict[str, Any]], cpu: bool = False) -> float:
+    """Decode tok/s of ``rows``: tokens over wall decode time, or over the server's CPU seconds."""
+    t = sum(x["cpu_s"] for x in rows) if cpu else sum(x["predicted_ms"] for x in rows) / 1000.0
+    return sum(x["predicted_n"] - (1 if cpu else 0) for x in rows) / t if t else 0.0
+
+
+def _report(rows: list[dict[str, Any]], ks: tuple[int, ...], pol: Adaptive, cpu: bool) -> None:
+    counted = [x for x in rows if x["round"] > 0]
+    arms = [f"K={k}" for k in ks] + ["adaptive"]
+    table = {
+        arm: {c: _tps([x for x in counted if x["arm"] == arm and x["class"] == c], cpu) for c in CLASSES}
+        for arm in arms
+    }
+    for arm in arms:
+        table[arm]["overall"] = _tps([x for x in counted if x["arm"] == arm], cpu)
+    what = "tokens per server CPU second (decode)" if cpu else "tokens / wall decode time"
+    print(f"\ndecode tok/s over {len({x['round'] for x in counted})} counted rounds: {what}")
+    print(f"{'arm':<10}" + "".join(f"{c:>11}" for c in (*CLASSES, "overall")))
+    for arm in arms:
+        print(f"{arm:<10}" + "".join(f"{table[arm][c]:>11.2f}" for c in (*CLASSES, "overall")))
+    static = [f"K={k}" for k in ks]
+    best = max(static, key=lambda s: table[s]["overall"])
+    ad = table["adaptive"]
+    print(f"adaptive / best static overall ({best}): {ad['overall'] / table[best]['overall']:.3f}")
+    for c in CLASSES:
+        bc = max(static, key=lambda s, c=c: table[s][c])
+        line = f"{c:<9} adaptive / best K ({bc}): {ad[c] / table[bc][c]:.3f}"
+        line += f"   adaptive / K=0: {ad[c] / table['K=0'][c]:.3f}"
+        if cpu:
+            line += f"   acceptance at K={max(ks)}: {_acc(counted, c, max(ks))}   chose: {dict(pol.chosen[c])}"
+        print(line)
+
+
+def _acc(rows: list[dict[str, Any]], c: str, k: int) -> str:
+    sel = [x for x in rows if x["class"] == c and x["arm"] == f"K={k}"]
+    drafted = sum(x["draft_n"] for x in sel)
+    return f"{sum(x['draft_n_accepted'] for x in sel) / drafted:.2f}" if drafted else "-"
+
+
+def main() -> int:
+    a = _args()
+    ks = tuple(sorted({int(k) for k in a.ks.split(",")} | {0}))
+    if not a.model.exists():
+        write_shaped_model(a.model, quant="f16", q=0.1, scale="bed", profile="kinds")  # F16: see shapes.py
+    ctx: dict[str, Any] = {"ks": ks, "prompts": _prompts(a.rounds + 1, a.prompt_tokens, a.seed)}
+    ctx["policy"] = Adaptive(ks)
+    log = Path(tempfile.mkdtemp(prefix="bench-draft-policy-")) / "llama-server.log"
+    proc, url = _launch(a.model, max(ks), a.threads, log)
+    ctx["pid"] = proc.pid
+    rows: list[dict[str, Any]] = []
+    try:
+        with httpx.Client(base_url=url, timeout=900, trust_env=False) as client:
+            for r in range(a.rounds + 1):
+                t0 = time.monotonic()
+                rows += _round(client, a, r, ctx)
+                done = [x for x in rows if x["round"] == r]
+                print(f"round {r}{' (warm-up)' if r == 0 else ''}: {time.monotonic() - t0:.0f} s, "
+                      + ", ".join(f"{arm} {_tps([x for x in done if x['arm'] == arm], cpu=True):.2f}"
+                                  for arm in [*(f'K={k}' for k in ks), 'adaptive']), flush=True)  # fmt: skip
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(30)
+    _report(rows, ks, ctx["policy"], cpu=False)
+    _report(rows, ks, ctx["policy"], cpu=True)
+    if a.json:
+        a.json.write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,154 @@
+"""The draft-length policy's pure parts, on literals: request classes, statistics, the choice."""
+
+from __future__ import annotations
+
+import pytest
+
+from orchestrator.serve import draft_classes as dc
+from orchestrator.serve import draft_policy as dp
+
+KS = (0, 1, 2, 3)
+P = dp.Params(ks=KS)
+
+
+@pytest.mark.parametrize(
+    ("text", "kind"),
+    [
+        ("The quick brown fox jumps over", "latin"),
+        ("我们今天在这里讨论一个问题", "cjk"),
+        ("Мы сегодня обсуждаем вопрос", "cyrillic"),
+        ("x = [1, 2, 3]; y = {'a': 42} # 0.5 * 7 == 3.5 / 1e-3 ()", "symbols"),
+        ("   \n ", "empty"),
+        ("Ελληνικά κείμενα εδώ", "other"),
+        ("a long English preamble ... " * 20 + "\u0430 затем русский хвост текста, который длиннее всего", "cyrillic"),
+    ],
+)
+def test_content_kind_reads_the_script_of_the_tail(text: str, kind: str) -> None:
+    assert dc.content_kind(text) == kind
+
+
+def test_classify_each_api_shape() -> None:
+    chat = {"messages": [{"role": "system", "content": "Отвечай"}, {"role": "user", "content": "hello there"}]}
+    assert dc.classify("chat", chat).key == "chat/no-tools/<2K/latin"
+    anthropic = {
+        "tools": [{"name": "t"}],
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "读取文件并总结"}]}],
+    }
+    assert dc.classify("messages", anthropic).key == "messages/tools/<2K/cjk"
+    responses = {"input": [{"role": "user", "content": [{"type": "input_text", "text": "def f(x): return x"}]}]}
+    assert dc.classify("responses", responses).content == "latin"
+    assert dc.classify("completions", {"prompt": ["a", "b b b"]}).content == "latin"
+    assert dc.classify("completions", {"prompt": [1, 2, 3]}).content == "empty"  # token ids: no text signal
+
+
+@pytest.mark.parametrize(
+    ("n", "bucket"), [(0, "<2K"), (2047, "<2K"), (2048, "2K-8K"), (9000, "8K-32K"), (40000, "32K+")]
+)
+def test_depth_buckets(n: int, bucket: str) -> None:
+    assert dc.depth_bucket(n) == bucket
+
+
+def test_depth_comes_from_the_whole_body() -> None:
+    body = {"messages": [{"role": "system", "content": "x" * 40_000}, {"role": "user", "content": "hi"}]}
+    assert dc.classify("chat", body).depth == "8K-32K"
+
+
+def test_observation_from_timings() -> None:
+    t = {"predicted_n": 33, "predicted_ms": 500.0, "draft_n": 24, "draft_n_accepted": 21}
+    o = dp.observation(3, t)
+    assert o == dp.Observation(k=3, tokens=33, ms=500.0, drafted=24, accepted=21)
+    assert o.steps == 12
+    assert dp.observation(0, {"predicted_n": 10, "predicted_ms": 100.0}) == dp.Observation(0, 10, 100.0, 0, 0)
+    assert dp.observation(1, {"predicted_n": 1, "predicted_ms": 5.0}) is None  # nothing decoded after the first
+    assert dp.observation(1, {"predicted_n": "x"}) is None
+    assert dp.observation(1, {"predicted_n": 10, "predicted_ms": 50.0, "draft_n": 2, "draft_n_accepted": 3}) is None
+
+
+@pytest.mark.parametrize(("a", "k", "rate"), [(1.0, 3, 1.0), (0.0, 2, 0.0), (0.5, 2, 0.375), (0.9, 1, 0.9)])
+def test_draft_rate(a: float, k: int, rate: float) -> None:
+    assert dp.draft_rate(a, k) == pytest.approx(rate)
+
+
+def test_fit_acceptance_inverts_the_rate() -> None:
+    # K = 2 at a = 0.5: 100 drafted, 37.5 accepted; K = 1: 40 drafted, 20 accepted
+    assert dp.fit_acceptance([(2, 100.0, 37.5), (1, 40.0, 20.0)]) == pytest.approx(0.5, abs=0.01)
+    assert dp.fit_acceptance([]) == 0.0
+
+
+def _obs(k: int, steps: int, accepted: int, step_ms: float) -> dp.Observation:
+    """An answer at ``k`` of ``steps`` steps of ``step_ms`` each, ``accepted`` draft tokens accepted."""
+    return dp.Observation(k=k, tokens=steps + accepted, ms=steps * step_ms, drafted=k * steps, accepted=accepted)
+
+
+def _feed(state: dp.State, cls: str, o: dp.Observation, n: int = 1) -> dp.State:
+    for _ in range(n):
+        state = dp.observe(state, cls, "<2K", o, P)
+    return state
+
+
+def test_a_class_never_seen_probes_at_the_smallest_k() -> None:
+    assert dp.choose(dp.State(), "c", "<2K", P) == dp.Choice(1, "probe")
+    assert dp.choose(dp.State(), "c", "<2K", dp.Params(ks=(0,))).reason == "off"
+
+
+def test_step_cost_line_and_prior() -> None:
+    s = _feed(dp.State(), "a", _obs(2, 10, 0, 15.0))
+    t0, t1 = dp.step_cost(s, "<2K", P)  # one K timed: prior slope 0.25 * t0
+    assert t0 == pytest.approx(10.0) and t1 == pytest.approx(2.5)
+    s = _feed(s, "b", _obs(0, 20, 0, 10.0), 3)
+    s = _feed(s, "b", _obs(3, 10, 0, 16.0), 3)
+    t0, t1 = dp.step_cost(s, "<2K", P)
+    assert t0 == pytest.approx(10.0, rel=0.02) and t1 == pytest.approx(2.0, rel=0.05)
+    assert dp.step_cost(s, "32K+", P) == pytest.approx((t0, t1))  # another depth: pooled
+
+
+def _learned(accept_all: bool) -> dp.State:
+    """Step time 10 ms + 2 ms per drafted token (timed on another class), and class ``c``
+    probed once at K = 1: every draft right, or every draft wrong."""
+    s = _feed(dp.State(), "other", _obs(0, 32, 0, 10.0), 2)
+    s = _feed(s, "other", _obs(3, 10, 0, 16.0), 2)
+    return _feed(s, "c", _obs(1, 16 if accept_all else 32, 16 if accept_all else 0, 12.0))
+
+
+def test_right_drafts_choose_the_longest_k() -> None:
+    choice = dp.choose(_learned(True), "c", "<2K", P)
+    # tokens per step K + 1 over 10 + 2K ms: 100, 167, 214, 250 tok/s
+    assert choice.k == 3 and choice.reason == "best"
+    assert choice.expected[0] == pytest.approx(100.0, rel=0.02)
+    assert choice.expected[3] == pytest.approx(250.0, rel=0.05)
+
+
+def test_wrong_drafts_choose_k_0_and_skip_exploring_a_clear_loser() -> None:
+    s = _learned(False)
+    for n in range(1, 64):  # up to the refresh (the 64th), no request of the class drafts
+        choice = dp.choose(s, "c", "<2K", P)
+        assert choice.k == 0 and choice.reason == "best", n
+        s = dp.counted(s, "c")
+    assert dp.choose(s, "c", "<2K", P) == dp.Choice(1, "refresh", dp.choose(s, "c", "<2K", P).expected)
+
+
+def test_a_gain_within_the_margin_is_not_taken() -> None:
+    s = _feed(dp.State(), "other", _obs(0, 32, 0, 10.0), 2)
+    s = _feed(s, "other", _obs(3, 10, 0, 16.0), 2)
+    # acceptance a = 0.19 at K = 1: 1.19 tokens per 12 ms = 99 tok/s against 100 at K = 0
+    s = _feed(s, "c", dp.Observation(k=1, tokens=119, ms=1200.0, drafted=100, accepted=19))
+    choice = dp.choose(s, "c", "<2K", P)
+    assert choice.k == 0 and choice.reason in ("best", "no-gain")
+
+
+def test_near_arms_are_explored_every_eighth_request() -> None:
+    s = _learned(True)
+    picks = []
+    for _ in range(16):
+        picks.append(dp.choose(s, "c", "<2K", P))
+        s = dp.counted(s, "c")
+    explored = [(i + 1, c.k) for i, c in enumerate(picks) if c.reason == "explore"]
+    assert explored == [(8, 2), (16, 2)]  # K = 3 is the top: its one neighbour is K = 2 (within 15%)
+    assert all(c.k == 3 for c in picks if c.reason == "best")
+
+
+def test_measured_tokens_per_step_replace_the_model() -> None:
+    s = _learned(True)
+    assert dp.tokens_per_step(s, "c", 3, P) == pytest.approx(4.0)  # extrapolated from a = 1
+    s = _feed(s, "c", dp.Observation(k=3, tokens=40, ms=400.0, drafted=60, accepted=20))  # a decaying class
+    assert dp.tokens_per_step(s, "c", 3, P) == pytest.approx(2.0)

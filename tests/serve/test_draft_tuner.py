@@ -1,0 +1,64 @@
+"""``speculative.adaptive``: the proxy chooses each request's draft length, learns from its
+answer, and shows the choice in /metrics, /status and the console's poll (real llama-server)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import pytest
+from proxy_harness import real_stack
+
+pytestmark = pytest.mark.server
+
+
+def test_adaptive_model_gets_a_k_per_request_and_shows_why(tmp_path: Path, bin_info, demo_model) -> None:
+    spec = {"type": "draft-mtp", "n_max": 3, "adaptive": True}
+    models = [{"name": "demo", "parallel": 1, "ctx_size": 2048, "speculative": spec}]
+    stack = real_stack(tmp_path, demo_model, bin_info, models=models)
+    try:
+        client = httpx.Client(base_url=stack.url, timeout=120, trust_env=False)
+        prompt = {"model": "demo", "prompt": "The quick brown fox jumps over the lazy", "max_tokens": 24}
+        for _ in range(3):
+            assert client.post("/v1/completions", json={**prompt, "temperature": 0}).status_code == 200
+        chat = {"model": "demo", "messages": [{"role": "user", "content": "Привет, как дела"}], "max_tokens": 8}
+        with client.stream("POST", "/v1/chat/completions", json={**chat, "stream": True}) as resp:
+            assert resp.status_code == 200 and "[DONE]" in resp.read().decode()
+        own = {**prompt, "speculative": {"n_max": 2}}
+        assert client.post("/v1/completions", json=own).status_code == 200
+
+        sent = [b.get("speculative.n_max") for b in stack.recorder.bodies("/v1/completions")]
+        assert sent[0] == 1  # a class never seen: probe at the smallest K
+        assert all(k in (0, 1, 2, 3) for k in sent) and sent[-1] == 2  # the client's own n_max wins
+        assert stack.recorder.bodies("/v1/chat/completions")[0]["speculative.n_max"] == 1
+
+        status = client.get("/status").json()["draft_policy"]["demo"]
+        assert status["ks"] == [0, 1, 2, 3]
+        recent = status["recent"]  # newest first
+        assert recent[0]["reason"] == "client" and recent[0]["k"] == 2
+        assert recent[1]["class"] == "chat/no-tools/<2K/cyrillic" and recent[1]["reason"] == "probe"
+        assert recent[-1]["class"] == "completions/no-tools/<2K/latin"
+        assert all("tokens_per_second" in r and "/" in r["accepted"] for r in recent)  # learned, streamed too
+        assert recent[-2]["reason"] in ("best", "no-gain") and "expected" in recent[-2]  # learned from the probe
+
+        metrics = client.get("/metrics").text
+        assert 'orchestrator_draft_policy_choices_total{class="completions/no-tools/<2K/latin",k="1",' in metrics
+        assert 'reason="probe"' in metrics and 'reason="client"' in metrics
+        assert "orchestrator_draft_policy_expected_tokens_per_second{" in metrics
+
+        live = client.get("/ui/api/live").json()
+        assert live["draft_policy"]["demo"]["recent"][0]["reason"] == "client"
+    finally:
+        stack.close()
+
+
+def test_a_model_without_adaptive_is_left_alone(tmp_path: Path, bin_info, demo_model) -> None:
+    models = [{"name": "demo", "parallel": 1, "ctx_size": 2048}]
+    stack = real_stack(tmp_path, demo_model, bin_info, models=models)
+    try:
+        body = {"model": "demo", "prompt": "hello", "max_tokens": 4}
+        assert httpx.post(f"{stack.url}/v1/completions", json=body, timeout=120, trust_env=False).status_code == 200
+        assert "speculative.n_max" not in stack.recorder.bodies("/v1/completions")[0]
+        assert httpx.get(f"{stack.url}/status", timeout=30, trust_env=False).json()["draft_policy"] == {}
+    finally:
+        stack.close()
