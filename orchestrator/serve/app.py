@@ -60,7 +60,6 @@ from orchestrator.serve.prompt_cache import PromptCache
 from orchestrator.serve.routing import Router
 from orchestrator.serve.upstream import UpstreamPool
 from orchestrator.supervise.budget import budget_for
-from orchestrator.supervise.control import ModelControl
 from orchestrator.supervise.scheduler import ModelScheduler
 
 if TYPE_CHECKING:
@@ -121,9 +120,8 @@ def create_app(config: Config, supervisor: Supervisor, scheduler: ModelScheduler
     _add_error_handlers(app)
     _add_cors(app, config)
     add_info_routes(app, running, supervisor, keys, metrics, scheduler)
-    app.state.control = control = ModelControl(scheduler)
-    add_model_routes(app, router, control, keys)
-    restarts = add_restart_route(app, supervisor, control, router, keys)
+    add_model_routes(app, router, scheduler, keys)
+    restarts = add_restart_route(app, supervisor, scheduler, router, keys)
     # last: the console's routes (and its catch-all under /ui/) come after every API route
     app.state.console = console = mount_console(app, config, supervisor, metrics, keys, scheduler)
     return app

@@ -269,8 +269,7 @@ class Endpoint:
     ) -> int:
         fwd = self.fwd
         upstream = fwd.pool.get(instance.base_url or "", instance.name)
-        stalls = instance.stalls
-        instance.in_flight += 1
+        stalls = instance.stalls  # in flight on it: counted by its lease (a peer's by PeerRouter.route)
         mm.in_flight.inc()
         try:
             content = prep.content
@@ -308,7 +307,6 @@ class Endpoint:
         except (UpstreamTimeout, httpx.TransportError) as exc:
             raise stalled_error(instance.stalls - stalls, instance.warnings) or to_api_error(exc) from None
         finally:
-            instance.in_flight -= 1
             mm.in_flight.dec()
 
     def _finish_json(

@@ -6,7 +6,7 @@ restarted; the restart runs in the background and ``GET /v1/models`` / ``GET /st
 waits for its requests in flight up to ``server.timeouts.drain`` seconds), stopped (SIGTERM,
 SIGKILL after ``stop_grace``) and started again; the next one starts only when the previous
 serves again (or failed), so a model with two replicas keeps answering throughout
-(``orchestrator.supervise.control.ModelControl.restart``). A model that is not loaded has
+(``orchestrator.supervise.scheduler.ModelScheduler.restart``). A model that is not loaded has
 nothing to restart.
 
 A second restart of a model whose restart is still running answers 409. The body must be JSON
@@ -28,7 +28,7 @@ from orchestrator.errors import ApiError
 if TYPE_CHECKING:
     from orchestrator.serve.auth import ApiKeys
     from orchestrator.serve.routing import Router
-    from orchestrator.supervise.control import ModelControl
+    from orchestrator.supervise.scheduler import ModelScheduler
     from orchestrator.supervise.supervisor import Instance, Supervisor
 
 
@@ -60,12 +60,12 @@ class Restarts:
 
     Args:
         supervisor: the instances.
-        control: restarts a model's replicas one at a time (``ModelControl.restart``).
+        scheduler: restarts a model's replicas one at a time (``ModelScheduler.restart``).
     """
 
-    def __init__(self, supervisor: Supervisor, control: ModelControl) -> None:
+    def __init__(self, supervisor: Supervisor, scheduler: ModelScheduler) -> None:
         self._supervisor = supervisor
-        self._control = control
+        self._scheduler = scheduler
         self._tasks: dict[str, asyncio.Task[None]] = {}
 
     def running(self, model: str) -> bool:
@@ -82,7 +82,7 @@ class Restarts:
         if self.running(model):
             raise ApiError(409, f"model {model!r} is already restarting", param="model", code="restart_in_progress")
         replicas = self._supervisor.for_model(model)
-        task = asyncio.get_running_loop().create_task(self._control.restart(model), name=f"restart {model}")
+        task = asyncio.get_running_loop().create_task(self._scheduler.restart(model), name=f"restart {model}")
         self._tasks[model] = task
         return replicas
 
@@ -95,10 +95,10 @@ class Restarts:
 
 
 def add_restart_route(
-    app: FastAPI, supervisor: Supervisor, control: ModelControl, router: Router, keys: ApiKeys
+    app: FastAPI, supervisor: Supervisor, scheduler: ModelScheduler, router: Router, keys: ApiKeys
 ) -> Restarts:
     """Add ``POST /models/restart`` to ``app``; returns the ``Restarts`` to close at shutdown."""
-    restarts = Restarts(supervisor, control)
+    restarts = Restarts(supervisor, scheduler)
 
     @app.post("/models/restart", include_in_schema=False)
     async def restart(request: Request) -> JSONResponse:

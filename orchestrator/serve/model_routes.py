@@ -22,10 +22,10 @@ from orchestrator.serve.model_control import read_model_name
 if TYPE_CHECKING:
     from orchestrator.serve.auth import ApiKeys
     from orchestrator.serve.routing import Router
-    from orchestrator.supervise.control import ModelControl
+    from orchestrator.supervise.scheduler import ModelScheduler
 
 
-def add_model_routes(app: FastAPI, router: Router, control: ModelControl, keys: ApiKeys) -> None:
+def add_model_routes(app: FastAPI, router: Router, scheduler: ModelScheduler, keys: ApiKeys) -> None:
     """Register ``POST /models/load``, ``/models/unload`` and ``/reload`` on ``app`` (all ask the API key).
 
     ``/reload`` runs ``app.state.reloader`` (``orchestrator.serve.reload.ConfigReloader``, set by
@@ -34,7 +34,7 @@ def add_model_routes(app: FastAPI, router: Router, control: ModelControl, keys: 
     """
 
     def row(name: str) -> dict[str, Any]:
-        return next(r for r in control.scheduler.snapshot() if r["model"] == name)
+        return next(r for r in scheduler.snapshot() if r["model"] == name)
 
     async def model_name(request: Request) -> str:
         keys.check(request.scope["headers"])
@@ -48,13 +48,13 @@ def add_model_routes(app: FastAPI, router: Router, control: ModelControl, keys: 
     @app.post("/models/load")
     async def load(request: Request) -> JSONResponse:
         name = await model_name(request)
-        await control.load(name)
+        await scheduler.load(name)
         return JSONResponse({"success": True, **row(name)})
 
     @app.post("/models/unload")
     async def unload(request: Request) -> JSONResponse:
         name = await model_name(request)
-        await control.unload(name)
+        await scheduler.unload(name)
         return JSONResponse({"success": True, **row(name)})
 
     @app.post("/reload")

@@ -102,9 +102,7 @@ class OllamaApi:
         """Apply a request's ``keep_alive`` to its model's idle time (the lifecycle's TTL)."""
         seconds = ollama.keep_alive_seconds(body.get("keep_alive"))
         if seconds is not None:
-            managed = self.fwd.router.scheduler.models.get(self.fwd.router.resolve(model).name)
-            if managed is not None:
-                managed.set_keep_alive(seconds)
+            self.fwd.router.scheduler.keep_alive(self.fwd.router.resolve(model).name, seconds)
         return seconds
 
     async def show(self, request: Request) -> JSONResponse:
@@ -210,8 +208,7 @@ class OllamaApi:
                 mm.drafting_off(plan.drafting_off)
             body = plan.body if plan.body is not None else oai
             lease = await fwd.router.acquire(model.name)
-            instance = lease.instance
-            instance.in_flight += 1
+            instance = lease.instance  # in flight on it: counted by the lease
             mm.in_flight.inc()
             upstream = fwd.pool.get(instance.base_url or "", instance.name)
             content = json.dumps(body, ensure_ascii=False).encode()
@@ -240,7 +237,6 @@ class OllamaApi:
         finally:
             mm.request(kind, status)
             if instance is not None and not handed:
-                instance.in_flight -= 1
                 mm.in_flight.dec()
             if lease is not None and not handed:
                 lease.release()
@@ -286,7 +282,6 @@ class OllamaApi:
         except (UpstreamTimeout, httpx.TransportError) as exc:
             yield ollama.error_line(to_api_error(exc))
         finally:
-            lease.instance.in_flight -= 1
             mm.in_flight.dec()
             lease.release()
             await response.aclose()

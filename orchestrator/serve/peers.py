@@ -231,10 +231,13 @@ class PeerRouter:
             return
         self.went(model.name, peer.name)
         peer.requests += 1
+        peer.in_flight += 1
         try:
             yield peer
         except ApiError as err:
             raise peer.transport_error(err) from None
+        finally:
+            peer.in_flight -= 1
 
     def peer_model(self, name: Any) -> ModelConfig | None:
         """A stand-in model config for ``name`` when only a peer serves it (the request repair

@@ -2,7 +2,7 @@
 SIGHUP, and on ``POST /reload`` (``orchestrator reload``).
 
 A reload reads and validates the file, adds the GGUFs found in ``models_dirs``, plans the launch,
-and hands the result to ``ModelControl.apply``, which swaps it in as the running config in one
+and hands the result to ``ModelScheduler.apply``, which swaps it in as the running config in one
 step (every reader sees the new names, keys, timeouts and policies on its next request) and then
 restarts only what changed. When the file is invalid or the change needs a full restart, nothing
 changes: the located error is logged, shown in ``GET /status`` (``config_error``) and returned to
@@ -25,12 +25,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from orchestrator.errors import ApiError, UserError
-from orchestrator.supervise.control import RestartRequired
+from orchestrator.supervise.rollout import RestartRequired
 
 if TYPE_CHECKING:
     from orchestrator.config.schema import Config
     from orchestrator.launch.spec import InstanceSpec
-    from orchestrator.supervise.control import ModelControl, ReloadReport
+    from orchestrator.supervise.rollout import ReloadReport
+    from orchestrator.supervise.scheduler import ModelScheduler
 
 log = logging.getLogger("orchestrator.reload")
 
@@ -45,18 +46,18 @@ class ConfigReloader:
         path: the models.yaml ``up`` was started with.
         prepare: load + discovery + launch plan (``orchestrator.cli.up`` builds it: it knows the
             native build and the GPUs); raises ``UserError`` for an invalid file.
-        control: applies the new plan to the models (and swaps the running config).
+        scheduler: applies the new plan to the models (and swaps the running config).
         on_note: where lines for people go (the ``up`` display).
 
     ``reloads`` counts reloads applied, ``attempts`` every reload run (applied or refused).
     """
 
     def __init__(
-        self, path: Path, prepare: Prepare, control: ModelControl, on_note: Callable[[str], None] = log.warning
+        self, path: Path, prepare: Prepare, scheduler: ModelScheduler, on_note: Callable[[str], None] = log.warning
     ) -> None:
         self.path = path
         self.prepare = prepare
-        self.control = control
+        self.scheduler = scheduler
         self.on_note = on_note
         self.reloads = 0
         self.attempts = 0
@@ -114,10 +115,10 @@ class ConfigReloader:
         self.attempts += 1
         try:
             config, specs, notes = await asyncio.to_thread(self.prepare, self.path)
-            report = await self.control.apply(config, specs)
+            report = await self.scheduler.apply(config, specs)
         except UserError as err:
             text = str(err) + (f" ({err.hint})" if err.hint else "")
-            self.control.scheduler.config_error = text
+            self.scheduler.refused(text)
             self.on_note(f"reload ({why}) refused, still serving the previous config: {text}")
             if isinstance(err, RestartRequired):
                 raise ApiError(409, text, code="restart_required") from None

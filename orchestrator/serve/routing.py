@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from orchestrator.errors import ApiError
 from orchestrator.serve.prompt_cache import NO_AFFINITY, Affinity
-from orchestrator.supervise.scheduler import RETRY_AFTER as SCHEDULER_RETRY_AFTER
+from orchestrator.supervise.model_rules import RETRY_AFTER as SCHEDULER_RETRY_AFTER
 from orchestrator.supervise.states import SERVING
 
 if TYPE_CHECKING:

@@ -232,7 +232,7 @@ async def _serve(
     display = make_display(supervisor)
     me = os.getpid()
     if prepare is not None and config.path is not None:
-        app.state.reloader = ConfigReloader(Path(config.path), prepare, app.state.control, display.note)
+        app.state.reloader = ConfigReloader(Path(config.path), prepare, scheduler, display.note)
     with _Signals(app) as signals, Reloading(getattr(app.state, "reloader", None)) as reloading:
         try:
             _publish(config, supervisor, url, started)

@@ -25,4 +25,11 @@ Concern -> file:
   replica hold a prompt's longest prefix: ``affinity.py``
 - a model's RPC workers (models.yaml ``rpc:``): wait for them, notice a lost one: ``rpc_workers.py``
 - ``orchestrator worker``: one supervised ``ggml-rpc-server``: ``worker.py``
+- the model scheduler, the one writer of the models' state (load on demand, eviction, TTL,
+  queueing, reload): its commands and decisions ``scheduler.py``, its timed transitions (load,
+  unload, drain) ``transitions.py``, restart and reload ``rollout.py`` (both bases of the
+  scheduler's class); its side effects behind ``effects.py`` (the real ones: ``replicas.py``);
+  a model's record, held and granted requests, the one replica picker ``managed.py``; its rules
+  as functions ``model_rules.py``; the memory budget ``budget.py``; model states and events
+  (pure) ``model_state.py``
 """

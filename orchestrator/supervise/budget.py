@@ -52,7 +52,7 @@ class Holder:
 
     ``need``: bytes per device. ``last_used``: monotonic seconds of its last request (LRU).
     ``busy``: requests in flight or queued for it. ``evictable``: loaded, not pinned, not
-    already stopping or loading.
+    already stopping or loading. ``stopping``: unloading now, so its memory is about to be free.
     """
 
     model: str
@@ -61,6 +61,7 @@ class Holder:
     busy: bool
     evictable: bool
     pinned: bool = False
+    stopping: bool = False
 
 
 @dataclass(frozen=True)
@@ -71,7 +72,9 @@ class FitPlan:
     stopped. ``evict``: idle models to unload now (least recently used first). ``drain``: busy
     models that must finish their queued work first. ``blocked``: no plan exists right now
     (models loading or stopping hold the memory; retry when they settle). ``impossible``: the
-    model can never fit (alone, or beside pinned models), with the numbers.
+    model can never fit (alone, or beside pinned models), with the numbers. ``stopping``: models
+    unloading now whose memory the plan counts on (the load waits for them, and nothing more is
+    evicted for the memory they free).
     """
 
     fits: bool
@@ -79,6 +82,7 @@ class FitPlan:
     drain: tuple[str, ...] = ()
     blocked: bool = False
     impossible: str | None = None
+    stopping: tuple[str, ...] = ()
 
 
 @dataclass
@@ -156,6 +160,11 @@ class MemoryBudget:
                     f"{fmt_bytes(pinned_bytes)} ({who}) of its {self.describe(d, used[d])}",
                 )
         free = {d: (math.inf if caps[d] is None else caps[d] - used[d]) for d in wanted}  # type: ignore[operator]
+        stopping = [h.model for h in holders if h.stopping and any(h.need.get(d, 0) > 0 for d in wanted)]
+        for h in holders:
+            if h.stopping:
+                for d in wanted:
+                    free[d] += h.need.get(d, 0)
 
         def short() -> list[str]:
             return [d for d in wanted if free[d] < wanted[d]]
@@ -177,7 +186,7 @@ class MemoryBudget:
                 free[d] += h.need.get(d, 0)
         if short():
             return FitPlan(False, evict=(), drain=(), blocked=True)
-        return FitPlan(not drain, evict=tuple(evict), drain=tuple(drain))
+        return FitPlan(not drain and not stopping, evict=tuple(evict), drain=tuple(drain), stopping=tuple(stopping))
 
 
 def need_per_device(replicas: list[tuple[tuple[int, ...], int | None]]) -> dict[str, int]:

@@ -52,7 +52,8 @@ class Instance:
     ``exit_code``, ``started_at``/``ready_at`` (Unix time, seconds), ``requests``, ``speculation``,
     ``warnings``, ``stalls``, ``responsive``, ``message`` (why it FAILED or is RESTARTING),
     ``decode_tps`` (tok/s of the last response), ``acceptance`` (accepted / drafted so far). The
-    proxy increments and decrements ``in_flight`` around each upstream request (each increment
+    proxy's leases (``orchestrator.supervise.managed.Lease``; the bench's requests without a
+    scheduler) increment and decrement ``in_flight`` around each request (each increment
     also counts one request in ``requests``).
 
     Args:

@@ -1,5 +1,8 @@
 """One model under the lifecycle (``ManagedModel``), a held request (``Waiter``) and a granted one
-(``Lease``). ``orchestrator.supervise.scheduler.ModelScheduler`` is the only writer of their state."""
+(``Lease``). ``orchestrator.supervise.scheduler.ModelScheduler`` is the only writer of their state.
+
+A request in flight is counted once, on its replica (``Instance.in_flight``): the lease adds it when
+granted and takes it back when released. ``least_busy`` is the one replica picker."""
 
 from __future__ import annotations
 
@@ -28,15 +31,20 @@ def model_need(instances: list[Instance]) -> dict[str, int]:
 Prefer = Callable[[list["Instance"]], "Instance | None"]
 
 
+def least_busy(serving: list[Instance]) -> Instance | None:
+    """The replica with the fewest requests in flight (then the fewest served), or None."""
+    return min(serving, key=lambda i: (i.in_flight, i.requests)) if serving else None
+
+
 class Waiter:
     """A request held until its model can take it. ``since``: monotonic arrival time (s);
     ``prefer``: its replica preference, if any."""
 
     __slots__ = ("future", "prefer", "since")
 
-    def __init__(self, prefer: Prefer | None = None) -> None:
+    def __init__(self, since: float, prefer: Prefer | None = None) -> None:
         self.future: asyncio.Future[Lease] = asyncio.get_running_loop().create_future()
-        self.since = time.monotonic()
+        self.since = since
         self.prefer = prefer
 
 
@@ -44,6 +52,7 @@ class Lease:
     """A granted request: ``instance`` serves it until :meth:`release` (idempotent; also on ``with`` exit).
 
     While any lease of a model is out, the model is busy: never evicted, never unloaded for idleness.
+    It is counted in ``instance.in_flight`` from the grant to the release.
     """
 
     __slots__ = ("_release", "_released", "instance", "model", "waited")
@@ -72,12 +81,19 @@ class ManagedModel:
     """The lifecycle record of one model: its replicas, need per device, state, held and granted requests.
 
     Read freely: ``state``, ``reason`` (why FAILED, why not loaded, what it waits for), ``need``
-    (bytes per device), ``instances``, ``waiters``, ``leases`` (granted requests per replica name),
-    ``last_used`` (monotonic s), ``loads``, ``evictions``, ``last_load_seconds``.
+    (bytes per device), ``instances``, ``waiters``, ``in_flight`` (granted requests),
+    ``last_used`` (``clock`` s), ``loads``, ``evictions``, ``last_load_seconds``.
     """
 
-    def __init__(self, config: ModelConfig, instances: list[Instance], need: dict[str, int]) -> None:
+    def __init__(
+        self,
+        config: ModelConfig,
+        instances: list[Instance],
+        need: dict[str, int],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.config = config
+        self.clock = clock
         self.instances = instances
         self.need = need
         self.keep_alive: float | None = None  # idle seconds a client asked for (Ollama keep_alive)
@@ -86,8 +102,7 @@ class ManagedModel:
         self.failed_at = -math.inf
         self.waiters: collections.deque[Waiter] = collections.deque()
         self.wanted_since: float | None = None  # a load asked for without a held request
-        self.leases: dict[str, int] = {}
-        self.last_used = time.monotonic()
+        self.last_used = clock()
         self.ready_since = -math.inf  # monotonic time it last became READY
         self.loaded_at: float | None = None  # Unix time, for people
         self.load_started: float | None = None  # monotonic, while LOADING
@@ -109,8 +124,8 @@ class ManagedModel:
 
     @property
     def in_flight(self) -> int:
-        """Granted requests not yet released."""
-        return sum(self.leases.values())
+        """Granted requests not yet released (counted on the replicas)."""
+        return sum(i.in_flight for i in self.instances)
 
     @property
     def holds_memory(self) -> bool:
@@ -147,14 +162,11 @@ class ManagedModel:
         return [i for i in self.instances if i.state in SERVING and i.responsive and i.name not in self.draining]
 
     def pick(self, prefer: Prefer | None = None) -> Instance | None:
-        """The serving replica ``prefer`` names (prefix affinity), else the one with the fewest
-        granted requests (then fewest total), or None."""
+        """The serving replica ``prefer`` names (prefix affinity), else ``least_busy``'s, or None."""
         serving = self.serving()
-        if not serving:
-            return None
-        if prefer is not None and (chosen := prefer(serving)) is not None:
+        if serving and prefer is not None and (chosen := prefer(serving)) is not None:
             return chosen
-        return min(serving, key=lambda i: (self.leases.get(i.name, 0), i.requests))
+        return least_busy(serving)
 
     def eligible(self, waiter: Waiter) -> bool:
         """Whether a held request may be granted: always, unless the model is closing for another model,
@@ -174,18 +186,14 @@ class ManagedModel:
 
     def grant(self, inst: Instance, waited: float, release: Callable[[Lease], None]) -> Lease:
         """Count a request on replica ``inst`` and return its lease (``release`` is called once, at the end)."""
-        self.leases[inst.name] = self.leases.get(inst.name, 0) + 1
-        self.last_used = time.monotonic()
+        inst.in_flight += 1
+        self.last_used = self.clock()
         return Lease(self.name, inst, release, waited)
 
     def release(self, lease: Lease) -> None:
         """Uncount a finished request; the model's idle time starts now."""
-        left = self.leases.get(lease.instance.name, 0) - 1
-        if left > 0:
-            self.leases[lease.instance.name] = left
-        else:
-            self.leases.pop(lease.instance.name, None)
-        self.last_used = time.monotonic()
+        lease.instance.in_flight -= 1
+        self.last_used = self.clock()
 
     def fail_waiters(self, error: Exception) -> None:
         """Answer every held request (and any load wish) with ``error``."""
@@ -206,7 +214,7 @@ class ManagedModel:
 
         Times in seconds; memory in bytes per device (``"cpu"`` or a GPU index).
         """
-        now = time.monotonic() if now is None else now
+        now = self.clock() if now is None else now
         ttl = self.ttl(server)
         idle = now - self.last_used if self.state is ModelState.READY and not self.in_flight else None
         loading_for = now - self.load_started if self.load_started is not None else None

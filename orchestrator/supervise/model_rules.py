@@ -34,6 +34,9 @@ if TYPE_CHECKING:
     from orchestrator.supervise.managed import ManagedModel
 
 
+RETRY_AFTER = 5.0  # seconds a client is told to wait after a 503/429 from the lifecycle
+
+
 def holders(models: Iterable[ManagedModel], exclude: ManagedModel) -> list[Holder]:
     """Every model that holds memory (loaded, loading, stopping) but ``exclude``, as the budget sees it.
 
@@ -48,6 +51,7 @@ def holders(models: Iterable[ManagedModel], exclude: ManagedModel) -> list[Holde
             busy=m.busy(),
             evictable=m.state is ModelState.READY and not m.config.pinned and not m.adopted,
             pinned=m.config.pinned,
+            stopping=m.state is ModelState.UNLOADING,
         )
         for m in models
         if m is not exclude and m.holds_memory
@@ -112,6 +116,26 @@ def follow_replicas(m: ManagedModel, *, idle: bool) -> tuple[ModelState, str | N
         if all(s is ProcessState.STOPPED for s in states):
             return ModelState.UNLOADED, "its replicas were stopped"
         return ModelState.FAILED, replica_failure(m)
+    return None
+
+
+def refuse_to_hold(m: ManagedModel, server: ServerConfig) -> ApiError | None:
+    """Why a request for ``m`` that cannot be granted now is not held, or None to hold it:
+    ``when_loading: reject`` (503 ``model_loading``) or ``queue_limit`` reached (429 ``queue_full``)."""
+    if server.when_loading == "reject":
+        return ApiError(
+            503,
+            f"model {m.name!r} is not ready yet ({waiting_for(m)}); retry later",
+            code="model_loading",
+            retry_after=RETRY_AFTER,
+        )
+    if len(m.waiters) >= m.queue_limit(server):
+        return ApiError(
+            429,
+            f"model {m.name!r} already holds {len(m.waiters)} waiting requests (queue_limit); retry later",
+            code="queue_full",
+            retry_after=RETRY_AFTER,
+        )
     return None
 
 

@@ -1,8 +1,9 @@
-"""The slow half of the model scheduler: start a model's replicas and wait until they serve, drain
-and stop them (with the ``before_ready`` / ``before_stop`` hooks), restart them one at a time.
+"""The real effects of the model scheduler (``orchestrator.supervise.effects.Effects``) over a
+``Supervisor``: start a model's replicas and wait until they serve, stop them (with the
+``before_ready`` / ``before_stop`` hooks), make replicas for new launch specs, the clock.
 
-``ReplicaOps`` never changes a model's state; ``ModelScheduler`` awaits these calls in its load and
-unload tasks and makes every transition itself.
+``ReplicaOps`` never changes a model's state; ``ModelScheduler`` awaits these calls in its load,
+unload and restart tasks and makes every transition itself.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from orchestrator.supervise.instance import Instance
@@ -21,18 +21,16 @@ from orchestrator.supervise.states import SERVING, TERMINAL, ProcessState
 
 if TYPE_CHECKING:
     from orchestrator.launch.spec import InstanceSpec
+    from orchestrator.supervise.effects import Hook
     from orchestrator.supervise.managed import ManagedModel
     from orchestrator.supervise.model_state import SchedulerPolicy
     from orchestrator.supervise.supervisor import Supervisor
 
 log = logging.getLogger("orchestrator.scheduler")
 
-#: ``hook(model, reason)``: reason is ``load`` (before_ready) or why it stops (before_stop).
-Hook = Callable[["ManagedModel", str], Awaitable[None]]
-
 
 class ReplicaOps:
-    """Starts, drains, stops and restarts the replicas of one model at a time.
+    """The scheduler's effects on real llama-server processes (``Effects``).
 
     Args:
         supervisor: owns the ``Instance`` objects (``changed`` is pulsed on their state changes).
@@ -45,9 +43,15 @@ class ReplicaOps:
         self.before_ready: list[Hook] = []
         self.before_stop: list[Hook] = []
 
-    async def _changed(self, timeout: float | None = None) -> None:
+    @staticmethod
+    def now() -> float:
+        """Monotonic seconds."""
+        return time.monotonic()
+
+    async def changed(self, timeout: float) -> None:
+        """Return on the supervisor's next state change, or after ``timeout`` s."""
         with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(self.supervisor.changed.wait(), timeout=timeout or self.policy.tick)
+            await asyncio.wait_for(self.supervisor.changed.wait(), timeout=timeout)
 
     async def start(self, m: ManagedModel) -> str | None:
         """Start every replica and wait until all serve, then run ``before_ready``.
@@ -72,21 +76,20 @@ class ReplicaOps:
                     return startup_failure(inst)
             if all(i.state in SERVING for i in instances):
                 return None
-            await self._changed()
+            await self.changed(self.policy.tick)
 
-    async def drain(self, busy: Callable[[], bool], timeout: float, wake: asyncio.Event) -> None:
-        """Wait until ``busy()`` is False, at most ``timeout`` s (``wake`` is pulsed on every change)."""
-        deadline = time.monotonic() + timeout
-        while busy() and (left := deadline - time.monotonic()) > 0:
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(wake.wait(), timeout=min(self.policy.tick, left))
+    async def launch(self, instances: list[Instance]) -> str | None:
+        """Start ``instances`` and wait until they serve (None) or one fails before serving (why)."""
+        for inst in instances:
+            inst.start()
+        return await self.wait_serving(instances)
 
     async def stop(self, m: ManagedModel, reason: str, grace: float | None = None) -> None:
         """Run ``before_stop``, then stop every replica."""
         if all(i.state in TERMINAL for i in m.instances):
             return
         await self.run_before_stop(m, reason)
-        await self.stop_replicas(m.instances, self.policy.stop_grace if grace is None else grace)
+        await self.stop_replicas(m.instances, grace)
 
     async def run_before_stop(self, m: ManagedModel, reason: str) -> None:
         """The ``before_stop`` hooks (a failing hook is logged, never blocks the stop)."""
@@ -96,9 +99,10 @@ class ReplicaOps:
             except Exception:
                 log.exception("before_stop hook failed for %s", m.name)
 
-    @staticmethod
-    async def stop_replicas(instances: list[Instance], grace: float) -> None:
-        """Stop ``instances`` together (SIGTERM, SIGKILL after ``grace`` s); returns once reaped."""
+    async def stop_replicas(self, instances: list[Instance], grace: float | None = None) -> None:
+        """Stop ``instances`` together (SIGTERM, SIGKILL after ``grace`` s, by default the policy's
+        ``stop_grace``); returns once reaped."""
+        grace = self.policy.stop_grace if grace is None else grace
         await asyncio.gather(*(i.stop(grace) for i in instances))
 
     def replace(self, old: Instance, spec: InstanceSpec) -> Instance:
@@ -112,6 +116,10 @@ class ReplicaOps:
         new = self._make(spec)
         self.supervisor.instances.append(new)
         return new
+
+    def forget(self, inst: Instance) -> None:
+        """Take the stopped ``inst`` out of the supervisor's list."""
+        self.supervisor.instances.remove(inst)
 
     def _make(self, spec: InstanceSpec) -> Instance:
         sup = self.supervisor

@@ -1,12 +1,25 @@
 """Model lifecycle on one machine: load on first request, idle unload (TTL), memory-aware eviction.
 
-``ModelScheduler`` sits between the proxy and the ``Supervisor``: :meth:`ModelScheduler.acquire`
-gives a ``Lease`` on a serving replica, holding the request while the model loads. One synchronous
-method, :meth:`ModelScheduler._schedule`, makes every decision (grant, load, evict, close) after
-every change (a request arrives or ends, a replica changes state, a task ends, a tick), so no two
-decisions race; loads and unloads run as tasks and call it again when they end.
+``ModelScheduler`` is the one writer of the models' state. Everything else sends it commands:
 
-The rules it applies are listed in ``orchestrator.supervise.model_rules``.
+=====================================  ==================================================
+``acquire(name, prefer)``              a ``Lease`` on a serving replica (the proxy), held
+                                       while the model loads or waits for memory
+``load(name)`` / ``unload(name)``      load now (evicting idle models) / drain and stop
+``restart(name, specs)``               replicas one at a time (``rollout.py``)
+``apply(config, specs)``               a reload: swap the running config, then change
+                                       only what changed (``rollout.py``)
+``keep_alive(name, seconds)``          a client's idle time for the model (Ollama)
+``tick()``                             TTL and re-planning (its own loop calls it too)
+``start()`` / ``close()``              on_start loads / stop everything
+=====================================  ==================================================
+
+One synchronous method, :meth:`ModelScheduler._schedule`, makes every decision (grant, load,
+evict, close) after every change (a request arrives or ends, a replica changes state, a task ends,
+a tick), so no two decisions race; loads, unloads and restarts run as tasks and call it again when
+they end. Every side effect (processes, hooks, the clock) goes through its ``Effects``
+(``orchestrator.supervise.effects``), so its decisions are tested without processes. The rules it
+applies are listed in ``orchestrator.supervise.model_rules``.
 
 Hooks: ``before_ready`` (restore prompt caches) and ``before_stop`` (save them); ``listeners`` get
 each ``ModelEvent``; ``changed`` is pulsed on every state change, ``version`` counts them.
@@ -17,20 +30,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.errors import ApiError
 from orchestrator.supervise.budget import MemoryBudget, follow_budget
-from orchestrator.supervise.managed import Lease, ManagedModel, Prefer, Waiter, model_need
+from orchestrator.supervise.managed import Lease, ManagedModel, Prefer, Waiter
 from orchestrator.supervise.model_rules import (
+    RETRY_AFTER,
     expired,
     follow_replicas,
     holders,
-    load_failed_error,
     memory_table,
+    refuse_to_hold,
     removed_error,
     startup_misfit,
     unavailable_error,
@@ -38,51 +51,57 @@ from orchestrator.supervise.model_rules import (
 )
 from orchestrator.supervise.model_state import ModelEvent, ModelState, SchedulerPolicy
 from orchestrator.supervise.replicas import ReplicaOps
+from orchestrator.supervise.rollout import Rollout
 
 if TYPE_CHECKING:
     from orchestrator.config.schema import Config
+    from orchestrator.launch.spec import InstanceSpec
+    from orchestrator.supervise.effects import Effects
     from orchestrator.supervise.instance import Instance
+    from orchestrator.supervise.rollout import ReloadReport
     from orchestrator.supervise.supervisor import Supervisor
 
 log = logging.getLogger("orchestrator.scheduler")
 
-RETRY_AFTER = 5.0  # seconds a client is told to wait after a 503/429 from the lifecycle
 
-
-class ModelScheduler:
+class ModelScheduler(Rollout):
     """Loads, unloads and evicts the models of one ``Supervisor`` under a ``MemoryBudget``.
 
     Args:
-        supervisor: owns the replicas (``Instance``) of every model, started or not, and the running
-            config (``server.ttl``, ``queue_limit``, timeouts, each model's ``load``, ``ttl``, ``pinned``).
+        supervisor: the replicas (``Instance``) of every model, started or not (``for_model``), and
+            the running config (``running``: ``server.ttl``, ``queue_limit``, timeouts, each model's
+            ``load``, ``ttl``, ``pinned``).
         budget: device capacities; a reload that changes ``server.memory_reserve`` or
             ``memory_budget`` gets a budget with the new values (``follow_budget``).
         policy: timing rules; tests shrink them.
+        effects: what its decisions do (``Effects``); by default ``ReplicaOps`` over ``supervisor``.
     """
-
-    @property
-    def config(self) -> Config:
-        """The running config's current snapshot."""
-        return self.running.current
 
     @property
     def budget(self) -> MemoryBudget:
         """The memory budget of the current snapshot."""
         return self._budget()
 
-    def __init__(self, supervisor: Supervisor, budget: MemoryBudget, policy: SchedulerPolicy | None = None) -> None:
+    def __init__(
+        self,
+        supervisor: Supervisor,
+        budget: MemoryBudget,
+        policy: SchedulerPolicy | None = None,
+        *,
+        effects: Effects | None = None,
+    ) -> None:
         self.supervisor = supervisor
         self.running = supervisor.running
         self._budget = self.running.derive(partial(follow_budget, budget, self.running.current.server))
         self.policy = policy or SchedulerPolicy()
+        self.effects: Effects = effects if effects is not None else ReplicaOps(supervisor, self.policy)
         self.models: dict[str, ManagedModel] = {}
         for model in self.config.models:
-            insts = supervisor.for_model(model.name)
-            self.models[model.name] = ManagedModel(model, insts, model_need(insts))
+            self.models[model.name] = self._managed(model, supervisor.for_model(model.name))
         self.listeners: list[Callable[[ModelEvent], None]] = []
-        self.ops = ReplicaOps(supervisor, self.policy)
-        self.before_ready = self.ops.before_ready  # hooks: (model, "load") after its replicas serve
-        self.before_stop = self.ops.before_stop  # hooks: (model, reason) before any stop we control
+        self.before_ready = self.effects.before_ready  # hooks: (model, "load") after its replicas serve
+        self.before_stop = self.effects.before_stop  # hooks: (model, reason) before any stop we control
+        self._reloading = asyncio.Lock()
         self.changed = asyncio.Event()
         self.version = 0
         self.decisions = 0  # _schedule runs (a tick counts): tests wait on it instead of sleeping
@@ -134,7 +153,7 @@ class ModelScheduler:
                 await self._runner
         for m in self.models.values():
             m.fail_waiters(ApiError(503, "the server is shutting down", code="draining", retry_after=5.0))
-        await asyncio.gather(*(self.ops.stop(m, "shutdown", grace) for m in self.models.values()))
+        await asyncio.gather(*(self.effects.stop(m, "shutdown", grace) for m in self.models.values()))
         for task in list(self._tasks):
             task.cancel()
         if self._tasks:
@@ -142,10 +161,15 @@ class ModelScheduler:
 
     async def _run(self) -> None:
         while True:
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self.supervisor.changed.wait(), timeout=self.policy.tick)
-            self._unload_idle()
-            self._schedule()
+            await self.effects.changed(self.policy.tick)
+            self.tick()
+
+    def tick(self) -> None:
+        """Unload the models idle past their TTL, and decide again (the loop calls it every
+        ``policy.tick`` s and on every replica change)."""
+        for m in expired(self.models.values(), self.config.server, self.effects.now()):
+            self._start_unload(m, "ttl")
+        self._schedule()
 
     # ----------------------------------------------------------------- the proxy's side
 
@@ -159,9 +183,7 @@ class ModelScheduler:
                 503 ``model_load_failed`` with the log's reason; 503 ``model_too_large`` with the
                 numbers when it can never fit.
         """
-        m = self.models.get(name)
-        if m is None or m.removed:
-            raise removed_error(name)
+        m = self._model(name)
         self._ensure_running()
         self._reconcile(m)
         if m.state is ModelState.READY and not m.closing and not m.waiters:
@@ -169,30 +191,69 @@ class ModelScheduler:
             if inst is not None:
                 return self._grant(m, inst, 0.0)
         server = self.config.server
-        if server.when_loading == "reject":
-            if m.state in (ModelState.UNLOADED, ModelState.FAILED) and m.wanted_since is None:
-                m.wanted_since = time.monotonic()
+        refusal = refuse_to_hold(m, server)
+        if refusal is not None:
+            idle = m.state in (ModelState.UNLOADED, ModelState.FAILED) and m.wanted_since is None
+            if server.when_loading == "reject" and idle:
+                m.wanted_since = self.effects.now()  # reject starts the load all the same
                 self._schedule()
-            raise ApiError(
-                503,
-                f"model {name!r} is not ready yet ({waiting_for(m)}); retry later",
-                code="model_loading",
-                retry_after=RETRY_AFTER,
-            )
-        if len(m.waiters) >= m.queue_limit(server):
-            raise ApiError(
-                429,
-                f"model {name!r} already holds {len(m.waiters)} waiting requests (queue_limit); retry later",
-                code="queue_full",
-                retry_after=RETRY_AFTER,
-            )
-        return await self.hold(m, server.timeouts.queue, prefer)
+            raise refusal
+        return await self._hold(m, server.timeouts.queue, prefer)
 
-    async def hold(self, m: ManagedModel, timeout: float, prefer: Prefer | None = None) -> Lease:
+    async def load(self, name: str, timeout: float | None = None) -> ManagedModel:
+        """Load model ``name`` (evicting idle models if needed) and wait until it is READY; a FAILED
+        model is tried again (a person asks).
+
+        Raises:
+            ApiError: 503 with the reason when it fails, cannot fit, or is not ready within
+                ``timeout`` s (default ``server.timeouts.queue``).
+        """
+        m = self._model(name)
+        m.retry = True
+        (await self._hold(m, timeout if timeout is not None else self.config.server.timeouts.queue)).release()
+        return m
+
+    async def unload(self, name: str, reason: str = "request") -> ManagedModel:
+        """Unload model ``name``: cancel a load in progress, or drain its requests (at most
+        ``server.timeouts.drain`` s; new ones are held) and stop its replicas. No-op when unloaded."""
+        m = self._model(name)
+        await self._stop_model(m, reason)
+        return m
+
+    async def restart(self, name: str, specs: list[InstanceSpec] | None = None) -> None:
+        """Restart model ``name``'s replicas one at a time (drain, stop, start, wait until it serves),
+        with ``specs`` (by replica name) where given; a model that is not loaded only takes them."""
+        await self._restart_model(self._model(name), specs)
+
+    async def apply(self, config: Config, specs: list[InstanceSpec]) -> ReloadReport:
+        """A reload: swap ``config`` in as the running config, then make the models match it and
+        its launch plan ``specs`` (``orchestrator.supervise.rollout``).
+
+        Raises:
+            RestartRequired: the change needs a full restart; nothing was changed.
+        """
+        return await self._apply(config, specs)
+
+    def keep_alive(self, name: str, seconds: float) -> None:
+        """A client's idle time for model ``name``, replacing its ``ttl`` until the next one
+        (``ManagedModel.set_keep_alive``)."""
+        m = self.models.get(name)
+        if m is not None:
+            m.set_keep_alive(seconds)
+            self._schedule()
+
+    def _model(self, name: str) -> ManagedModel:
+        """The model a command names; 404 for one a reload removed (or never had)."""
+        m = self.models.get(name)
+        if m is None or m.removed:
+            raise removed_error(name)
+        return m
+
+    async def _hold(self, m: ManagedModel, timeout: float, prefer: Prefer | None = None) -> Lease:
         """Hold a request for ``m`` until it is granted (the model loads, a swap happens), at most
         ``timeout`` s; then 503 ``model_loading`` saying what it waited for."""
         self._ensure_running()
-        waiter = Waiter(prefer)
+        waiter = Waiter(self.effects.now(), prefer)
         m.waiters.append(waiter)
         self._schedule()
         try:
@@ -231,7 +292,7 @@ class ModelScheduler:
 
     def snapshot(self) -> list[dict[str, Any]]:
         """One row per model (``ManagedModel.snapshot``)."""
-        now = time.monotonic()
+        now = self.effects.now()
         return [m.snapshot(self.config.server, now) for m in self.models.values()]
 
     def memory(self) -> dict[str, dict[str, Any]]:
@@ -272,7 +333,7 @@ class ModelScheduler:
                 self._start_load(m)
                 continue
             reserved |= devices
-            waits = [*plan.evict, *plan.drain]
+            waits = [*plan.stopping, *plan.evict, *plan.drain]
             m.reason = f"waiting for {', '.join(waits)} to unload" if waits else "waiting for memory"
         for m in self.models.values():
             m.closing = m.name in closing
@@ -281,7 +342,7 @@ class ModelScheduler:
     def _grant_waiters(self, m: ManagedModel) -> None:
         if m.state is not ModelState.READY:
             return
-        now = time.monotonic()
+        now = self.effects.now()
         for waiter in m.grantable():
             inst = m.pick(waiter.prefer)
             if inst is None:
@@ -298,96 +359,7 @@ class ModelScheduler:
         # replicas someone else started are followed (adopted), never evicted or unloaded by TTL
         m.adopted = state in (ModelState.LOADING, ModelState.READY) and (m.adopted or state is ModelState.LOADING)
         if state is ModelState.READY:
-            m.ready_since = time.monotonic()
+            m.ready_since = self.effects.now()
         elif state is ModelState.FAILED:
-            m.failed_at = time.monotonic()
+            m.failed_at = self.effects.now()
         self._set(m, state, reason)
-
-    def _unload_idle(self) -> None:
-        for m in expired(self.models.values(), self.config.server, time.monotonic()):
-            self._start_unload(m, "ttl")
-
-    # ----------------------------------------------------------------- loads and unloads
-
-    def _spawn(self, m: ManagedModel, coro: Coroutine[Any, Any, None], what: str) -> None:
-        task = asyncio.get_running_loop().create_task(coro, name=f"{what} {m.name}")
-        m.task = task
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    def _start_load(self, m: ManagedModel, startup: bool = False) -> None:
-        m.wanted_since = None
-        m.retry = False
-        m.startup = startup
-        # transition: UNLOADED/FAILED -> LOADING (the task reports READY or FAILED)
-        m.load_started = time.monotonic()
-        self._set(m, ModelState.LOADING, "loading")
-        self._emit(ModelEvent("load_started", m.name))
-        self._spawn(m, self._load(m), "load")
-
-    async def _load(self, m: ManagedModel) -> None:
-        started = time.monotonic()
-        try:
-            problem = await self.ops.start(m)
-        except asyncio.CancelledError:
-            await self.ops.stop_replicas(m.instances, 0.0)
-            m.load_started = None
-            self._set(m, ModelState.UNLOADED, "load cancelled")
-            raise
-        m.load_started = None
-        if problem is not None:
-            await self.ops.stop_replicas(m.instances, 0.0)
-            m.failed_at = time.monotonic()
-            # transition: LOADING -> FAILED (a replica exited, timed out or was refused)
-            self._set(m, ModelState.FAILED, problem)
-            self._emit(ModelEvent("load_failed", m.name, reason=problem))
-            log.warning("model %s failed to load: %s", m.name, problem)
-            m.fail_waiters(load_failed_error(m))
-            self._schedule()
-            return
-        m.loads += 1
-        m.last_load_seconds = time.monotonic() - started
-        m.loaded_at = time.time()
-        m.ready_since = m.last_used = time.monotonic()
-        # transition: LOADING -> READY (every replica serves)
-        self._set(m, ModelState.READY, None)
-        self._emit(ModelEvent("loaded", m.name, seconds=m.last_load_seconds))
-        self._schedule()
-
-    def _start_unload(self, m: ManagedModel, reason: str, for_model: str | None = None) -> None:
-        if m.state is not ModelState.READY:
-            return
-        if reason == "memory":
-            self.swaps += 1
-            m.evictions += 1
-        self._spawn(m, self._unload(m, reason, for_model), "unload")
-
-    async def _unload(self, m: ManagedModel, reason: str, for_model: str | None = None) -> None:
-        # transition: READY -> UNLOADING (drain first: new requests are held meanwhile)
-        self._set(m, ModelState.UNLOADING, f"unloading ({reason})")
-        await self.ops.drain(lambda: m.in_flight > 0, self.config.server.timeouts.drain, self.changed)
-        await self.ops.stop(m, reason)
-        m.adopted = False
-        # transition: UNLOADING -> UNLOADED
-        self._set(m, ModelState.UNLOADED, f"unloaded ({reason})")
-        self._emit(ModelEvent("unloaded", m.name, reason=reason, for_model=for_model))
-        self._schedule()
-
-    # ----------------------------------------------------------------- notification
-
-    def _set(self, m: ManagedModel, state: ModelState, reason: str | None) -> None:
-        m.state = state
-        m.reason = reason
-        self._pulse()
-
-    def _pulse(self) -> None:
-        self.version += 1
-        self.changed.set()
-        self.changed.clear()
-
-    def _emit(self, event: ModelEvent) -> None:
-        for listener in self.listeners:
-            try:
-                listener(event)
-            except Exception:
-                log.exception("lifecycle listener failed on %s", event)

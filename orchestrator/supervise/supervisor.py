@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from orchestrator.config.running import RunningConfig
 from orchestrator.supervise.instance import Instance
 from orchestrator.supervise.lifecycle import describe_exit
+from orchestrator.supervise.managed import least_busy
 from orchestrator.supervise.states import RUNNING, SERVING, STARTING, TERMINAL, ProcessState, SupervisorPolicy
 from orchestrator.supervise.status import status_row
 
@@ -74,11 +75,9 @@ class Supervisor:
         return [i for i in self.instances if i.spec.model == model]
 
     def pick(self, model: str) -> Instance | None:
-        """The serving, responsive replica of ``model`` with the fewest requests in flight, or None."""
-        serving = [i for i in self.for_model(model) if i.state in SERVING and i.responsive]
-        if not serving:
-            return None
-        return min(serving, key=lambda i: (i.in_flight, i.requests))
+        """The serving, responsive replica of ``model`` with the fewest requests in flight
+        (``least_busy``, the scheduler's picker too), or None."""
+        return least_busy([i for i in self.for_model(model) if i.state in SERVING and i.responsive])
 
     async def wait_for_replica(self, model: str, timeout: float) -> Instance | None:
         """Hold until a replica of ``model`` serves (``server.when_loading: hold``), at most ``timeout`` s.

@@ -35,7 +35,7 @@ def test_a_model_added_by_reload_is_listed_by_ollama_and_openai_with_its_context
         client = ollama.Client(host=stack.url, timeout=120)
         assert [m.model for m in client.list().models] == ["a"]
         config = lifecycle_config([a, {"name": "b", "path": str(tiny[1]), "ctx_size": 1024}])
-        report = stack.run(stack.app.state.control.apply(config, plan(config, bin_info)))
+        report = stack.run(stack.scheduler.apply(config, plan(config, bin_info)))
         assert report.added == ["b"]
         assert [m.model for m in client.list().models] == ["a", "b"]  # /api/tags, before b loads
         ids = {m["id"]: m for m in httpx.get(stack.url + "/v1/models").json()["data"]}
@@ -60,9 +60,7 @@ def test_a_removed_model_is_404_at_once_while_another_model_restarts(
             assert httpx.post(stack.url + "/v1/chat/completions", json=chat(name), timeout=120).status_code == 200
         lease = stack.run(stack.scheduler.acquire("b"))  # a request in flight on b: its restart drains
         config = lifecycle_config([{**b, "ctx_size": 1024}])  # a removed, b's launch changed
-        applying = asyncio.run_coroutine_threadsafe(
-            stack.app.state.control.apply(config, plan(config, bin_info)), stack.loop
-        )
+        applying = asyncio.run_coroutine_threadsafe(stack.scheduler.apply(config, plan(config, bin_info)), stack.loop)
         wait_until("b's restart to drain its replica", lambda: stack.scheduler.models["b"].draining)
         started = time.monotonic()
         gone = httpx.post(stack.url + "/v1/chat/completions", json=chat("a"), timeout=60)
@@ -94,7 +92,7 @@ def test_a_burst_of_reload_requests_runs_at_most_two_reloads_and_stop_drops_the_
         return config, specs, []
 
     notes: list[str] = []
-    reloader = ConfigReloader(path, prepare, stack.app.state.control, notes.append)
+    reloader = ConfigReloader(path, prepare, stack.scheduler, notes.append)
     try:
 
         async def burst() -> Any:

@@ -1,4 +1,4 @@
-"""One owner of the running config: a reload (``ModelControl.apply``) swaps in a new snapshot and
+"""One owner of the running config: a reload (``ModelScheduler.apply``) swaps in a new snapshot and
 every reader takes it on its next request: API keys (a removed key is 401 at once), ``auth_health``
 / ``auth_metrics``, body limit, ``when_loading``, TTL, memory budget, model names and aliases in the
 OpenAI and Ollama listings, upstream timeouts, and the settings of a model the reload adds.
@@ -33,7 +33,7 @@ def _config(**server: Any) -> Config:
 def _apply(stack: Stack, config: Config, specs: list[InstanceSpec] | None = None) -> str:
     """Reload ``config`` as ``orchestrator up`` does (keeping demo's replica as it is)."""
     specs = specs if specs is not None else [stack.supervisor.instances[0].spec]
-    report = stack.run(stack.app.state.control.apply(config, specs))
+    report = stack.run(stack.scheduler.apply(config, specs))
     return str(report.summary())
 
 
@@ -156,7 +156,7 @@ def test_a_changed_upstream_timeout_applies_to_the_next_request(tmp_path: Path) 
 
 
 def test_a_refused_reload_changes_no_reader(stack: Stack) -> None:
-    from orchestrator.supervise.control import RestartRequired
+    from orchestrator.supervise.rollout import RestartRequired
 
     with pytest.raises(RestartRequired):
         _apply(stack, _config(api_keys=["new-key"], port=1))

@@ -32,6 +32,17 @@ def test_evicts_idle_models_least_recently_used_first_and_only_as_many_as_needed
     assert plan.evict == ("old", "mid")
 
 
+def test_memory_a_stopping_model_frees_is_counted_on_and_not_evicted_for_twice() -> None:
+    """An eviction already under way frees its memory soon: the load waits for it, and no other
+    idle model is evicted for the same bytes (they were: every idle model went for one load)."""
+    stopping = Holder("going", {"0": 50 * MIB}, 0.0, False, False, stopping=True)
+    idle = holder("idle", 40, last_used=1.0)
+    plan = budget(**{"0": 100 * MIB}).plan("b", {"0": 50 * MIB}, [stopping, idle])
+    assert not plan.fits and plan.evict == () and plan.stopping == ("going",) and not plan.blocked
+    plan = budget(**{"0": 100 * MIB}).plan("b", {"0": 80 * MIB}, [stopping, idle])  # not enough alone
+    assert plan.evict == ("idle",) and plan.stopping == ("going",)
+
+
 def test_busy_models_drain_rather_than_being_evicted_and_go_after_idle_ones() -> None:
     holders = [holder("busy", 50, last_used=0.0, busy=True), holder("idle", 40, last_used=5.0)]
     plan = budget(**{"0": 100 * MIB}).plan("b", {"0": 50 * MIB}, holders)
