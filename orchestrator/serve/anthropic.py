@@ -129,6 +129,8 @@ def _check_blocks(content: list[Any], where: str, policy: RepairPolicy, kinds: l
             )
         if btype == "text" and not isinstance(block.get("text"), str):
             raise _bad(f"{here}.text must be a string", f"{here}.text")
+        if btype == "tool_use" and not isinstance(block.get("input", {}), dict):
+            raise _bad(f"{here}.input must be an object (the tool call's arguments)", f"{here}.input")
         if btype == "image" and not policy.multimodal:
             raise _bad(f"{here}: this model has no vision projector; send text only", f"{here}.type")
         kept.append(block)

@@ -32,6 +32,7 @@ Errors use the route's shape (:func:`error_body`): Anthropic's on ``/v1/messages
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -39,6 +40,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from orchestrator.errors import ApiError
 from orchestrator.serve import anthropic, llama_fields, responses, structured
 from orchestrator.serve import request_repair as chat
+from orchestrator.serve.responses_tools import map_tools
 from orchestrator.serve.speculative_fields import flatten_speculative
 from orchestrator.serve.streaming import OPENAI_SSE, StreamFlavor
 from orchestrator.serve.token_probs import drafting_off, wants_token_probs, widen
@@ -46,6 +48,7 @@ from orchestrator.serve.token_probs import drafting_off, wants_token_probs, wide
 if TYPE_CHECKING:
     from orchestrator.config.schema import ModelConfig
 
+log = logging.getLogger(__name__)
 Repair = Callable[[dict[str, Any], chat.RepairPolicy], chat.RepairResult]
 
 
@@ -167,6 +170,8 @@ def prepare_body(route: ApiRoute, body: dict[str, Any], model: ModelConfig, poli
         if result.changed:
             plan.body = result.body
             plan.repairs.extend(result.repairs)
+        if "hosted_tool_skipped" in result.repairs:
+            _log_skipped_once(model.name, body)
     if route.structured == "native":
         mapped = structured.to_native(plan.body if plan.body is not None else body)
         if mapped is not None:
@@ -180,6 +185,18 @@ def prepare_body(route: ApiRoute, body: dict[str, Any], model: ModelConfig, poli
         plan.body = drafting_off(widened if widened is not None else current)
         plan.drafting_off = "token_probs"
     return plan
+
+
+_SKIPPED_LOGGED: set[tuple[str, str]] = set()
+
+
+def _log_skipped_once(model: str, body: dict[str, Any]) -> None:
+    """Say once per model and tool type that hosted tools were left out (the metric counts each)."""
+    for ttype in map_tools(body.get("tools")).skipped:
+        if (model, ttype) not in _SKIPPED_LOGGED:
+            _SKIPPED_LOGGED.add((model, ttype))
+            log.warning("%s: Responses tool type %r is not run by this server; skipped (the model answers without it)",
+                        model, ttype)  # fmt: skip
 
 
 def _check_fields(route: ApiRoute, plan: BodyPlan, body: dict[str, Any]) -> None:

@@ -25,7 +25,7 @@ from orchestrator.supervise.supervisor import SERVING
 
 if TYPE_CHECKING:
     from orchestrator.config.running import RunningConfig
-    from orchestrator.config.schema import Config
+    from orchestrator.config.schema import Config, ModelConfig
     from orchestrator.serve.peers import PeerRouter
     from orchestrator.serve.prompt_cache import PromptCache
     from orchestrator.supervise.scheduler import ModelScheduler
@@ -142,12 +142,27 @@ def model_entries(
                 "memory": row.get("memory", {}),
                 "pinned": model.pinned,
                 "replicas": [{"name": i.name, "state": i.state.value} for i in replicas],
+                **model_size(model),
             }
             entry["aliases" if name == model.name else "alias_of"] = (
                 list(model.aliases) if name == model.name else model.name
             )
             data.append(entry)
     return data
+
+
+def model_size(model: ModelConfig) -> dict[str, Any]:
+    """What an agent sizes its compaction and features by: the context of one request (a slot:
+    ``ctx_size / parallel``) under the names clients read (``context_length``: OpenRouter and LM
+    Studio, ``max_model_len``: vLLM, ``max_input_tokens``: LiteLLM), and the capabilities."""
+    ctx = model.ctx_size // model.parallel
+    caps = {"tools": True, "vision": model.multimodal, "thinking": True, "embeddings": embeddings(model)}
+    return {"context_length": ctx, "max_model_len": ctx, "max_input_tokens": ctx, "capabilities": caps}
+
+
+def embeddings(model: ModelConfig) -> bool:
+    """Whether the model's llama-server serves embeddings (``--embeddings`` in ``extra_args``)."""
+    return "--embeddings" in model.extra_args or "--embedding" in model.extra_args
 
 
 def status_body(supervisor: Supervisor, scheduler: ModelScheduler, kv: PromptCache | None = None) -> dict[str, Any]:

@@ -30,6 +30,7 @@ from orchestrator.serve.api_routes import ROUTES, prepare_body
 from orchestrator.serve.body import Receive, parse_body, read_body, to_utf8
 from orchestrator.serve.body_codec import decode_body
 from orchestrator.serve.forward import UPSTREAM_HEADERS, Forwarder
+from orchestrator.serve.info import embeddings, model_size
 from orchestrator.serve.structured import schema_error
 from orchestrator.serve.upstream import UpstreamTimeout, from_upstream_status, to_api_error
 from orchestrator.supervise.supervisor import SERVING
@@ -113,16 +114,17 @@ class OllamaApi:
         if not isinstance(name, str) or not name.strip():
             raise ApiError(400, "model is required", param="model")
         model = self.fwd.router.resolve(ollama.model_name(name))
+        size = model_size(model)
         caps = ["completion", "tools", "thinking"]
         if model.multimodal:
             caps.append("vision")
-        if "--embeddings" in model.extra_args or "--embedding" in model.extra_args:
+        if embeddings(model):
             caps.append("embedding")
-        info = {"general.architecture": "qwen35moe", "qwen35moe.context_length": model.ctx_size // model.parallel}
+        info = {"general.architecture": "qwen35moe", "qwen35moe.context_length": size["context_length"]}
         return JSONResponse(
             {
                 "modelfile": "",
-                "parameters": "",
+                "parameters": f"num_ctx {size['context_length']}",
                 "template": "",
                 "details": self._details(),
                 "model_info": info,

@@ -33,7 +33,7 @@ from prometheus_client.registry import Collector
 from orchestrator.errors import ApiError, UserError
 from orchestrator.paths import kv_root
 from orchestrator.serve.body import dump_body
-from orchestrator.serve.prompt_prefix import chat_tokens, policy_for, warm_tokens_for
+from orchestrator.serve.prompt_prefix import ROUTED_KINDS, policy_for, request_tokens, session_key, warm_tokens_for
 from orchestrator.supervise.affinity import Choice, Replica, SlotHoldings
 from orchestrator.supervise.kv_files import KvStore
 from orchestrator.supervise.kv_persist import KvPersistence
@@ -68,9 +68,10 @@ class Affinity:
     """One chat request routed by prefix: its prompt ``tokens`` and, once a replica is picked,
     the ``choice`` (replica, slot, tokens expected cached)."""
 
-    def __init__(self, holdings: SlotHoldings, tokens: list[int]) -> None:
+    def __init__(self, holdings: SlotHoldings, tokens: list[int], key: str | None = None) -> None:
         self._holdings = holdings
         self.tokens = tokens  # empty: no affinity (``NO_AFFINITY``)
+        self.key = key  # the client's session key, if it sent one
         self.choice: Choice | None = None
         self._busy: tuple[str, int] | None = None
 
@@ -87,7 +88,7 @@ class Affinity:
         """The replica among ``serving`` whose slot holds the longest prefix (``ModelScheduler``'s
         ``prefer``), else the least busy; None when ``serving`` is empty."""
         reps = [Replica(i.name, i.spec.server.parallel, i.in_flight) for i in serving]
-        self.choice = self._holdings.choose(self.tokens, reps)
+        self.choice = self._holdings.choose(self.tokens, reps, self.key)
         return next((i for i in serving if self.choice and i.name == self.choice.replica), None)
 
     def bind(self, prep: P, inst: Instance) -> P:
@@ -95,11 +96,13 @@ class Affinity:
         no slot is free there). Marks the slot busy until :meth:`end`."""
         self.end()
         if self.choice is None or self.choice.replica != inst.name:
-            self.choice = self._holdings.choose(self.tokens, [Replica(inst.name, inst.spec.server.parallel, 0)])
+            self.choice = self._holdings.choose(
+                self.tokens, [Replica(inst.name, inst.spec.server.parallel, 0)], self.key
+            )
         if self.choice is None or self.choice.slot is None:
             return prep
         self._busy = (inst.name, self.choice.slot)
-        self._holdings.begin(inst.name, self.choice.slot, self.tokens)
+        self._holdings.begin(inst.name, self.choice.slot, self.tokens, self.key)
         bound = copy.copy(prep)
         bound.body = {**prep.body, "id_slot": self.choice.slot}
         bound.content = dump_body(bound.body)
@@ -211,20 +214,23 @@ class PromptCache:
             await self.kv.save(m.config, m.instances, "idle")
 
     async def route(self, kind: str, model: ModelConfig, body: dict[str, Any]) -> Affinity:
-        """Prefix affinity for a request: only chat requests (``kind`` ``chat``) without their own
-        ``id_slot``, to a model with several slots or replicas, whose prompt (rendered and
-        tokenized in a thread) has at least ``AFFINITY_MIN_TOKENS`` tokens. ``NO_AFFINITY`` when it
-        does not apply or the body does not render here (llama-server will say why)."""
+        """Prefix affinity for a request: chat, Anthropic and Responses requests (``kind`` ``chat``,
+        ``messages``, ``responses``) without their own ``id_slot``, to a model with several slots or
+        replicas, whose prompt (rendered and tokenized in a thread) has at least
+        ``AFFINITY_MIN_TOKENS`` tokens; a client's session key (``session_key``) keeps a session on
+        its slot. ``NO_AFFINITY`` when it does not apply or the body does not render here."""
         replicas = model.replicas if isinstance(model.replicas, int) else len(model.replicas)
-        if kind != "chat" or "id_slot" in body or (model.parallel == 1 and replicas == 1):
+        if kind not in ROUTED_KINDS or "id_slot" in body or (model.parallel == 1 and replicas == 1):
             return NO_AFFINITY
         try:
             gguf = self._gguf(model)
-            tokens = await asyncio.to_thread(chat_tokens, gguf, body, policy_for(model))
-        except (ApiError, UserError, KeyError, TypeError) as err:
+            tokens = await asyncio.to_thread(request_tokens, gguf, kind, body, policy_for(model))
+        except (ApiError, UserError, KeyError, TypeError, IndexError) as err:
             log.debug("kv: no prefix affinity for this request: %s", err)
             return NO_AFFINITY
-        return Affinity(self.kv.holdings, tokens) if len(tokens) >= AFFINITY_MIN_TOKENS else NO_AFFINITY
+        if len(tokens) < AFFINITY_MIN_TOKENS:
+            return NO_AFFINITY
+        return Affinity(self.kv.holdings, tokens, session_key(body))
 
     def status(self, model: str) -> dict[str, Any]:
         """The ``kv`` block of model ``model``'s status row (``ModelKv.row``)."""

@@ -13,6 +13,7 @@ with any user message extends it exactly, as a hybrid model's cache needs).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from orchestrator.config.model_paths import resolve_file
 from orchestrator.config.schema import Config, ModelConfig
 from orchestrator.errors import UserError
 from orchestrator.models.runtime import load_vocab, render_chat
+from orchestrator.serve import anthropic, chat_view, responses
 from orchestrator.serve.request_repair import RepairPolicy, repair_request
 from orchestrator.supervise.affinity import common_prefix
 
@@ -45,16 +47,54 @@ def chat_tokens(gguf: Path, body: dict[str, Any], policy: RepairPolicy) -> list[
         ApiError: the repair refused the body (400).
         UserError: the template refused it or the GGUF has none (``ChatTemplateError``).
     """
-    repaired = repair_request(body, policy).body
-    kwargs = repaired.get("chat_template_kwargs") or {}
+    return request_tokens(gguf, "chat", body, policy)
+
+
+#: the request kinds (``api_routes.ROUTES``) whose prompt renders here
+ROUTED_KINDS = ("chat", "messages", "responses")
+
+
+def request_tokens(gguf: Path, kind: str, body: dict[str, Any], policy: RepairPolicy) -> list[int]:
+    """The prompt tokens llama-server will build for a ``kind`` request (``chat``, ``messages``,
+    ``responses``), repaired with ``policy`` and, for the last two, turned into the chat request
+    llama-server makes of them (``orchestrator.serve.chat_view``).
+
+    Raises:
+        ApiError: the repair refused the body (400).
+        UserError: the template refused it or the GGUF has none (``ChatTemplateError``).
+    """
+    if kind == "messages":
+        req = chat_view.anthropic_chat(anthropic.repair_request(body, policy).body)
+    elif kind == "responses":
+        req = chat_view.responses_chat(responses.repair_request(body, policy).body)
+    else:
+        req = repair_request(body, policy).body
+    kwargs = req.get("chat_template_kwargs") or {}
     thinking = kwargs.get("enable_thinking") if isinstance(kwargs, dict) else None
     text = render_chat(
         gguf,
-        repaired["messages"],
+        chat_view.template_messages(req["messages"]),
         enable_thinking=thinking if isinstance(thinking, bool) else None,
-        tools=repaired.get("tools"),
+        tools=req.get("tools"),
     )
     return load_vocab(gguf).tokenize(text)
+
+
+def session_key(body: dict[str, Any]) -> str | None:
+    """A client's session key: Responses/chat ``prompt_cache_key`` (Codex sends its session id), or
+    the ``session_id`` in Anthropic ``metadata.user_id`` (a JSON string, as Claude Code sends it)."""
+    key = body.get("prompt_cache_key")
+    if isinstance(key, str) and key:
+        return "k:" + key
+    meta = body.get("metadata")
+    user = meta.get("user_id") if isinstance(meta, dict) else None
+    if isinstance(user, str) and user.startswith("{"):
+        try:
+            session = json.loads(user).get("session_id")
+        except (ValueError, AttributeError):
+            return None
+        return "s:" + session if isinstance(session, str) and session else None
+    return None
 
 
 def warm_text(item: str | WarmPrefixFile, config_dir: Path) -> str:

@@ -36,6 +36,8 @@ kind                        what happened
 ``content_parts_joined``    a list of text parts became one string
 ``empty_dropped``           an empty system message, or an empty assistant message without
                             ``tool_calls``, was dropped
+``arguments_empty``         a replayed tool call's empty ``arguments`` became ``{}`` (other
+                            arguments that are not a JSON object: 400, ``agent_errors``)
 ``thinking_moved``          a top-level ``enable_thinking`` moved into ``chat_template_kwargs``
 ``thinking_default``        the per-model ``enable_thinking`` default was added
 ``speculative_flattened``   ``"speculative": {"n_max": K}`` became llama-server's ``"speculative.n_max": K``
@@ -51,6 +53,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from orchestrator.errors import ApiError
+from orchestrator.serve.agent_errors import checked_calls
 from orchestrator.serve.prompt_stability import append_text, reminder
 from orchestrator.serve.speculative_fields import flat_speculative_fields
 from orchestrator.serve.thinking import chat_thinking, chat_thinking_on
@@ -237,6 +240,10 @@ def _repair_message(i: int, msg: Any, policy: RepairPolicy, kinds: _Kinds) -> di
     if blank and (role == "system" or (role == "assistant" and not msg.get("tool_calls"))):
         kinds.add("empty_dropped")
         return None
+    calls = checked_calls(msg.get("tool_calls"), f"{where}.tool_calls") if role == "assistant" else None
+    if calls is not None:
+        new = {**(new if new is not None else msg), "tool_calls": calls}
+        kinds.add("arguments_empty")
     return new if new is not None else msg
 
 

@@ -12,7 +12,8 @@ reasoning with ``content`` text        kept
 reasoning with only a ``summary``      reasoning whose content is the summary text
 reasoning with only encrypted content  dropped (nothing a local model can read)
 ``function_call`` with ``namespace``   the call under its joined name (``responses_tools``)
-``function_call`` arguments not JSON   kept as the string it is (the template renders it as is)
+``function_call`` with empty arguments  the call with arguments ``{}`` (other arguments that are not
+                                       a JSON object: 400 naming ``input[i].arguments``)
 ``function_call_output`` with parts    the parts' text joined, as a string (``output_text``,
                                        ``input_text`` or ``text`` parts; images stay parts)
 ``custom_tool_call``                   a ``function_call`` with arguments ``{"input": ...}``
@@ -29,6 +30,7 @@ import json
 from typing import Any
 
 from orchestrator.errors import ApiError
+from orchestrator.serve.agent_errors import checked_arguments
 from orchestrator.serve.responses_tools import CUSTOM_ARG, joined_name
 
 _TEXT_PARTS = ("output_text", "input_text", "text")
@@ -73,6 +75,7 @@ def _call(item: dict[str, Any], where: str) -> dict[str, Any]:
     args = item.get("arguments")
     if not isinstance(args, str):
         args = json.dumps(args if args is not None else {})
+    args = checked_arguments(args, f"{where}.arguments") or args
     name = joined_name(item)
     if name == item.get("name") and args is item.get("arguments") and "namespace" not in item:
         return item

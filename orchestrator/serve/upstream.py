@@ -35,7 +35,7 @@ from typing import Any, cast
 import httpx
 
 from orchestrator.errors import ApiError
-from orchestrator.serve import llama_fields
+from orchestrator.serve import agent_errors, llama_fields
 from orchestrator.serve.transport import asyncio_transport
 from orchestrator.supervise.child_auth import CHILD_AUTH
 
@@ -154,7 +154,7 @@ def from_upstream_status(status: int, body: bytes) -> ApiError:
         return mistake  # the exception came from parsing the client's body, not from a fault
     if status >= 500:
         return ApiError(502, f"llama-server answered {status}: {message}", code="upstream_error")
-    return ApiError(status, message, type_=type_, code=code)
+    return agent_errors.overflow(message, type_) or ApiError(status, message, type_=type_, code=code)
 
 
 class _IdleWatch:

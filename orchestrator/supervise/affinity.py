@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 MIN_MATCH = 16  # tokens: a shorter shared start (a chat template's header) is no reason to wait for a slot
+MAX_KEYS = 4096  # client session keys remembered (the oldest is forgotten first)
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
@@ -61,6 +62,7 @@ class SlotHoldings:
         self._held: dict[tuple[str, int], tuple[int, ...]] = {}
         self._busy: set[tuple[str, int]] = set()
         self._used: dict[tuple[str, int], float] = {}
+        self._keyed: dict[str, tuple[str, int]] = {}  # a client's session key -> its slot, oldest first
 
     def set(self, replica: str, slot: int, tokens: Sequence[int]) -> None:
         """Slot ``slot`` of ``replica`` now holds ``tokens``."""
@@ -77,10 +79,15 @@ class SlotHoldings:
             del self._held[key]
         self._busy = {k for k in self._busy if k[0] != replica}
 
-    def begin(self, replica: str, slot: int, tokens: Sequence[int]) -> None:
-        """A request with prompt ``tokens`` was sent to the slot."""
+    def begin(self, replica: str, slot: int, tokens: Sequence[int], key: str | None = None) -> None:
+        """A request with prompt ``tokens`` (of the client session ``key``) was sent to the slot."""
         self.set(replica, slot, tokens)
         self._busy.add((replica, slot))
+        if key is not None:
+            self._keyed.pop(key, None)
+            self._keyed[key] = (replica, slot)
+            if len(self._keyed) > MAX_KEYS:
+                del self._keyed[next(iter(self._keyed))]
 
     def end(self, replica: str, slot: int) -> None:
         """That request finished (or failed)."""
@@ -90,11 +97,15 @@ class SlotHoldings:
     def busy(self, replica: str, slot: int) -> bool:
         return (replica, slot) in self._busy
 
-    def choose(self, prompt: Sequence[int], replicas: Sequence[Replica]) -> Choice | None:
+    def choose(self, prompt: Sequence[int], replicas: Sequence[Replica], key: str | None = None) -> Choice | None:
         """Where ``prompt`` (tokens) should go among ``replicas`` (see the module); None when
-        there is no replica."""
+        there is no replica. A client session ``key`` (Responses ``prompt_cache_key``, Claude
+        Code's session id) goes back to the slot its last request used while that slot is free."""
         if not replicas:
             return None
+        sticky = self._keyed.get(key) if key is not None else None
+        if sticky is not None and not self.busy(*sticky) and any(r.name == sticky[0] for r in replicas):
+            return Choice(sticky[0], sticky[1], common_prefix(prompt, self.held(*sticky)))
         best: tuple[tuple[bool, int], Replica, int] | None = None
         for rep in replicas:
             for slot in range(rep.slots):

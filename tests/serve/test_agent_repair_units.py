@@ -154,3 +154,35 @@ def test_tool_results_come_right_after_their_call() -> None:
         {"role": "user", "content": [{"type": "text", "text": "also this"}]},
     ]
     assert "tool_results_first" in result.repairs
+
+
+def _llama_events(call: dict[str, Any]) -> list[dict[str, Any]]:
+    """The Responses events llama-server streams for one tool call (server-task.cpp), in order."""
+    added = {"type": "response.output_item.added", "item": {**call, "arguments": ""}}
+    done = {"type": "response.output_item.done", "item": call}
+    usage = {"input_tokens": 30, "output_tokens": 9}
+    completed = {"type": "response.completed", "response": {"status": "completed", "output": [call], "usage": usage}}
+    return [added, done, completed]
+
+
+def test_codex_calls_are_answered_in_its_form_whole_and_streamed() -> None:
+    """The model's call of a namespaced function (as llama-server reports it) reaches Codex with
+    name and namespace; a custom tool's call as a custom_tool_call; plain functions untouched."""
+    from orchestrator.serve import finish_fix
+
+    request = {"input": "hi", "tools": [FN, NAMESPACE, CUSTOM, {"type": "web_search"}], "max_output_tokens": 64}
+    ns_call = {"type": "function_call", "id": "fc_1", "call_id": "call_1", "status": "completed",
+               "name": "multi_agent_v1.spawn_agent", "arguments": "{}"}  # fmt: skip
+    stream = finish_fix.for_stream("/v1/responses", request)
+    assert stream is not None
+    fixed = [stream.repair(e)[0] for e in _llama_events(ns_call)]
+    assert [f["item"]["namespace"] for f in fixed[:2]] == ["multi_agent_v1"] * 2
+    assert fixed[2]["response"]["output"][0] == {**ns_call, "name": "spawn_agent", "namespace": "multi_agent_v1"}
+    custom_call = {**ns_call, "name": "apply_patch", "arguments": json.dumps({"input": "*** Begin Patch"})}
+    whole = {"object": "response", "status": "completed", "output": [custom_call], "usage": {"output_tokens": 9}}
+    kinds: list[str] = []
+    data = finish_fix.fix_answer("/v1/responses", whole, request, json.dumps(whole).encode(), kinds.append)
+    [out] = json.loads(data)["output"]
+    assert out["type"] == "custom_tool_call" and out["input"] == "*** Begin Patch" and kinds == ["tool_calls_mapped"]
+    plain = {**ns_call, "name": "exec_command"}
+    assert finish_fix.for_stream("/v1/responses", request).repair(_llama_events(plain)[1])[0]["item"] == plain  # type: ignore[union-attr]

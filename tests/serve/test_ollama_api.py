@@ -169,8 +169,10 @@ def test_agent_shaped_chat_with_thinking(stack: Stack, client: ollama.Client) ->
     assert out.done and out.eval_count == 8
     sent = stack.recorder.bodies()[-1]
     assert sent["chat_template_kwargs"] == {"enable_thinking": True}
-    assert [m["role"] for m in sent["messages"]] == ["system", "user", "assistant", "tool"]
-    assert sent["messages"][0]["content"] == "You are a coding agent.\n\nLate operator note."
+    # the late system message stays where it stands (system_messages: in_place), after the tool result
+    assert [m["role"] for m in sent["messages"]] == ["system", "user", "assistant", "tool", "user"]
+    assert sent["messages"][0]["content"] == "You are a coding agent."
+    assert sent["messages"][-1]["content"] == "<system-reminder>\nLate operator note.\n</system-reminder>"
 
 
 def test_keep_alive_sets_the_models_idle_time(stack: Stack, client: ollama.Client) -> None:

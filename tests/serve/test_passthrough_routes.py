@@ -38,7 +38,8 @@ def test_apply_template_and_input_tokens_get_the_chat_repair(stack: Stack) -> No
     """A late system message would make the template raise (500); repaired, both routes answer."""
     messages = [{"role": "user", "content": "Hi"}, {"role": "system", "content": "Be brief."}]
     prompt = post(stack, "/apply-template", {"model": "demo", "messages": messages}).json()["prompt"]
-    assert prompt.startswith("<|im_start|>system\nBe brief.<|im_end|>")
+    # in place (the default): the late system text stays after the user text it followed
+    assert prompt.startswith("<|im_start|>user\nHi\n\n<system-reminder>\nBe brief.\n</system-reminder><|im_end|>")
     count = post(stack, "/v1/chat/completions/input_tokens", {"model": "demo", "messages": messages})
     assert count.status_code == 200 and count.json()["input_tokens"] > 5
 

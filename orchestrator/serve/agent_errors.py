@@ -1,0 +1,90 @@
+"""Errors a coding agent acts on: context overflow in the shape clients look for, malformed history.
+
+Pure functions, no I/O.
+
+* **Overflow.** llama-server answers a prompt longer than the slot's context with 400
+  ``exceed_context_size_error`` and "request (N tokens) exceeds the available context size (M
+  tokens)". Clients compact their history only when they recognise the error: OpenAI clients (Codex,
+  the SDKs) read ``code: "context_length_exceeded"``, Claude Code reads Anthropic's wording
+  ``prompt is too long: N tokens > M maximum``. :func:`overflow` gives one ``ApiError`` that says
+  both (400, ``invalid_request_error``; the Anthropic shape keeps the message).
+* **Malformed tool-call arguments in history.** llama-server parses every replayed call's
+  ``arguments`` string as JSON and answers a 500 when it cannot ("Failed to parse tool call arguments
+  as JSON"), which the proxy would pass on as a 502 that clients retry forever. :func:`checked_arguments`
+  repairs an empty string to ``{}`` (a call without arguments) and refuses anything else that is not a
+  JSON object with a 400 naming the field.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from orchestrator.errors import ApiError
+
+CONTEXT_CODE = "context_length_exceeded"
+_OVERFLOW = re.compile(
+    r"\((\d+) tokens\) (?:exceeds the available context size|is larger than the max context size) \((\d+) tokens\)"
+)
+
+
+def overflow(message: str, error_type: str | None) -> ApiError | None:
+    """The client's error for llama-server's context overflow (its ``message`` and ``type``), or None."""
+    if error_type != "exceed_context_size_error" and _OVERFLOW.search(message) is None:
+        return None
+    found = _OVERFLOW.search(message)
+    size = f"{found.group(1)} tokens > {found.group(2)} maximum" if found else "more tokens than the context holds"
+    return ApiError(
+        400,
+        f"prompt is too long: {size} (the model's context per slot); shorten or compact the conversation, "
+        "or raise ctx_size in models.yaml",
+        code=CONTEXT_CODE,
+        type_="invalid_request_error",
+    )
+
+
+def checked_arguments(arguments: object, where: str) -> str | None:
+    """A replacement for a replayed call's ``arguments`` string (``"{}"`` for an empty one), or None
+    when it is fine as it is.
+
+    Raises:
+        ApiError: 400 naming ``where`` when it is not a JSON object.
+    """
+    if not isinstance(arguments, str):
+        return None
+    if not arguments.strip():
+        return "{}"
+    try:
+        parsed = json.loads(arguments)
+    except ValueError:
+        parsed = None
+    if not isinstance(parsed, dict):
+        raise ApiError(
+            400,
+            f"{where} must be a JSON object as a string (got {arguments[:40]!r}): the tool call in the "
+            "conversation's history is malformed; fix or drop that message",
+            param=where,
+        )
+    return None
+
+
+def checked_calls(calls: object, where: str) -> list[object] | None:
+    """A chat message's ``tool_calls`` with empty ``arguments`` made ``{}``, or None when none changed.
+
+    Raises:
+        ApiError: 400 naming ``<where>[j].function.arguments`` for arguments that are not a JSON object.
+    """
+    if not isinstance(calls, list):
+        return None
+    out: list[object] = []
+    changed = False
+    for j, call in enumerate(calls):
+        fn = call.get("function") if isinstance(call, dict) else None
+        fixed = (
+            checked_arguments(fn.get("arguments"), f"{where}[{j}].function.arguments") if isinstance(fn, dict) else None
+        )
+        if fixed is not None and isinstance(call, dict) and isinstance(fn, dict):
+            call = {**call, "function": {**fn, "arguments": fixed}}
+            changed = True
+        out.append(call)
+    return out if changed else None

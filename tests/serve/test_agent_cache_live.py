@@ -1,0 +1,61 @@
+"""The recorded agent sessions replayed through the proxy against a real llama-server: on every turn
+after the first, the processed prompt tokens (read from each API's usage: Anthropic
+``cache_read_input_tokens``, Responses ``input_tokens_details.cached_tokens``, chat
+``prompt_tokens_details.cached_tokens``) are at most the turn's new tokens plus 64.
+
+The same replay is ``scripts/bench_agent.py``, which also prints TTFT and goes straight to
+llama-server for comparison.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from proxy_harness import Stack, real_stack
+
+pytestmark = [pytest.mark.server, pytest.mark.slow]
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "agent_sessions"
+SLACK = 64  # tokens: llama-server resumes from its last checkpoint near the end of the previous prompt
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory, bin_info: Any, echo_model: Path) -> Iterator[Stack]:
+    model = {"name": "demo", "parallel": 1, "ctx_size": 32768, "allow_ctx_beyond_trained": True, "thinking": False}
+    s = real_stack(tmp_path_factory.mktemp("agent-cache"), echo_model, bin_info, models=[{**model, "threads": 2}])
+    yield s
+    s.close()
+
+
+def _usage(route: str, body: dict[str, Any]) -> tuple[int, int]:
+    """(prompt tokens, cached prompt tokens) of a whole answer."""
+    usage = body["usage"]
+    if route == "/v1/messages":
+        return usage["input_tokens"] + usage["cache_read_input_tokens"], usage["cache_read_input_tokens"]
+    if route == "/v1/responses":
+        return usage["input_tokens"], usage["input_tokens_details"]["cached_tokens"]
+    return usage["prompt_tokens"], usage["prompt_tokens_details"]["cached_tokens"]
+
+
+@pytest.mark.parametrize("name", ["claude_code_reminder", "codex", "opencode"])
+def test_every_turn_processes_only_its_new_tokens(stack: Stack, name: str) -> None:
+    session = json.loads((DATA / f"{name}.json").read_text())
+    route = session["route"]
+    [inst] = stack.supervisor.for_model("demo")
+    httpx.post(f"{inst.base_url}/slots/0?action=erase", timeout=60)  # no other session's cache
+    previous = None
+    for n, body in enumerate(session["requests"], start=1):
+        body = {**body, "stream": False}
+        body["max_output_tokens" if route == "/v1/responses" else "max_tokens"] = 4
+        r = httpx.post(stack.url + route, json=body, headers={"x-api-key": "none"}, timeout=600)
+        assert r.status_code == 200, (n, r.text[:500])
+        total, cached = _usage(route, r.json())
+        if previous is not None:
+            new = total - previous
+            assert total - cached <= new + SLACK, f"turn {n}: processed {total - cached} of {total}, new {new}"
+        previous = total

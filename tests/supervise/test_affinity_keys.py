@@ -1,0 +1,32 @@
+"""A client's session key (Codex's prompt_cache_key, Claude Code's session id) keeps the session on
+its slot and replica (``SlotHoldings.choose``), whatever the prefixes say."""
+
+from __future__ import annotations
+
+from orchestrator.serve.prompt_prefix import session_key
+from orchestrator.supervise.affinity import Replica, SlotHoldings
+
+REPLICAS = [Replica("m-0", 2, 0), Replica("m-1", 2, 0)]
+
+
+def test_a_session_key_goes_back_to_its_slot() -> None:
+    holdings = SlotHoldings()
+    system = list(range(100))
+    holdings.begin("m-1", 1, [*system, 1, 2, 3], key="k:session-a")
+    holdings.end("m-1", 1)
+    holdings.set("m-0", 0, [*system, 7, 8, 9, 10, 11])  # another session, a longer shared prefix
+    choice = holdings.choose([*system, 7, 8, 9, 10, 11, 12], REPLICAS, key="k:session-a")
+    assert choice is not None and (choice.replica, choice.slot) == ("m-1", 1) and choice.matched == 100
+    # without the key, the longest prefix wins; while its slot is busy, the key does not wait for it
+    other = holdings.choose([*system, 7, 8, 9, 10, 11, 12], REPLICAS)
+    assert other is not None and (other.replica, other.slot) == ("m-0", 0)
+    holdings.begin("m-1", 1, [*system, 1, 2, 3])
+    busy = holdings.choose([*system, 1, 2, 3, 4], REPLICAS, key="k:session-a")
+    assert busy is not None and (busy.replica, busy.slot) != ("m-1", 1)
+
+
+def test_session_keys_of_codex_and_claude_code() -> None:
+    assert session_key({"prompt_cache_key": "01a2320d"}) == "k:01a2320d"
+    user_id = '{"device_id":"3f24","account_uuid":"","session_id":"7e89f25a"}'
+    assert session_key({"metadata": {"user_id": user_id}}) == "s:7e89f25a"
+    assert session_key({"metadata": {"user_id": "plain"}}) is None and session_key({}) is None
