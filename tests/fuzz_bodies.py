@@ -36,6 +36,8 @@ BASES: dict[str, dict[str, Any]] = {
     "/api/embed": {"model": "demo", "input": "hi"},
     "/api/show": {"model": "demo"},
     "/models/restart": {"model": "no-such-model"},
+    "/models/load": {"model": "no-such-model"},
+    "/models/unload": {"model": "no-such-model"},
 }
 
 FIELDS = (
@@ -182,7 +184,14 @@ def body_bytes(draw: st.DrawFn, route: str) -> bytes:
         if isinstance(value, (int, float)) and not isinstance(value, bool) and (16 < value <= 2**31 - 1 or value < 0):
             body[key] = 16
     text = json.dumps(body, ensure_ascii=draw(st.booleans()))
-    form = draw(st.sampled_from(["utf-8", "utf-8", "utf-8", "huge-number", "utf-8-sig", "utf-16", "latin-1", "junk"]))
+    forms = ["utf-8", "utf-8", "utf-8", "huge-number", "huge-integer", "deep", "utf-8-sig", "utf-16", "latin-1", "junk"]
+    form = draw(st.sampled_from(forms))
+    if form == "huge-integer":  # 400 digits: beyond every field's range and every float
+        return text.replace("{", '{"seed": 1' + "0" * 400 + ", ", 1).encode(errors="surrogatepass")
+    if form == "deep":  # nested deeper than any parser's recursion
+        return text.replace("{", '{"metadata": ' + "[" * 100_000 + "]" * 100_000 + ", ", 1).encode(
+            errors="surrogatepass"
+        )
     if form == "huge-number":
         return text.replace("{", '{"temperature": 1e400, ', 1).encode(errors="surrogatepass")
     if form == "junk":

@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from orchestrator.errors import ApiError
+from orchestrator.serve.body import parse_body, to_utf8
 
 if TYPE_CHECKING:
     from orchestrator.serve.auth import ApiKeys
@@ -36,7 +36,8 @@ async def read_model_name(request: Request) -> Any:
     """The ``model`` field of a JSON control request body.
 
     Raises:
-        ApiError: 415 unless the content type is JSON; 400 for a body that is not a JSON object.
+        ApiError: 415 unless the content type is JSON; 400 for a body that is not a JSON object
+            (``serve/body.py``).
     """
     kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if kind != "application/json":
@@ -46,12 +47,8 @@ async def read_model_name(request: Request) -> Any:
             code="unsupported_media_type",
             type_="invalid_request_error",
         )
-    try:
-        body = json.loads(await request.body())
-    except ValueError as err:
-        raise ApiError(400, f"the body is not valid JSON: {err}") from None
-    if not isinstance(body, dict):
-        raise ApiError(400, 'the body must be a JSON object: {"model": NAME}')
+    # the proxy's own parser: any text encoding, and nesting, huge numbers or lone surrogates are 400s
+    body = parse_body(to_utf8(await request.body(), request.scope["headers"]), request.url.path)
     return body.get("model")
 
 

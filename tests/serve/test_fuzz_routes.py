@@ -1,10 +1,11 @@
 """Generated bad requests on every POST route: never a 5xx, always the API's error shape, bounded time.
 
-Hypothesis sends bodies from ``fuzz_bodies.body_bytes`` (a valid body per route with fields set
-to arbitrary JSON, numbers beyond every range and of 400 digits, lone surrogates, other text
-encodings, junk; for every API with a history, items from every API's history with fields of any
-type at any depth: content parts, tool calls, tool results, images, Responses items) to
-the proxy in front of a real llama-server on the tiny model. Every answer must be below 500
+Hypothesis sends bodies from ``fuzz_bodies.body_bytes`` (a valid body per route, the OpenAI,
+Anthropic, Responses, Ollama, llama-server and model control routes, with fields set to
+arbitrary JSON, numbers beyond every range and of 400 digits, nesting 100,000 deep, lone
+surrogates, other text encodings, junk; for every API with a history, items from every API's
+history with fields of any type at any depth: content parts, tool calls, tool results, images,
+Responses items) to the proxy in front of a real llama-server on the tiny model. Every answer must be below 500
 (nothing here makes the upstream fail: a 5xx is the proxy's or llama-server's mishandling of a
 client mistake), an error must have its API's shape, no request may take longer than
 ``TIME_BOUND`` s, and afterwards the instance has not restarted and ``/health`` is ok.
