@@ -123,7 +123,7 @@ class ReplicaOps:
 
     def _make(self, spec: InstanceSpec) -> Instance:
         sup = self.supervisor
-        return Instance(spec, sup.config, log_dir=sup.log_dir, policy=sup.policy, on_change=sup._pulse)
+        return Instance(spec, sup.config, log_dir=sup.log_dir, policy=sup.policy_now(), on_change=sup._pulse)
 
 
 def startup_failure(inst: Instance) -> str:

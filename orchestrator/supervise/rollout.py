@@ -11,8 +11,11 @@ plan with the running one:
   that is not loaded just takes the new plan;
 - aliases, TTL, pinning, load mode, queue limit and repair policy change in place;
 - a removed model is drained and stopped; an added model follows its ``load`` mode;
-- changing the endpoint (``server.host``, ``server.port``, ``server.cors_origins``) or ``peers``
-  needs a full restart: the whole reload is refused with a message, and the running config stays.
+- changing the endpoint (``server.host``, ``port``, ``cors_origins``, the HTTP header limits
+  ``max_header_bytes`` and ``timeouts.client_header``) or ``peers`` needs a full restart: the
+  whole reload is refused with a message, and the running config stays;
+- every other key applies from the next request (the running config's readers), and a replica
+  made from now on takes the new ``timeouts.load`` and ``timeouts.stall``.
 
 Reloads run one at a time. Every stop goes through ``before_stop`` (reason ``reload``).
 """
@@ -35,11 +38,13 @@ if TYPE_CHECKING:
     from orchestrator.launch.spec import InstanceSpec
     from orchestrator.supervise.instance import Instance
 
-RESTART_KEYS = ("host", "port", "cors_origins")  # server keys the running endpoint cannot change
+# server keys the running endpoint cannot change: its socket, CORS, and what uvicorn's HTTP
+# protocol was built with (the header limits)
+RESTART_KEYS = ("host", "port", "cors_origins", "max_header_bytes", "timeouts.client_header")
 
 
 class RestartRequired(UserError):
-    """A reload changed what only a full restart can change (the endpoint's address or CORS)."""
+    """A reload changed what only a full restart can change (``RESTART_KEYS``, ``peers``)."""
 
 
 @dataclass
@@ -200,9 +205,16 @@ class Rollout(ModelTransitions):
         del self.models[m.name]
 
 
+def _key(config: Config, dotted: str) -> object:
+    value: object = config.server
+    for part in dotted.split("."):
+        value = getattr(value, part)
+    return value
+
+
 def _refuse_restart_keys(old: Config, new: Config) -> None:
     """Raise ``RestartRequired`` when ``new`` changes what the running endpoint cannot."""
-    changed = [f"server.{k}" for k in RESTART_KEYS if getattr(old.server, k) != getattr(new.server, k)]
+    changed = [f"server.{k}" for k in RESTART_KEYS if _key(old, k) != _key(new, k)]
     changed += ["peers"] if old.peers != new.peers else []
     if changed:
         raise RestartRequired(

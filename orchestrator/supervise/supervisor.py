@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -56,6 +57,7 @@ class Supervisor:
         config = self.running.current
         self.log_dir = Path(log_dir)
         self.policy = policy or SupervisorPolicy(stall_timeout=config.server.timeouts.stall)
+        self._stall_from_config = policy is None  # then a reload's server.timeouts.stall applies
         self.changed = asyncio.Event()
         self.instances = [
             Instance(s, config, log_dir=self.log_dir, policy=self.policy, on_change=self._pulse) for s in specs
@@ -65,6 +67,13 @@ class Supervisor:
     def config(self) -> Config:
         """The running config's current snapshot (``running``: its one owner, swapped by a reload)."""
         return self.running.current
+
+    def policy_now(self) -> SupervisorPolicy:
+        """The rules for an instance made now: ``policy``, with the running config's
+        ``server.timeouts.stall`` when the policy came from the config."""
+        if not self._stall_from_config:
+            return self.policy
+        return replace(self.policy, stall_timeout=self.config.server.timeouts.stall)
 
     def _pulse(self, _inst: Instance) -> None:
         self.changed.set()

@@ -162,3 +162,41 @@ def test_a_refused_reload_changes_no_reader(stack: Stack) -> None:
         _apply(stack, _config(api_keys=["new-key"], port=1))
     assert httpx.get(stack.url + "/v1/models", headers=_auth("old-key")).status_code == 200
     assert httpx.get(stack.url + "/v1/models", headers=_auth("new-key")).status_code == 401
+
+
+def test_request_limits_queue_limit_and_queue_timeout_follow_a_reload(tmp_path: Path) -> None:
+    from orchestrator.config.limits_types import RequestLimits
+
+    stack = Stack(_config(when_loading="hold"), [fake_spec("--load-seconds", "30")], tmp_path / "logs")
+    try:
+        three = {**CHAT, "messages": [{"role": "user", "content": "hi"}] * 3}
+        _apply(stack, _config(request_limits=RequestLimits(messages=2), queue_limit=1, timeouts=Timeouts(queue=0.5)))
+        refused = httpx.post(stack.url + "/v1/chat/completions", json=three)
+        assert refused.status_code == 413 and "messages" in refused.text, refused.text
+        # the (fake) replica takes 30 s to load: the one request allowed to wait is held 0.5 s
+        with httpx.Client(timeout=30) as client:
+            started = time.monotonic()
+            held = client.post(stack.url + "/v1/chat/completions", json=CHAT)
+            assert held.status_code == 503 and "after waiting 0.5 s" in held.json()["error"]["message"]
+            assert time.monotonic() - started < 10
+    finally:
+        stack.close()
+
+
+def test_a_replica_made_after_a_reload_takes_its_load_and_stall_timeouts(stack: Stack) -> None:
+    timeouts = Timeouts(load=77, stall=33)
+    added = ModelConfig(name="added", path="/unused2.gguf")
+    config = Config(server=ServerConfig(api_keys=["old-key"], timeouts=timeouts), models=[*_config().models, added])
+    _apply(stack, config, [stack.supervisor.instances[0].spec, fake_spec(name="added-0", alias="added")])
+    inst = stack.scheduler.models["added"].instances[0]
+    assert inst.policy.stall_timeout == 33
+    assert stack.supervisor.instances[0].policy.stall_timeout != 33  # a running replica keeps its own
+
+
+def test_header_limits_need_a_restart_and_are_refused(stack: Stack) -> None:
+    from orchestrator.supervise.rollout import RestartRequired
+
+    with pytest.raises(RestartRequired, match=r"server\.max_header_bytes"):
+        _apply(stack, _config(api_keys=["old-key"], max_header_bytes=4096))
+    with pytest.raises(RestartRequired, match=r"server\.timeouts\.client_header"):
+        _apply(stack, _config(api_keys=["old-key"], timeouts=Timeouts(client_header=3)))
