@@ -50,11 +50,24 @@ def build(
     force: bool = typer.Option(False, help="rebuild even when the cached build is up to date"),
     show: bool = typer.Option(False, help="print the manifest of the current build and exit"),
     config: Path | None = typer.Option(None, "--config", "-c", help="models.yaml whose build: block gives defaults"),
+    no_patches: bool = typer.Option(
+        False, "--no-patches", help="build only llama-server, without native/patches (never the current build)"
+    ),
 ) -> None:
     """Fetch the pinned llama.cpp, apply native/patches and build llama-server + libllama."""
     from orchestrator.cli import build as m
 
-    _run(lambda: m.run(backend=backend, cuda_arch=cuda_arch, jobs=jobs, force=force, show=show, config=config))
+    _run(
+        lambda: m.run(
+            backend=backend,
+            cuda_arch=cuda_arch,
+            jobs=jobs,
+            force=force,
+            show=show,
+            config=config,
+            no_patches=no_patches,
+        )
+    )
 
 
 @app.command()
@@ -110,11 +123,14 @@ def up(
     dry_run: bool = typer.Option(False, help="print the launch plan and exit"),
     force: bool = typer.Option(False, help="launch even when the fit check says it will not fit"),
     offline: bool = typer.Option(False, help="never download: an hf: model not yet pulled is an error"),
+    llama_server: Path | None = typer.Option(
+        None, help="serve through this llama-server (a llama.cpp you have) instead of `orchestrator build`'s"
+    ),
 ) -> None:
     """Launch one llama-server per model and GPU, supervise them, serve one endpoint (pulling hf: models first)."""
     from orchestrator.cli import up as m
 
-    _run(lambda: m.run_up(config, dry_run=dry_run, force=force, offline=offline))
+    _run(lambda: m.run_up(config, dry_run=dry_run, force=force, offline=offline, llama_server=llama_server))
 
 
 @app.command()

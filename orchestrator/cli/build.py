@@ -23,7 +23,10 @@ from orchestrator.config.load import load_config
 from orchestrator.native import fetch as native_fetch
 from orchestrator.native import make as native_make
 from orchestrator.native.build import (
+    RPC_SERVER,
+    SERVER,
     SPACE_NEEDED,
+    TARGET,
     TARGETS,
     build_lock,
     builds_root,
@@ -60,8 +63,13 @@ def run(
     force: bool,
     show: bool,
     config: Path | None = None,
+    no_patches: bool = False,
 ) -> int:
     """``orchestrator build``: build (or confirm up to date) and print where the build is.
+
+    ``no_patches`` builds only llama-server from the pinned source without ``native/patches``
+    (its own key; never the current build): a stock llama.cpp of the pinned commit, which the
+    tests serve through as an adopted ``build.llama_server``.
 
     ``backend``/``cuda_arch`` None take the ``build:`` block of ``config`` (see ``build_options``).
     Returns 0 on success or when up to date, 1 when CMake or the compile failed (the log path
@@ -77,21 +85,26 @@ def run(
             shown = {**shown, "upstream_build": f"b{pin.build}"}  # builds made before it was recorded
         print(json.dumps(shown, indent=2))
         return 0
-    plan = plan_build(*build_options(config, backend, cuda_arch))
+    options = build_options(config, backend, cuda_arch)
+    plan = plan_build(*options, patched=False) if no_patches else plan_build(*options)
     root = builds_root() / plan.key
-    if not force and is_built(root, plan.key):
-        set_current(root / "bin")
-        console.print(f"llama-server is up to date ({plan.backend}, key {plan.key}): {root / 'bin'}")
+    programs, targets = ((SERVER,), [TARGET]) if no_patches else ((SERVER, RPC_SERVER), TARGETS)
+    what = "llama-server without our patches" if no_patches else "llama-server"
+    if not force and is_built(root, plan.key, programs):
+        if not no_patches:
+            set_current(root / "bin")
+        console.print(f"{what} is up to date ({plan.backend}, key {plan.key}): {root / 'bin'}")
         return 0
     with build_lock(plan.key, lambda: console.print(f"another `orchestrator build` is building {plan.key}; waiting")):
-        if not force and is_built(root, plan.key):  # built by the run we waited for
-            set_current(root / "bin")
-            console.print(f"llama-server was built meanwhile ({plan.backend}, key {plan.key}): {root / 'bin'}")
+        if not force and is_built(root, plan.key, programs):  # built by the run we waited for
+            if not no_patches:
+                set_current(root / "bin")
+            console.print(f"{what} was built meanwhile ({plan.backend}, key {plan.key}): {root / 'bin'}")
             return 0
-        return _build(plan, root, force, jobs, console)
+        return _build(plan, root, force, jobs, console, targets)
 
 
-def _build(plan: BuildPlan, root: Path, force: bool, jobs: int | None, console: Console) -> int:
+def _build(plan: BuildPlan, root: Path, force: bool, jobs: int | None, console: Console, targets: list[str]) -> int:
     """Extract, configure, compile and install ``plan`` into ``root`` (the caller holds the lock)."""
     native_fetch.require_space(builds_root(), SPACE_NEEDED[plan.backend], f"a {plan.backend} build")
     started = time.monotonic()
@@ -106,12 +119,13 @@ def _build(plan: BuildPlan, root: Path, force: bool, jobs: int | None, console: 
     log = root / "build.log"
     with RichBuildProgress(console) as progress:
         ok = native_make.configure_and_compile(
-            root, plan.cmake_flags(), TARGETS, jobs or os.cpu_count() or 2, log, progress
+            root, plan.cmake_flags(), targets, jobs or os.cpu_count() or 2, log, progress
         )
     if not ok:
         return 1
     bin_dir = install(root, plan, time.monotonic() - started)
-    set_current(bin_dir)
+    if plan.patches or not native_fetch.list_patches():  # an unpatched build never becomes the current one
+        set_current(bin_dir)
     manifest = json.loads((bin_dir / "manifest.json").read_text())
     console.print(f"built llama-server in {manifest['build_seconds']:.0f} s: {bin_dir}")
     console.print(f"  {manifest['version'].splitlines()[0] if manifest['version'] else '(no --version output)'}")

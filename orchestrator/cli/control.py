@@ -112,6 +112,7 @@ def status(json_out: bool = False) -> int:
             )
             for line in row.get("log_tail") or []:
                 console.print(f"  | {line}", markup=False)
+    _print_features_off(console, rows)
     _print_peers(console, peers)
     for fault in fetch_disk_faults(run) if source == "endpoint" else []:
         console.print(
@@ -136,6 +137,15 @@ def _print_drafts(console: Any, drafts: Any) -> None:
         for c in recent[:5]:
             done = f"{c.get('tokens_per_second', '-')} tok/s, accepted {c.get('accepted', '-')}"
             console.print(f"  {c['class']}: K={c['k']} ({c['reason']}); {done}", markup=False)
+
+
+def _print_features_off(console: Any, rows: list[dict[str, Any]]) -> None:
+    """The features of our patches the running llama-server lacks (an adopted one), once each."""
+    off = list(dict.fromkeys(line for row in rows for line in row.get("features_off") or []))
+    if off:
+        console.print("\nllama-server without our patches (build.llama_server); off:", markup=False)
+        for line in off:
+            console.print(f"  - {line}", markup=False, soft_wrap=True)
 
 
 def _print_peers(console: Any, peers: dict[str, Any] | None) -> None:

@@ -59,7 +59,7 @@ def run(config: Path) -> int:
 
 def collect(config: Path) -> list[Check]:
     """All checks, in display order."""
-    build = _locate()
+    build = _locate(config)
     has_build = build is not None
     found, gpu_check = check_gpus()
     gpu_count = len(found)
@@ -190,10 +190,20 @@ def check_gpu_build(build: BuildInfo | None, found: list[GPU]) -> Check:
     return Check("gpu + build", OK, f"driver CUDA {driver_cuda or '?'}, build {manifest.get('cuda_arch')}")
 
 
-def _locate() -> BuildInfo | None:
-    from orchestrator.native.build import locate
+def _locate(config: Path) -> BuildInfo | None:
+    """models.yaml's ``build.llama_server`` when it names one (adopted), else our last build."""
+    from orchestrator.native.build import adopt, locate
 
     try:
+        from orchestrator.config.load import load_config
+
+        named = load_config(config).build.llama_server if config.is_file() else None
+    except UserError:
+        named = None  # the config check reports it
+    try:
+        if named:
+            path = Path(named).expanduser()
+            return adopt(path if path.is_absolute() else config.parent / path)
         return locate()
     except UserError:
         return None
@@ -247,6 +257,8 @@ def check_build(build: BuildInfo | None, gpu_count: int) -> Check:
     if not manifest:
         return Check("native build", WARN, detail, "orchestrator build (records patches and flags in manifest.json)")
     current = [{"name": p.name, "sha256": p.sha256} for p in native_fetch.list_patches()]
+    if manifest.get("adopted"):
+        return _check_adopted(build, detail)
     if manifest.get("patches") != current:
         return Check(
             "native build", WARN, detail + "; built with other patches than native/patches", "orchestrator build"
@@ -264,6 +276,26 @@ def check_build(build: BuildInfo | None, gpu_count: int) -> Check:
     if gpu_count and capabilities.backend != "cuda":
         return Check(
             "native build", WARN, detail + "; a CPU build on a GPU machine", "orchestrator build --backend cuda"
+        )
+    return Check("native build", OK, detail)
+
+
+def _check_adopted(build: BuildInfo, detail: str) -> Check:
+    """A llama-server of the user's (``build.llama_server``): it runs, knows draft-mtp, and lacks
+    our patches' features (a WARN naming them; everything else works)."""
+    from orchestrator.native.capabilities import probe_capabilities
+
+    try:
+        capabilities = probe_capabilities(build)
+    except UserError as err:
+        return Check("native build", FAIL, f"{detail}; {err}", err.hint)
+    detail = f"yours (build.llama_server): {detail}"
+    if not capabilities.draft_mtp:
+        return Check("native build", WARN, detail + "; no --spec-type draft-mtp: models run without MTP", None)
+    if capabilities.features_off:
+        names = "; ".join(line.split(" (needs", 1)[0] for line in capabilities.features_off)
+        return Check(
+            "native build", WARN, f"{detail}; {names}", "`orchestrator build` has them (and drop build.llama_server)"
         )
     return Check("native build", OK, detail)
 

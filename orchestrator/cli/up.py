@@ -33,7 +33,13 @@ if TYPE_CHECKING:
     from orchestrator.supervise.supervisor import Supervisor
 
 
-def run_up(config_path: Path, dry_run: bool = False, force: bool = False, offline: bool = False) -> int:
+def run_up(
+    config_path: Path,
+    dry_run: bool = False,
+    force: bool = False,
+    offline: bool = False,
+    llama_server: Path | None = None,
+) -> int:
     """Run ``orchestrator up`` until SIGINT/SIGTERM (see ``orchestrator.serve.run.serve_up``).
 
     Args:
@@ -41,37 +47,31 @@ def run_up(config_path: Path, dry_run: bool = False, force: bool = False, offlin
         dry_run: print the launch plan and return 0 without starting anything.
         force: launch even when the fit check says a model will not fit.
         offline: never download; an ``hf:`` model the hub cache lacks is an error naming the pull.
+        llama_server: serve through this llama-server (see ``_server_build``).
 
-    Returns:
-        0 after a clean shutdown; 1 when every instance failed to start.
+    Returns 0 after a clean shutdown, 1 when every instance failed to start.
 
     Raises:
         UserError: bad config, no native build, busy port, or an orchestrator already running.
     """
+    from orchestrator.cli.pull import pull_missing
     from orchestrator.config.load import load_config
     from orchestrator.host import gpus
     from orchestrator.launch import discover
     from orchestrator.launch import plan as launch
-    from orchestrator.native import build
     from orchestrator.native.capabilities import probe_capabilities
 
     console = Console(highlight=False)
     config = load_config(Path(config_path))
-    try:
-        build_info = build.locate()
-    except UserError as err:
-        raise UserError(
-            f"{err} — the native llama.cpp build is missing, so nothing can be launched yet",
-            hint="run `orchestrator build` first (about 8 minutes on 2 CPU cores; it shows progress)",
-        ) from None
+    build_info = _server_build(config, llama_server)
     if not dry_run:
-        from orchestrator.cli.pull import pull_missing
-
         pull_missing(config, offline=offline, console=console)
     found, source = gpus.detect_gpus()
     if not dry_run:
         statefile.claim()
     capabilities = probe_capabilities(build_info)
+    if build_info.manifest.get("adopted"):
+        _say_adopted(console, build_info, capabilities)
     config, notes = discover.expand(config)
     for note in notes:
         console.print(f"models_dirs: {note}", markup=False, soft_wrap=True)
@@ -93,6 +93,48 @@ def run_up(config_path: Path, dry_run: bool = False, force: bool = False, offlin
 
     prepare = _preparer(found, build_info, capabilities, force)
     return serve_up(config, specs, lambda supervisor: UpDisplay(console, supervisor, config), prepare)
+
+
+def _server_build(config: Config, llama_server: Path | None) -> BuildInfo:
+    """The llama-server to serve through: ``--llama-server``, else ``build.llama_server`` (relative
+    to models.yaml), else the last ``orchestrator build``.
+
+    Raises:
+        UserError: the named binary is not executable, or there is no build.
+    """
+    from orchestrator.native import build
+
+    if llama_server is not None:
+        return build.adopt(llama_server)
+    if config.build.llama_server:
+        path = Path(config.build.llama_server).expanduser()
+        return build.adopt(path if path.is_absolute() else config.config_dir / path)
+    try:
+        return build.locate()
+    except UserError as err:
+        raise UserError(
+            f"{err} — the native llama.cpp build is missing, so nothing can be launched yet",
+            hint="run `orchestrator build` first (about 8 minutes on 2 CPU cores; it shows progress), "
+            "or set build.llama_server in models.yaml to a llama-server you have",
+        ) from None
+
+
+def _say_adopted(console: Console, build_info: BuildInfo, capabilities: ServerCapabilities) -> None:
+    """One line on the adopted llama-server, its upstream build, what it lacks, and a known-bad window."""
+    from orchestrator.native.build import server_version
+    from orchestrator.native.versions import known_bad, parse_version
+
+    said = parse_version(server_version(build_info.server))
+    upstream = f"{said.tag} ({said.commit})" if said else "unknown upstream build"
+    off = len(capabilities.features_off)
+    console.print(
+        f"llama-server: {build_info.server} (yours, {upstream}); "
+        + (f"{off} feature(s) of our patches off, see `orchestrator status`" if off else "all our features on"),
+        markup=False,
+        soft_wrap=True,
+    )
+    for bad in known_bad(said.build) if said else []:
+        console.print(f"[yellow]warning:[/] {bad.what}; use another llama.cpp build or `orchestrator build`")
 
 
 def _preparer(found: list[GPU], build_info: BuildInfo, capabilities: ServerCapabilities, force: bool) -> Prepare:

@@ -33,6 +33,7 @@ from pydantic import (
 from pydantic.json_schema import SkipJsonSchema
 
 from orchestrator.config.agent_types import SYSTEM_MESSAGES_ABOUT, ModelAgentKeys
+from orchestrator.config.build_types import BuildConfig
 from orchestrator.config.kv_types import WarmPrefix
 from orchestrator.config.lifecycle_types import ModelLifecycle, ServerLifecycle
 from orchestrator.config.limits_types import ServerLimits
@@ -126,13 +127,6 @@ class ServerConfig(ServerLifecycle, ServerLimits, _Strict):
     )
     timeouts: Timeouts = Field(default_factory=Timeouts)
     kv_disk_budget: int = Field(16 << 30, ge=0, description="bytes of saved prompt caches kept on disk (LRU)")
-
-
-class BuildConfig(_Strict):
-    """Native build defaults for ``orchestrator build``."""
-
-    backend: Literal["auto", "cpu", "cuda"] = "auto"
-    cuda_arch: str | None = Field(None, description="CUDA compute capabilities, e.g. '120' or '89;90'")
 
 
 class SpeculativeConfig(_Strict):

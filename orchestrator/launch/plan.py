@@ -23,7 +23,7 @@ never binds a port, closes it and hands the number on (that races).
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from orchestrator.config.schema import Config, ModelConfig
@@ -111,7 +111,7 @@ def plan_launch(
             if cpu_note and not assigned:
                 spec = dataclasses.replace(spec, notes=(*spec.notes, cpu_note))
             requests.append(request := _fit_request(config, planned, spec, usable, rpc_free or {}))
-            specs.append(dataclasses.replace(spec, memory=instance_memory(request)))
+            specs.append(replace(spec, memory=instance_memory(request), features_off=capabilities.features_off))
     fit_notes = check_fit_per_model(config, specs, requests, usable, force)
     specs = [dataclasses.replace(s, notes=s.notes + tuple(fit_notes.get(s.name, ()))) for s in specs]
     _check_ports(config, specs, check_ports)

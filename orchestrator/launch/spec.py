@@ -32,6 +32,8 @@ class InstanceSpec:
     notes: tuple[str, ...] = field(default=())
     rpc_protocol: str | None = None  # the build's RPC protocol; a worker speaking another is refused
     memory: int | None = None  # estimated bytes (weights, KV, recurrent state; + compute headroom on GPU)
+    # features of our patch queue this llama-server lacks, each with its cost (orchestrator/native/features.py)
+    features_off: tuple[str, ...] = ()
 
     @property
     def rpc(self) -> tuple[str, ...]:

@@ -16,5 +16,6 @@ Concern -> file:
     the build on disk: locate, install, runs  build.py
     server capabilities (``--help`` probe)    capabilities.py
     upstream build numbers, known-bad windows versions.py
+    what each patch adds, what lacking it costs features.py
     RPC protocol: probe a ggml-rpc-server     rpc.py
 """

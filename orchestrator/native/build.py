@@ -97,6 +97,27 @@ def locate() -> BuildInfo:
     return BuildInfo(bin_dir=bin_dir, server=server, lib_dir=bin_dir, manifest=manifest)
 
 
+def adopt(server: Path) -> BuildInfo:
+    """A llama-server the user already has (``build.llama_server`` or ``up --llama-server``) as a
+    ``BuildInfo``: its folder is its library folder (release archives and CMake builds put the
+    ``lib*.so`` files beside it, or find them through RUNPATH). Its manifest says ``adopted`` and
+    lists no patches, so the features of our patch queue are reported off
+    (``capabilities.probe_capabilities``).
+
+    Raises:
+        UserError: the path is not an executable file.
+    """
+    path = server.expanduser()
+    if path.is_dir():
+        path = path / SERVER
+    if not (path.is_file() and os.access(path, os.X_OK)):
+        raise UserError(
+            f"{path}: not an executable llama-server",
+            hint="point build.llama_server (or up --llama-server) at the llama-server binary of your llama.cpp",
+        )
+    return BuildInfo(bin_dir=path.parent, server=path, lib_dir=path.parent, manifest={"adopted": True, "patches": []})
+
+
 def pinned_source() -> Path:
     """Root of the pinned llama.cpp source with ``native/patches`` applied (downloaded and
     extracted on demand into the cache; nothing is compiled). ``$ORCHESTRATOR_SOURCE_DIR``
@@ -135,13 +156,13 @@ def build_lock(key: str, on_wait: Callable[[], None] | None = None) -> Iterator[
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def is_built(root: Path, key: str) -> bool:
-    """Whether ``root/bin`` holds a finished build of ``key``."""
+def is_built(root: Path, key: str, programs: tuple[str, ...] = (SERVER, RPC_SERVER)) -> bool:
+    """Whether ``root/bin`` holds a finished build of ``key`` with ``programs``."""
     try:
         manifest = json.loads((root / "bin" / "manifest.json").read_text())
     except (OSError, ValueError):
         return False
-    return manifest.get("key") == key and all((root / "bin" / name).is_file() for name in (SERVER, RPC_SERVER))
+    return manifest.get("key") == key and all((root / "bin" / name).is_file() for name in programs)
 
 
 def ensure_source_copy(root: Path, plan: BuildPlan, on_bytes: native_fetch.OnBytes | None = None) -> None:
@@ -164,7 +185,8 @@ def install(root: Path, plan: BuildPlan, seconds: float) -> Path:
     staging = root / "bin.tmp"
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
-    for item in [built / SERVER, built / RPC_SERVER, *sorted(built.glob("lib*.so*"))]:
+    programs = [built / name for name in (SERVER, RPC_SERVER) if (built / name).exists()]  # --no-patches: no worker
+    for item in [*programs, *sorted(built.glob("lib*.so*"))]:
         shutil.copy2(item, staging / item.name, follow_symlinks=False)
     manifest = {
         "key": plan.key,
@@ -183,7 +205,7 @@ def install(root: Path, plan: BuildPlan, seconds: float) -> Path:
         "llama_server_sha256": native_fetch.sha256_file(staging / SERVER),
         "runtime_lib_dirs": plan.runtime_lib_dirs,
         "version": server_version(staging / SERVER, plan.runtime_lib_dirs),
-        "rpc_server": RPC_SERVER,
+        "rpc_server": RPC_SERVER if (staging / RPC_SERVER).exists() else None,
         "rpc_protocol": rpc_protocol_version(root / native_fetch.SOURCE_DIR_NAME),
     }
     (staging / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")

@@ -15,6 +15,8 @@ from pathlib import Path
 
 from orchestrator.errors import UserError
 from orchestrator.native.build import BuildInfo, loader_path, start_failure
+from orchestrator.native.features import features_off
+from orchestrator.native.fetch import list_patches
 
 _HELP_CACHE: dict[tuple[str, int, int], str] = {}
 # a flag at the start of a --help entry, or after a comma: "-md,    --model-draft FNAME"
@@ -29,17 +31,30 @@ class ServerCapabilities:
         backend: ``"cuda"`` or ``"cpu"``.
         draft_mtp: whether ``--spec-type`` accepts ``draft-mtp`` (MTP speculative decoding).
         flags: every flag spelling ``--help`` lists, e.g. ``"-md"``, ``"--spec-draft-n-max"``.
+        patches: the ``native/patches`` files it was built with (``features.features_off`` says
+            what a missing one costs).
     """
 
     backend: str
     draft_mtp: bool
     flags: frozenset[str]
+    # the patch files of native/patches this binary was built with (its manifest.json); none for a
+    # llama-server we did not build (``build.llama_server``): nothing in --help shows them
+    patches: frozenset[str] = frozenset()
+    # one line per feature of the current patch queue that it lacks, with the cost (``features_off``)
+    features_off: tuple[str, ...] = ()
 
     @classmethod
-    def from_help(cls, text: str, backend: str) -> ServerCapabilities:
-        """Capabilities from ``llama-server --help`` output ``text``."""
+    def from_help(
+        cls, text: str, backend: str, patches: frozenset[str] | None = None, queue: list[str] | None = None
+    ) -> ServerCapabilities:
+        """Capabilities from ``llama-server --help`` output ``text``; ``patches`` it was built with
+        (None: all of ``queue``, the current ``native/patches`` file names)."""
         flags = frozenset(_FLAG_RE.findall(text))
-        return cls(backend=backend, draft_mtp="--spec-type" in text and "draft-mtp" in text, flags=flags)
+        draft_mtp = "--spec-type" in text and "draft-mtp" in text
+        applied = frozenset(queue or []) if patches is None else patches
+        off = tuple(f.line() for f in features_off(queue or [], applied))
+        return cls(backend=backend, draft_mtp=draft_mtp, flags=flags, patches=applied, features_off=off)
 
 
 def probe_capabilities(build: BuildInfo) -> ServerCapabilities:
@@ -48,7 +63,10 @@ def probe_capabilities(build: BuildInfo) -> ServerCapabilities:
     Raises:
         UserError: the binary is missing or cannot run (missing libraries, wrong platform).
     """
-    return ServerCapabilities.from_help(server_help(build), build_backend(build))
+    built = (build.manifest or {}).get("patches") or []
+    patches = frozenset(str(p.get("name")) for p in built if isinstance(p, dict))
+    queue = [p.name for p in list_patches()]
+    return ServerCapabilities.from_help(server_help(build), build_backend(build), patches, queue)
 
 
 def server_help(build: BuildInfo) -> str:

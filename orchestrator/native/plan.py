@@ -153,13 +153,15 @@ def compiler_version() -> str:
     return out.splitlines()[0].strip() if out else cxx
 
 
-def plan_build(backend: str, cuda_arch: str | None) -> BuildPlan:
-    """Read the pin, patches and this machine's toolchain into a ``BuildPlan``.
+def plan_build(backend: str, cuda_arch: str | None, *, patched: bool = True) -> BuildPlan:
+    """Read the pin, patches and this machine's toolchain into a ``BuildPlan``; ``patched=False``
+    plans the pinned source without ``native/patches`` (its own key), as a stock llama.cpp of the
+    same commit is: what serving through an adopted llama-server is tested with.
 
     Raises ``UserError`` for missing cmake/ninja/compiler, nvcc or cuBLAS (CUDA), or an
     unknown CUDA architecture.
     """
-    pin, patches = native_fetch.load_pin(), native_fetch.list_patches()
+    pin, patches = native_fetch.load_pin(), native_fetch.list_patches() if patched else []
     _tool("cmake", "install CMake >= 3.14 (apt install cmake, or pip install cmake)")
     _tool("ninja", "install Ninja (apt install ninja-build, or pip install ninja)")
     compiler = compiler_version()

@@ -44,6 +44,7 @@ def status_row(inst: Instance) -> dict[str, Any]:
         "rolling_acceptance": rolling,
         "rolling_drafted": rolling_n,
         "warnings": inst.warnings,
+        "features_off": list(inst.spec.features_off),  # what this llama-server lacks of our patches
         "exit_code": inst.exit_code,
         "message": inst.message,
         "log_path": str(inst.log_path),

@@ -1,0 +1,69 @@
+"""What our patch queue adds to llama-server, and what serving without each patch costs: the
+features a llama-server lacks when it was not built from ``native/patches`` (a user's own
+llama.cpp adopted with ``build.llama_server``, or ``orchestrator build --no-patches``).
+
+A patch is known by a word in its file name, so renumbering the queue changes nothing here; a
+patch this table does not know is reported by its name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Feature:
+    """A feature one patch adds: ``word`` appears in the patch's file name."""
+
+    word: str
+    name: str
+    cost: str
+
+
+FEATURES: tuple[Feature, ...] = (
+    Feature(
+        "keepalive",
+        "keep-alive after streamed answers",
+        "llama-server closes the connection after every stream, so the proxy's pooled connection is lost "
+        "and the next request to that replica opens a new one (the proxy retries a request whose pooled "
+        "connection died before any byte)",
+    ),
+    Feature(
+        "draft-length",
+        "per-request draft length (speculative.n_max / n_min)",
+        "requests cannot change K or turn drafting off: every request drafts with the launch K, and a "
+        "request for token probabilities gets them with drafting on (they can differ from drafting off)",
+    ),
+    Feature(
+        "checkpoint",
+        "slot checkpoints",
+        "what the checkpoint patch keeps of a hybrid model's slot is not kept: more of a long prompt is "
+        "processed again after a slot is reused or restored",
+    ),
+)
+
+
+@dataclass(frozen=True)
+class FeatureOff:
+    """A feature of ``patch`` this llama-server lacks, and what that costs."""
+
+    patch: str
+    name: str
+    cost: str
+
+    def line(self) -> str:
+        return f"{self.name} off (needs {self.patch}): {self.cost}"
+
+
+def features_off(queue: list[str], applied: frozenset[str]) -> list[FeatureOff]:
+    """The features of the patches in ``queue`` (file names, in order) that are not in ``applied``."""
+    missing = []
+    for patch in queue:
+        if patch in applied:
+            continue
+        known = next((f for f in FEATURES if f.word in patch), None)
+        if known is None:
+            missing.append(FeatureOff(patch, f"what {patch} adds", "see native/README.md"))
+        else:
+            missing.append(FeatureOff(patch, known.name, known.cost))
+    return missing
