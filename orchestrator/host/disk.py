@@ -95,6 +95,16 @@ def attempt(what: str, path: Path | str, write: Callable[[], T]) -> T | None:
     return result
 
 
+def make_folder(what: str, folder: Path, mode: int = 0o700) -> Path | None:
+    """``folder`` made (with its parents; ``mode`` for the new ones), or None on a disk fault."""
+
+    def make() -> Path:
+        folder.mkdir(parents=True, exist_ok=True, mode=mode)
+        return folder
+
+    return attempt(what, folder, make)
+
+
 def faults() -> list[dict[str, object]]:
     """The writes failing now, oldest first (``[]`` when every write works)."""
     with _lock:

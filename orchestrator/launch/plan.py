@@ -29,6 +29,7 @@ from pathlib import Path
 from orchestrator.config.schema import Config, ModelConfig
 from orchestrator.config.spec_types import drafters
 from orchestrator.errors import UserError
+from orchestrator.host import disk
 from orchestrator.host.gpus import GPU
 from orchestrator.host.ports import check_port_free
 from orchestrator.launch.argv import ServerArgs, Speculation
@@ -233,12 +234,11 @@ def _replica(
 
 def _slot_save_path(model: ModelConfig) -> Path | None:
     """``--slot-save-path`` of a ``kv_persist`` model, created now (mode 0700): llama-server refuses
-    a path that is not a directory, and the planned command line must run as printed."""
+    a path that is not a directory, and the planned command line must run as printed. A folder
+    that cannot be made (``host/disk.py``: full, read-only) leaves it out: the model still serves."""
     if not model.kv_persist:
         return None
-    path = kv_dir(model.name)
-    path.mkdir(parents=True, exist_ok=True, mode=0o700)
-    return path
+    return disk.make_folder(f"saved prompt caches of {model.name}", kv_dir(model.name))
 
 
 def _fit_request(

@@ -201,3 +201,19 @@ def test_doctor_reports_a_read_only_or_full_folder(tmp_path: Path, monkeypatch: 
     monkeypatch.setenv("ORCHESTRATOR_STATE", str(tmp_path / "st"))
     names = {c.name: c for c in doctor.collect(tmp_path / "models.yaml")}
     assert names["state folder"].status == doctor.OK and names["state folder"].detail == str(tmp_path / "st")
+
+
+def test_a_kv_folder_that_cannot_be_made_launches_the_model_without_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from orchestrator.config.schema import ModelConfig
+    from orchestrator.launch.plan import _slot_save_path
+
+    disk.clear()
+    with tmpfs(tmp_path / "kv", "ro") as folder:
+        monkeypatch.setenv("ORCHESTRATOR_KV", str(folder))
+        model = ModelConfig(name="demo", path="x.gguf", kv_persist=True)
+        assert _slot_save_path(model) is None  # no --slot-save-path: llama-server would refuse a missing folder
+        assert disk.failing("saved prompt caches of demo")
+    monkeypatch.setenv("ORCHESTRATOR_KV", str(tmp_path / "kv-ok"))
+    assert _slot_save_path(model) == tmp_path / "kv-ok" / "demo" and not disk.failing("saved prompt caches of demo")
