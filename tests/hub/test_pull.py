@@ -6,6 +6,7 @@ and then serving the pulled demo model through a real llama-server."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -232,3 +233,44 @@ def test_up_pulls_an_hf_entry_then_serves_it(demo_hub: FakeHub, tmp_path: Path, 
     assert "pulling hf:test-org/demo-GGUF:Q8_0" in out and "sha256 ok" in out
     model = cache.require_cached(HfSource("test-org/demo-GGUF", "Q8_0")).model
     assert str(model.resolve()).startswith(str(tmp_path / "hf-cache"))
+
+
+def test_models_dirs_finds_what_pull_put_in_the_cache(demo_hub: FakeHub) -> None:
+    """The hub cache is an ordinary folder of GGUF links: a ``models_dirs`` entry finds the pull."""
+    from orchestrator.launch.discover import scan
+
+    pulled = pull(HfSource("test-org/demo-GGUF", "Q8_0"))
+    found, notes = scan([cache.cache_dir()])
+    assert [(f.name, f.path) for f in found] == [("demo-Q8_0", pulled.model)], notes
+
+
+@pytest.mark.server
+def test_up_serves_an_hf_model_with_its_separate_mtp_head(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pinned_source: Path, bin_info: object
+) -> None:
+    """A repository whose MTP head is its own file: pulled with the model, served as its draft."""
+    from orchestrator.models.tiny import draft_path, write_tiny_model
+
+    trunk = write_tiny_model(tmp_path / "sep.gguf", mode="echo", q=0.1, variant="separate")
+    files = {"tiny-sep-Q8_0.gguf": trunk.read_bytes(), "tiny-sep-MTP.gguf": draft_path(trunk).read_bytes()}
+    with serve_hub(FakeHub({"test-org/sep-GGUF": files})) as running:
+        monkeypatch.setenv("HF_ENDPOINT", running.url)
+        monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+        config = tmp_path / "models.yaml"
+        config.write_text(
+            "server: {host: 127.0.0.1, port: 0, timeouts: {load: 120}}\n"
+            "models:\n  - {name: sep, path: 'hf:test-org/sep-GGUF', ctx_size: 512, threads: 2, thinking: false}\n"
+        )
+        with RunningUp(config, tmp_path / "state") as up:
+            reply = httpx.post(
+                f"{up.run['endpoint']}/v1/chat/completions",
+                json={"model": "sep", "max_tokens": 16, "messages": [{"role": "user", "content": "Hello"}]},
+                timeout=120,
+                trust_env=False,
+            )
+            rows = json.loads(up.cli("status", "--json").stdout)["instances"]
+    assert reply.status_code == 200, reply.text
+    assert reply.json()["timings"]["draft_n"] > 0  # the separate head drafts
+    head = cache.require_cached(HfSource("test-org/sep-GGUF")).head
+    assert head is not None and head.name == "tiny-sep-MTP.gguf"
+    assert rows[0]["speculation"] is not None
