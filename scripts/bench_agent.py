@@ -166,10 +166,11 @@ def replay(session: dict[str, Any], base: str, args: argparse.Namespace, swap: A
             row = one_turn(client, base, session["route"], _cut(body, session["route"], args.max_tokens))
             row["turn"] = n
             if "total" in row:
+                # a turn after a failed (or no) turn has no new-token count: it is a first turn again
                 row["processed"] = row["total"] - row["cached"]
-                row["new"] = row["total"] - prev_total if prev_total is not None else row["total"]
-                row["ok"] = n == 1 or row["processed"] <= row["new"] + SLACK
-                prev_total = row["total"]
+                row["new"] = row["total"] - prev_total if prev_total is not None else None
+                row["ok"] = row["new"] is None or row["processed"] <= row["new"] + SLACK
+            prev_total = row.get("total")
             rows.append(row)
     return rows
 
@@ -182,9 +183,10 @@ def print_table(title: str, rows: list[dict[str, Any]]) -> None:
             print(f"{r['turn']:>4} {r['status']:>4}  {r.get('error', '')[:110]}")
             continue
         ttft = f"{r['ttft']:.2f}" if r.get("ttft") is not None else "-"
-        ok = "-" if r["turn"] == 1 else ("yes" if r["ok"] else "NO")
+        ok = "-" if r["new"] is None else ("yes" if r["ok"] else "NO")
+        new = "-" if r["new"] is None else r["new"]
         print(
-            f"{r['turn']:>4} {r['status']:>4} {r['total']:>7} {r['new']:>6} {r['cached']:>7} "
+            f"{r['turn']:>4} {r['status']:>4} {r['total']:>7} {new:>6} {r['cached']:>7} "
             f"{r['processed']:>9} {ttft:>7}  {ok}"
         )
 

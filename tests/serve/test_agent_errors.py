@@ -109,3 +109,27 @@ def test_models_tell_their_context_and_capabilities(stack: Stack) -> None:
     show = httpx.post(stack.url + "/api/show", json={"model": "demo"}, timeout=30).json()
     assert show["model_info"]["qwen35moe.context_length"] == CTX // 2 and "tools" in show["capabilities"]
     assert show["parameters"] == f"num_ctx {CTX // 2}"
+
+
+def test_every_replayed_codex_item_is_accepted(stack: Stack) -> None:
+    """A second turn as Codex and the SDKs replay it: each of these items was a 400/500 before."""
+    items = [
+        {"role": "user", "content": "Fix the build."},
+        {"type": "reasoning", "summary": [{"type": "summary_text", "text": "Look at the log."}]},
+        {"type": "reasoning", "summary": [], "encrypted_content": "gAAAAB-opaque"},
+        {"type": "function_call", "call_id": "c1", "name": "list_agents", "namespace": "multi_agent_v1",
+         "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": [{"type": "output_text", "text": "none"}]},
+        {"type": "custom_tool_call", "call_id": "c2", "name": "apply_patch", "input": "*** Begin Patch"},
+        {"type": "custom_tool_call_output", "call_id": "c2", "output": "Done."},
+        {"role": "assistant", "content": [{"type": "output_text", "text": "Patched."}]},
+        {"role": "user", "content": "Thanks. Anything else?"},
+    ]  # fmt: skip
+    tools = [
+        {"type": "namespace", "name": "multi_agent_v1", "description": "Sub-agents.",
+         "tools": [{"type": "function", "name": "list_agents", "parameters": {"type": "object", "properties": {}}}]},
+        {"type": "custom", "name": "apply_patch", "description": "Patch files."},
+        {"type": "web_search"},
+    ]  # fmt: skip
+    r = post(stack, "/v1/responses", {"input": items, "tools": tools, "max_output_tokens": 4})
+    assert r.status_code == 200, r.text
