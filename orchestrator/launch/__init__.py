@@ -7,6 +7,7 @@ Concern -> file:
     ``InstanceSpec`` and relaunch variants           spec.py
     argv rendered from ``ServerArgs``                argv.py
     GGUF files of an entry, builtin models, forks    files.py
+    what an entry needs of our llama.cpp patches     needs.py
     GPU placement, tensor split                      placement.py
     memory fit check                                 fit.py
 """

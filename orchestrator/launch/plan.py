@@ -35,6 +35,7 @@ from orchestrator.host.ports import check_port_free
 from orchestrator.launch.argv import ServerArgs, Speculation
 from orchestrator.launch.files import check_not_fork, facts_at, model_files
 from orchestrator.launch.fit import FitRequest, check_fit_per_model, estimate_bytes, gpu_overhead, instance_memory
+from orchestrator.launch.needs import check_patch_features
 from orchestrator.launch.placement import Placer, placements, tensor_split
 from orchestrator.launch.spec import CHILD_HOST, InstanceSpec
 from orchestrator.models.facts import ModelFacts
@@ -153,6 +154,7 @@ def _plan_model(
             "--spec-type draft-mtp",
             hint="rebuild from the pinned llama.cpp with `orchestrator build --force`, or set speculative.type: none",
         )
+    check_patch_features(config, i, model, spec_type, capabilities)
     return _Planned(i, model, gguf, draft, model_facts, draft_facts, spec_type, notes)
 
 

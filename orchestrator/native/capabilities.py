@@ -43,6 +43,11 @@ class ServerCapabilities:
     patches: frozenset[str] = frozenset()
     # one line per feature of the current patch queue that it lacks, with the cost (``features_off``)
     features_off: tuple[str, ...] = ()
+    missing_patches: frozenset[str] = frozenset()
+
+    def lacks(self, word: str) -> bool:
+        """Whether a patch of the queue whose file name holds ``word`` (``draft-length``) is missing."""
+        return any(word in name for name in self.missing_patches)
 
     @classmethod
     def from_help(
@@ -54,7 +59,8 @@ class ServerCapabilities:
         draft_mtp = "--spec-type" in text and "draft-mtp" in text
         applied = frozenset(queue or []) if patches is None else patches
         off = tuple(f.line() for f in features_off(queue or [], applied))
-        return cls(backend=backend, draft_mtp=draft_mtp, flags=flags, patches=applied, features_off=off)
+        missing = frozenset(q for q in queue or [] if q not in applied)
+        return cls(backend, draft_mtp, flags, patches=applied, features_off=off, missing_patches=missing)
 
 
 def probe_capabilities(build: BuildInfo) -> ServerCapabilities:

@@ -108,3 +108,26 @@ def test_doctor_names_an_adopted_server_and_what_it_lacks(stock_server: Any, tmp
     check = next(c for c in doctor.collect(config) if c.name == "native build")
     assert check.status == doctor.WARN and "yours (build.llama_server)" in check.detail
     assert "per-request draft length" in check.detail and check.fix is not None
+
+
+@pytest.mark.server
+def test_adaptive_draft_length_is_refused_on_a_server_without_per_request_k(
+    stock_server: Any, bin_info: Any, demo_model: Path, tmp_path: Path
+) -> None:
+    """It would choose K for every request and the server would ignore each choice: refused, named."""
+    from orchestrator.config.load import load_config
+    from orchestrator.errors import UserError
+    from orchestrator.launch.plan import plan_launch
+
+    config = tmp_path / "models.yaml"
+    config.write_text(
+        "models:\n  - name: demo\n"
+        f"    path: {demo_model}\n    ctx_size: 512\n    speculative: {{type: draft-mtp, n_max: 3, adaptive: true}}\n"
+    )
+    cfg = load_config(config)
+    with pytest.raises(UserError) as err:
+        plan_launch(cfg, gpus=[], build=stock_server, capabilities=probe_capabilities(stock_server), check_ports=False)
+    assert "models.yaml:5: models[0].speculative.adaptive" in str(err.value)
+    assert "per-request draft length" in str(err.value) and err.value.hint and "build.llama_server" in err.value.hint
+    specs = plan_launch(cfg, gpus=[], build=bin_info, capabilities=probe_capabilities(bin_info), check_ports=False)
+    assert specs and specs[0].features_off == ()  # our own build: adaptive plans
