@@ -12,8 +12,11 @@ Concern -> file:
 
 - the app, its routes and the one error handler: ``app.py``; read-only routes
   (``/v1/models``, ``/health``, ``/status``, ``/metrics``): ``info.py``
-- the forwarded POST routes as data (path, repair, error and stream shape): ``api_routes.py``
-- the POST hot path (every forwarded route as a raw ASGI endpoint): ``forward.py``;
+- one adapter per API (request in its shape -> the internal request; answer, events, usage and
+  errors back in its shape): ``adapters/``; the list of forwarded routes: ``adapters/registry.py``
+- the hot path: one ``ProxyRequest`` per request owns what every API shares (drain, auth, routing,
+  lease, repair, speculation fields, upstream call and resend, timings, metrics, peers, affinity,
+  disconnect): ``pipeline.py``; the state requests share (``Forwarder``): ``forward.py``;
   reading, decoding (any text encoding) and parsing a body under the size limit: ``body.py``; ``Content-Encoding``
   (gzip, deflate, zstd) under the same limit (pure): ``body_codec.py``
 - limits below the app (header size 431, slow heads 408, malformed HTTP as JSON): ``http_limits.py``
@@ -26,7 +29,8 @@ Concern -> file:
   per-token probabilities complete with drafting on (pure): ``token_probs.py``; every field
   llama-server parses checked (types, ranges, sampler chains, tools) and its 500s for client
   mistakes recognised (pure): ``llama_fields.py``
-- the Ollama API: translations (pure) ``ollama.py``, routes ``ollama_routes.py``
+- the Ollama API: translations (pure) ``ollama.py``, its adapter ``adapters/ollama_api.py``, its
+  listings (``/api/tags``, ``/api/ps``, ``/api/show``) ``ollama_routes.py``
 - HTTP to the instances (pooling, the one retry, timeouts, error mapping): ``upstream.py``,
   over the asyncio network backend in ``transport.py``
 - relaying server-sent events (and their per-API shapes): ``streaming.py``

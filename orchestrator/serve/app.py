@@ -3,12 +3,13 @@
 Routes:
 
 =============================  ===============================================================
-``POST /v1/chat/completions``  request repair, routing, streamed or not (``orchestrator.serve.forward``)
+``POST /v1/chat/completions``  request repair, routing, streamed or not (``orchestrator.serve.pipeline``)
 ``POST /v1/completions``       routing, streamed or not
 ``POST /v1/embeddings``        routing, passed through
-``POST /v1/messages`` ...      Anthropic, Responses and pass-through routes
-                               (``orchestrator.serve.api_routes`` lists them all)
-``/api/...``                   the Ollama API (``orchestrator.serve.ollama_routes``)
+``POST /v1/messages`` ...      Anthropic, Responses, Ollama and pass-through routes: one adapter each
+                               (``orchestrator.serve.adapters.registry`` lists them all), one
+                               ``ProxyRequest`` per request (``orchestrator.serve.pipeline``)
+``GET /api/tags`` ...          Ollama's listings (``orchestrator.serve.ollama_routes``)
 ``GET /v1/models``             configured models and aliases, with their state and memory per device
                                (``orchestrator.serve.info``)
 ``POST /models/load``          ``{"model": NAME}``: load it (evicting idle models), wait until ready
@@ -21,7 +22,7 @@ Routes:
 ``GET /``, ``/ui/...``         the web console (``orchestrator.serve.console``)
 =============================  ===============================================================
 
-Every error reaches the client in its API's shape (``api_routes.error_body``: OpenAI's
+Every error reaches the client in its API's shape (its adapter's ``error_body``: OpenAI's
 ``{"error": {"message", "type", "param", "code"}}``, Anthropic's on ``/v1/messages*``), rendered
 by one handler from ``ApiError``; FastAPI's own 404/405/422 and unexpected exceptions (500) are
 converted to it. A 404 for an unknown path lists the routes served. ``app.state.draining = True``
@@ -46,7 +47,7 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.routing import Route
 
 from orchestrator.errors import STATUS_TYPES, ApiError
-from orchestrator.serve.api_routes import ROUTES, error_body, served_routes
+from orchestrator.serve.adapters.registry import ADAPTERS, error_body, served_routes
 from orchestrator.serve.auth import ApiKeys
 from orchestrator.serve.console.routes import mount_console
 from orchestrator.serve.forward import Forwarder
@@ -56,6 +57,7 @@ from orchestrator.serve.model_control import add_restart_route
 from orchestrator.serve.model_routes import add_model_routes
 from orchestrator.serve.ollama_routes import OllamaApi
 from orchestrator.serve.peers import PeerRouter
+from orchestrator.serve.pipeline import Endpoint
 from orchestrator.serve.prompt_cache import PromptCache
 from orchestrator.serve.routing import Router
 from orchestrator.serve.upstream import UpstreamPool
@@ -113,8 +115,8 @@ def create_app(config: Config, supervisor: Supervisor, scheduler: ModelScheduler
     app.state.peers, app.state.scheduler = peers, scheduler
     draining = lambda: bool(app.state.draining)  # noqa: E731
     app.state.forwarder = fwd = Forwarder(running, router, pool, metrics, keys, draining=draining, peers=peers)
-    for api_route in ROUTES:
-        app.router.routes.append(Route(api_route.path, fwd.endpoint(api_route), methods=["POST"]))
+    for adapter in ADAPTERS:
+        app.router.routes.append(Route(adapter.path, Endpoint(fwd, adapter), methods=["POST"]))
     OllamaApi(fwd).add_to(app)
     app.add_api_route("/v1/responses/{response_id:path}", _not_stored, methods=["GET", "DELETE", "POST"])
     _add_error_handlers(app)

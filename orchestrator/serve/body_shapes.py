@@ -319,7 +319,7 @@ _OLLAMA_TOOL = obj(type=STR, function=obj(name=STR, description=STR, parameters=
 _OLLAMA_COMMON = {"model": STR | NULL, "options": NULL | OBJ, "stream": BOOL | NULL, "format": STR | NULL | OBJ}
 _CHAT_LIKE = ("/v1/chat/completions", "/v1/chat/completions/input_tokens", "/apply-template")
 _PROMPT_ONLY = obj(model=STR | NULL, prompt=_PROMPT, stop=_STOP, stream=BOOL | NULL)
-# By route path (``serve/api_routes.py`` and the Ollama routes).
+# By route path (the adapters of ``serve/adapters/registry.py``).
 SHAPES: dict[str, Shape] = {
     **dict.fromkeys(_CHAT_LIKE, OPENAI_CHAT),
     "/v1/completions": _PROMPT_ONLY,

@@ -15,8 +15,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from orchestrator.errors import ApiError
-from orchestrator.serve.streaming import SSE_HEADERS, StreamFlavor
+from orchestrator.serve.streaming import SSE_HEADERS
 from orchestrator.serve.upstream import NothingAnswered, stalled_error, to_api_error
 
 if TYPE_CHECKING:
@@ -43,13 +42,6 @@ async def next_lease(router: Router, model: str, lease: Lease, refused: NothingA
     return await router.acquire(model)
 
 
-async def end_held_stream(send: Send, error: ApiError, flavor: StreamFlavor) -> int:
-    """End a stream whose head already went out with ``error`` as an event of its API; its status."""
-    body = flavor.error_event(error) + (flavor.done or b"")
-    await send({"type": "http.response.body", "body": body, "more_body": False})
-    return error.status
-
-
 class Held(Protocol):
     """Per-request flag: ``head_sent`` becomes True once a held stream's SSE head went out."""
 
@@ -64,7 +56,7 @@ async def hold_for_lease(
     Args:
         keepalive: seconds between SSE comment lines for a streaming request; None = not a stream.
         held: ``held.head_sent`` is set once the stream's head went out; after that an error can
-            only be an event (``end_held_stream``).
+            only be an event (the adapter's ``stream_error``).
         prefer: the replica preference (prefix affinity), if any.
 
     Raises:

@@ -1,7 +1,7 @@
 """The Ollama API as translations to and from OpenAI chat/completions bodies (pure, no I/O).
 
 Many desktop tools (chat front-ends, editor plugins, note apps) speak only Ollama's API (its
-public API reference). ``orchestrator.serve.ollama_routes`` serves it by
+public API reference). ``orchestrator.serve.adapters.ollama_api`` serves it by
 translating each request into the OpenAI body the proxy already repairs and forwards, and each
 answer back:
 
@@ -353,6 +353,11 @@ class StreamTranslator:
             out["logprobs"] = _logprobs(choice)
         out["done"] = False
         return out
+
+    def end(self, chunk: dict[str, Any]) -> dict[str, Any]:
+        """The final ``done`` object, counters from ``chunk`` (``usage``, ``timings``), for a stream
+        whose last event was no usage chunk (``/v1/completions`` puts them on its last choice)."""
+        return self._done(chunk)
 
     def _done(self, chunk: dict[str, Any]) -> dict[str, Any]:
         out: dict[str, Any] = {"model": self.model, "created_at": now()}

@@ -1,45 +1,35 @@
-"""The Ollama API routes: ``GET /api/tags``, ``/api/ps``, ``/api/version``, ``POST /api/show``,
-``/api/chat``, ``/api/generate``, ``/api/embed``.
+"""The Ollama API's listings: ``GET /api/tags``, ``/api/ps``, ``/api/version``, ``POST /api/show``.
 
-Translation lives in ``orchestrator.serve.ollama``; here each request takes the same path as an
-OpenAI one: API key, body limit and ``Content-Encoding``, routing by model (``demo:latest`` names
-``demo``), the chat route's repair and checks (``api_routes.prepare_body``: thinking default,
-structured output, drafting off for log probabilities), a serving replica (held while loading),
-metrics (endpoint ``ollama_chat``, ``ollama_generate``, ``ollama_embed``) and llama-server's own
-route. Streams are NDJSON (``application/x-ndjson``), one object per line; a failure mid-stream
-is one ``{"error": ...}`` line, as Ollama sends. Errors before the answer use Ollama's shape
-``{"error": "message"}`` with the HTTP status (the app's handler renders it for ``/api/*``).
+``/api/chat``, ``/api/generate`` and ``/api/embed`` are forwarded like every API route (their
+adapter is ``orchestrator.serve.adapters.ollama_api``). Each model is described with the
+architecture its GGUF header names (``general.architecture``, read once per file). Errors use
+Ollama's shape ``{"error": "message"}`` with the HTTP status (the app's handler renders it for
+``/api/*``).
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
-import json
 import time
-from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-import httpx
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse
 
-from orchestrator.errors import ApiError
-from orchestrator.serve import ollama, token_probs
-from orchestrator.serve import response_repair as reasoning
-from orchestrator.serve.api_routes import ROUTES, prepare_body
+from orchestrator.errors import ApiError, UserError
+from orchestrator.models.gguf_header import read_header
+from orchestrator.serve import ollama
 from orchestrator.serve.body import Receive, parse_body, read_body, to_utf8
 from orchestrator.serve.body_codec import decode_body
-from orchestrator.serve.forward import UPSTREAM_HEADERS, Forwarder
 from orchestrator.serve.info import embeddings, model_size
-from orchestrator.serve.structured import schema_error
-from orchestrator.serve.upstream import UpstreamTimeout, from_upstream_status, to_api_error
 from orchestrator.supervise.supervisor import SERVING
 
 if TYPE_CHECKING:
     from orchestrator.config.schema import Config, ModelConfig
+    from orchestrator.serve.forward import Forwarder
 
-NDJSON = "application/x-ndjson"
-_ROUTES = {r.path: r for r in ROUTES}
 # Ollama's expires_at for a model that never unloads (no ttl, pinned, or keep_alive < 0)
 _NEVER = "2318-08-17T00:00:00Z"
 
@@ -57,14 +47,11 @@ class OllamaApi:
         return self.fwd.config
 
     def add_to(self, app: FastAPI) -> None:
-        """Register every Ollama route on ``app``."""
+        """Register the Ollama listings on ``app``."""
         app.add_api_route("/api/version", self.version, methods=["GET"])
         app.add_api_route("/api/tags", self.tags, methods=["GET"])
         app.add_api_route("/api/ps", self.ps, methods=["GET"])
         app.add_api_route("/api/show", self.show, methods=["POST"])
-        app.add_api_route("/api/chat", self.chat, methods=["POST"])
-        app.add_api_route("/api/generate", self.generate, methods=["POST"])
-        app.add_api_route("/api/embed", self.embed, methods=["POST"])
 
     async def version(self, request: Request) -> JSONResponse:
         """``{"version": ...}``: the Ollama API version these routes follow."""
@@ -99,13 +86,6 @@ class OllamaApi:
         left = max(0.0, ttl - (time.monotonic() - managed.last_used))
         return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + left))
 
-    def _keep_alive(self, model: Any, body: dict[str, Any]) -> float | None:
-        """Apply a request's ``keep_alive`` to its model's idle time (the lifecycle's TTL)."""
-        seconds = ollama.keep_alive_seconds(body.get("keep_alive"))
-        if seconds is not None:
-            self.fwd.router.scheduler.keep_alive(self.fwd.router.resolve(model).name, seconds)
-        return seconds
-
     async def show(self, request: Request) -> JSONResponse:
         """One model's details and capabilities; 400 ``{"error": "model is required"}`` without a name
         (Ollama's answer), 404 ``{"error": ...}`` for an unknown name."""
@@ -120,51 +100,20 @@ class OllamaApi:
             caps.append("vision")
         if embeddings(model):
             caps.append("embedding")
-        info = {"general.architecture": "qwen35moe", "qwen35moe.context_length": size["context_length"]}
+        arch = self._architecture(model)
+        info: dict[str, Any] = {"general.architecture": arch} if arch else {}
+        info[f"{arch or 'general'}.context_length"] = size["context_length"]
         return JSONResponse(
             {
                 "modelfile": "",
                 "parameters": f"num_ctx {size['context_length']}",
                 "template": "",
-                "details": self._details(),
+                "details": self._details(model),
                 "model_info": info,
                 "capabilities": caps,
                 "modified_at": ollama.now(),
             }
         )
-
-    async def chat(self, request: Request) -> Response:
-        """``POST /api/chat`` through ``/v1/chat/completions``."""
-        started = time.monotonic()
-        body = await self._body(request)
-        oai = ollama.chat_request(body)
-        self._keep_alive(oai.get("model"), body)
-        return await self._forward("ollama_chat", "/v1/chat/completions", oai, started, generate=False)
-
-    async def generate(self, request: Request) -> Response:
-        """``POST /api/generate`` through ``/v1/chat/completions`` (or ``/v1/completions`` when ``raw``)."""
-        started = time.monotonic()
-        body = await self._body(request)
-        path, oai = ollama.generate_request(body)
-        keep_alive = self._keep_alive(oai.get("model"), body)
-        if not body.get("prompt") and not body.get("images"):
-            # Ollama's "load the model" request, or "unload it" with keep_alive 0
-            model = self.fwd.router.resolve(oai["model"])
-            if keep_alive != 0:
-                (await self.fwd.router.acquire(model.name)).release()
-            reason = "unload" if keep_alive == 0 else "load"
-            return JSONResponse(
-                {"model": model.name, "created_at": ollama.now(), "response": "", "done": True, "done_reason": reason}
-            )
-        return await self._forward("ollama_generate", path, oai, started, generate=True)
-
-    async def embed(self, request: Request) -> Response:
-        """``POST /api/embed`` through ``/v1/embeddings``."""
-        started = time.monotonic()
-        body = await self._body(request)
-        oai = ollama.embed_request(body)
-        self._keep_alive(oai.get("model"), body)
-        return await self._forward("ollama_embed", "/v1/embeddings", oai, started, generate=False)
 
     async def _body(self, request: Request) -> dict[str, Any]:
         headers = request.scope["headers"]
@@ -187,103 +136,28 @@ class OllamaApi:
             "modified_at": ollama.now(),
             "size": size,
             "digest": hashlib.sha256(name.encode()).hexdigest(),
-            "details": self._details(),
+            "details": self._details(model),
         }
 
-    @staticmethod
-    def _details() -> dict[str, Any]:
-        return {"format": "gguf", "family": "qwen35moe", "families": ["qwen35moe"]}
-
-    async def _forward(self, kind: str, path: str, oai: dict[str, Any], started: float, *, generate: bool) -> Response:
-        fwd = self.fwd
-        model = fwd.router.resolve(oai.get("model"))
-        mm = fwd.metrics.model(model.name)
-        status = 500
-        instance = None
-        lease = None
-        handed = False  # a stream releases the replica itself when it ends
-        try:
-            plan = prepare_body(_ROUTES[path], oai, model, fwd.settings().policy(model.name))
-            for repair in plan.repairs:
-                mm.repair(repair)
-            if plan.drafting_off is not None:
-                mm.drafting_off(plan.drafting_off)
-            body = plan.body if plan.body is not None else oai
-            lease = await fwd.router.acquire(model.name)
-            instance = lease.instance  # in flight on it: counted by the lease
-            mm.in_flight.inc()
-            upstream = fwd.pool.get(instance.base_url or "", instance.name)
-            content = json.dumps(body, ensure_ascii=False).encode()
-            response = await upstream.open("POST", path, content, UPSTREAM_HEADERS, on_retry=mm.retry)
-            if response.status_code >= 400:
-                detail = await upstream.read_body(response)
-                await response.aclose()
-                raise schema_error(from_upstream_status(response.status_code, detail), body)
-            status = 200
-            if body.get("stream"):
-                handed = True
-                lines = self._stream(upstream, response, model.name, (started, generate, plan.trim_top), lease, mm)
-                return StreamingResponse(lines, media_type=NDJSON)
+    def _architecture(self, model: ModelConfig) -> str | None:
+        """The architecture the model's GGUF header names (``qwen35moe``, ``llama`` ...), or None."""
+        for inst in self.supervisor.for_model(model.name)[:1]:
             try:
-                data = json.loads(await upstream.read_body(response))
-            finally:
-                await response.aclose()
-            if plan.trim_top:
-                token_probs.trim(data)
-            return JSONResponse(self._whole(data, path, model.name, started, generate, plan.thinking, mm))
-        except (UpstreamTimeout, httpx.TransportError) as exc:
-            raise to_api_error(exc) from None
-        except ApiError as err:
-            status = err.status
-            raise
-        finally:
-            mm.request(kind, status)
-            if instance is not None and not handed:
-                mm.in_flight.dec()
-            if lease is not None and not handed:
-                lease.release()
+                return _architecture_of(inst.spec.gguf, inst.spec.gguf.stat().st_mtime_ns)
+            except OSError:
+                return None
+        return None
 
-    @staticmethod
-    def _whole(
-        data: dict[str, Any], path: str, model: str, started: float, generate: bool, thinking: bool, mm: Any
-    ) -> dict[str, Any]:
-        timings = data.get("timings")
-        if isinstance(timings, dict):
-            mm.timings(timings)
-        if path == "/v1/embeddings":
-            vectors = [d["embedding"] for d in data.get("data", [])]
-            usage = data.get("usage") or {}
-            return {"model": model, "embeddings": vectors, "prompt_eval_count": usage.get("prompt_tokens", 0)}
-        if path == "/v1/chat/completions":
-            data, _kinds = reasoning.repair_response(data, thinking=thinking)
-        return ollama.answer(data, model, started, generate=generate)
+    def _details(self, model: ModelConfig) -> dict[str, Any]:
+        arch = self._architecture(model)
+        return {"format": "gguf", **({"family": arch, "families": [arch]} if arch else {})}
 
-    async def _stream(
-        self, upstream: Any, response: httpx.Response, model: str, how: tuple[float, bool, bool], lease: Any, mm: Any
-    ) -> AsyncIterator[bytes]:
-        started, generate, trim_top = how
-        translator = ollama.StreamTranslator(model, started, generate=generate)
-        pending = b""
-        try:
-            async for chunk in upstream.iter_body(response):
-                pending += chunk
-                *events, pending = pending.split(b"\n\n")
-                for event in events:
-                    if not event.startswith(b"data: {"):
-                        continue
-                    obj = json.loads(event[len(b"data: ") :])
-                    if "error" in obj:
-                        yield ollama.error_line(ApiError(502, str(obj["error"].get("message", obj["error"]))))
-                        return
-                    if isinstance(obj.get("timings"), dict):
-                        mm.timings(obj["timings"])
-                    if trim_top:
-                        token_probs.trim(obj)
-                    for line in translator.feed(obj):
-                        yield json.dumps(line, ensure_ascii=False).encode() + b"\n"
-        except (UpstreamTimeout, httpx.TransportError) as exc:
-            yield ollama.error_line(to_api_error(exc))
-        finally:
-            mm.in_flight.dec()
-            lease.release()
-            await response.aclose()
+
+@functools.lru_cache(maxsize=128)
+def _architecture_of(gguf: Path, _mtime_ns: int) -> str | None:
+    """``general.architecture`` of ``gguf`` (cached per file version: ``_mtime_ns``)."""
+    try:
+        arch = read_header(gguf, keep_string_arrays=()).metadata.get("general.architecture")
+    except (OSError, UserError, ValueError):
+        return None
+    return arch if isinstance(arch, str) else None

@@ -1,7 +1,7 @@
 """Peers: other OpenAI-compatible endpoints (models.yaml ``peers:``) that serve models for us.
 
 Where a request goes (``PeerRouter.choose``), after its body was repaired exactly as for a local
-model (``orchestrator.serve.forward``):
+model (``orchestrator.serve.pipeline``):
 
 - a **peer-only** model (listed by a peer, or found in its ``/v1/models``, and not in ``models:``)
   goes to the first healthy peer serving it;

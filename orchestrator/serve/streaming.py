@@ -1,8 +1,9 @@
 """Server-sent events from llama-server to the client, and an error event when it dies mid-stream.
 
-:func:`relay_sse` passes each upstream body chunk on with one ASGI ``send`` as soon as it arrives
-(uvicorn writes it to the socket at once: nothing buffers in between). Nothing is parsed or
-copied on that path. Two things can change that:
+:func:`relay` passes each upstream body chunk through the API adapter's :class:`StreamCodec` and
+on with one ASGI ``send`` as soon as it arrives (uvicorn writes it to the socket at once: nothing
+buffers in between). With :class:`SseCodec` (every API whose stream is llama-server's own SSE)
+nothing is parsed or copied on that path. Two things can change that:
 
 - a response repair can apply (``orchestrator.serve.stream_repair.StreamRepair``): then chunks are cut
   into events, and an event is parsed only when ``StreamRepair.needs_parse`` says its bytes
@@ -15,7 +16,8 @@ An OpenAI stream always ends with ``data: [DONE]``. If llama-server dies, times 
 connection mid-stream, the client gets one error event in the OpenAI shape
 (``data: {"error": {...}}``, which the OpenAI SDKs raise as ``APIError``) and then ``[DONE]``,
 and the response is completed, so the client never hangs. APIs whose streams have no ``[DONE]``
-(Anthropic Messages, Responses) pass their own terminator (none), end marker and error event.
+(Anthropic Messages, Responses) pass their own terminator (none), end marker and error event;
+the Ollama adapter's codec turns the events into NDJSON lines instead.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import json
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 
@@ -112,12 +114,35 @@ class RelayOutcome:
     repairs: list[str] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class StreamFlavor:
+    """How one API's SSE stream ends and carries errors.
+
+    Attributes:
+        done: the terminator added when a stream ends without it (None: the API has none).
+        end_marker: bytes that only the final chunk of a completed stream contains.
+        error_event: one SSE event carrying an ``ApiError`` in the API's shape.
+    """
+
+    done: bytes | None
+    end_marker: bytes
+    error_event: Callable[[ApiError], bytes]
+
+    def is_end(self, body: bytes) -> bool:
+        """Whether ``body`` (what is about to be sent) carries the stream's end."""
+        return body.endswith(DONE) if self.end_marker is DONE else self.end_marker in body
+
+
+#: OpenAI chat and completion streams: ``data: [DONE]`` ends them.
+OPENAI_SSE = StreamFlavor(DONE, DONE, error_event)
+
+
 class _EventRewriter:
     """Cuts chunks into SSE events and passes the ones that may change through a ``StreamRepair``."""
 
-    def __init__(self, repair: Any, outcome: RelayOutcome) -> None:
+    def __init__(self, repair: Any, repairs: list[str]) -> None:
         self.repair = repair
-        self.outcome = outcome
+        self.repairs = repairs
         self.pending = b""
         self.saw_done = False
 
@@ -172,77 +197,92 @@ class _EventRewriter:
             return event + b"\n\n"
         fixed, kinds = self.repair.repair(chunk)
         for kind in kinds:
-            if kind not in self.outcome.repairs:
-                self.outcome.repairs.append(kind)
+            if kind not in self.repairs:
+                self.repairs.append(kind)
         if fixed is chunk:
             return event + b"\n\n"
         return encode_event(fixed)
 
 
-@dataclass(frozen=True)
-class StreamFlavor:
-    """How one API's SSE stream ends and carries errors.
+class StreamCodec(Protocol):
+    """Turns one upstream SSE body into the client's stream (an adapter's ``codec``).
 
-    Attributes:
-        done: the terminator added when a stream ends without it (None: the API has none).
-        end_marker: bytes that only the final chunk of a completed stream contains.
-        error_event: one SSE event carrying an ``ApiError`` in the API's shape.
+    ``feed`` gets each upstream chunk and returns the bytes to send now (b"" to send nothing);
+    ``is_end`` says whether bytes about to be sent carry the stream's last event (they are held
+    for the final send, after the accounting); ``close`` returns what is still owed once the
+    upstream body ended (``tail``: its last bytes) or failed (``error``); ``repairs`` lists the
+    repair kinds applied (each once).
     """
 
-    done: bytes | None
-    end_marker: bytes
-    error_event: Callable[[ApiError], bytes]
+    repairs: list[str]
+
+    def feed(self, chunk: bytes) -> bytes: ...
+
+    def is_end(self, body: bytes) -> bool: ...
+
+    def close(self, tail: bytes, error: ApiError | None) -> bytes: ...
+
+
+class SseCodec:
+    """An SSE stream passed on as SSE (OpenAI, Anthropic, Responses, llama-server's own).
+
+    Args:
+        flavor: how the API's stream ends and carries errors.
+        repair: an ``orchestrator.serve.stream_repair.StreamRepair``-like object when a repair can
+            apply, else None: then every chunk is passed on as it came, uncopied.
+    """
+
+    def __init__(self, flavor: StreamFlavor, repair: Any = None) -> None:
+        self.flavor = flavor
+        self.repairs: list[str] = []
+        self._rewriter = _EventRewriter(repair, self.repairs) if repair is not None else None
+        if self._rewriter is not None:
+            self.feed = self._rewriter.feed  # type: ignore[method-assign]
+
+    def feed(self, chunk: bytes) -> bytes:
+        return chunk
 
     def is_end(self, body: bytes) -> bool:
-        """Whether ``body`` (what is about to be sent) carries the stream's end."""
-        return body.endswith(DONE) if self.end_marker is DONE else self.end_marker in body
+        return self.flavor.is_end(body)
+
+    def close(self, tail: bytes, error: ApiError | None) -> bytes:
+        """Held text, then (a stream that did not complete) an error event and the terminator."""
+        flavor, rewriter = self.flavor, self._rewriter
+        closing = rewriter.finish() if rewriter is not None else b""
+        if flavor.end_marker is DONE:
+            completed = rewriter.saw_done if rewriter is not None else tail.endswith(DONE)
+        else:
+            completed = flavor.end_marker in tail
+        if not completed:
+            # What the client got so far must end on an event boundary before we add events.
+            sent_end = closing or (b"" if rewriter is not None else tail)
+            if sent_end and not sent_end.endswith(b"\n\n"):
+                closing += b"\n\n"
+            if error is not None:
+                closing += flavor.error_event(error)
+            closing += flavor.done or b""
+        return closing
 
 
-#: OpenAI chat and completion streams: ``data: [DONE]`` ends them.
-OPENAI_SSE = StreamFlavor(DONE, DONE, error_event)
-
-
-def _closing(flavor: StreamFlavor, rewriter: _EventRewriter | None, outcome: RelayOutcome, tail: bytes) -> bytes:
-    """The bytes still owed once the upstream body ended: held text, an error event, the terminator."""
-    closing = rewriter.finish() if rewriter is not None else b""
-    if flavor.end_marker is DONE:
-        completed = rewriter.saw_done if rewriter is not None else tail.endswith(DONE)
-    else:
-        completed = flavor.end_marker in tail
-    if not completed:
-        # What the client got so far must end on an event boundary before we add events.
-        sent_end = closing or (b"" if rewriter is not None else tail)
-        if sent_end and not sent_end.endswith(b"\n\n"):
-            closing += b"\n\n"
-        if outcome.error is not None:
-            closing += flavor.error_event(outcome.error)
-        closing += flavor.done or b""
-    return closing
-
-
-async def relay_sse(
+async def relay(
     chunks: AsyncGenerator[bytes, None],
     send: Send,
+    codec: StreamCodec,
     *,
-    repair: Any = None,
     before_last_send: Callable[[RelayOutcome], None] | None = None,
-    flavor: StreamFlavor = OPENAI_SSE,
     map_error: Callable[[UpstreamTimeout | httpx.TransportError], ApiError] = to_api_error,
 ) -> RelayOutcome:
-    """Relay an upstream SSE body to the client; the response head must already be sent.
+    """Relay an upstream SSE body to the client through ``codec``; the response head must already be sent.
 
     Args:
         chunks: the upstream body chunks (``Upstream.iter_body``), raising ``UpstreamTimeout`` or
             ``httpx.TransportError`` when the upstream fails.
         send: the ASGI send callable.
-        repair: an ``orchestrator.serve.stream_repair.StreamRepair`` when a response repair can apply,
-            else None (pure pass-through).
+        codec: the API's stream shape (:class:`SseCodec`, or an adapter's own).
         before_last_send: called with the outcome just before the final (``more_body=False``)
             send, which carries the stream's end (``data: [DONE]``): the caller accounts the
             response (metrics, timings) before the client can see the end of it, and can tell a
             completed response from a client disconnect.
-        flavor: how the API's stream ends and carries errors (Anthropic and Responses have no
-            ``[DONE]``).
         map_error: turns the upstream failure into the client's error (default ``to_api_error``).
 
     Returns:
@@ -250,16 +290,16 @@ async def relay_sse(
         error event. Cancellation (client gone) propagates.
     """
     outcome = RelayOutcome()
-    rewriter = _EventRewriter(repair, outcome) if repair is not None else None
     prev = last = held = b""
+    feed, is_end = codec.feed, codec.is_end
     try:
         async with contextlib.aclosing(chunks):
             async for chunk in chunks:
                 if outcome.first_chunk_at is None:
                     outcome.first_chunk_at = time.monotonic()
                 prev, last = last, chunk
-                body = rewriter.feed(chunk) if rewriter is not None else chunk
-                if flavor.is_end(body):
+                body = feed(chunk)
+                if is_end(body):
                     held = body  # the end goes out with the final send, after the accounting
                 elif body:
                     await send({"type": "http.response.body", "body": held + body, "more_body": True})
@@ -267,7 +307,8 @@ async def relay_sse(
     except (UpstreamTimeout, httpx.TransportError) as exc:
         outcome.error = map_error(exc)
     tail = prev + last  # small: only the stream's last two chunks are joined, once
-    closing = _closing(flavor, rewriter, outcome, tail)
+    closing = codec.close(tail, outcome.error)
+    outcome.repairs = codec.repairs
     outcome.timings = final_timings(tail)
     outcome.usage = final_usage(tail) if outcome.timings is None else None
     if before_last_send is not None:

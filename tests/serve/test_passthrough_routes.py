@@ -11,7 +11,7 @@ import httpx
 import pytest
 from proxy_harness import Stack, real_stack
 
-from orchestrator.serve.api_routes import served_routes
+from orchestrator.serve.adapters.registry import served_routes
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 

@@ -114,6 +114,20 @@ def test_a_peer_only_model_answers_through_our_endpoint(stack: Stack, peer: Runn
         assert SECRET not in log.read_text(errors="replace")
 
 
+def test_an_ollama_chat_for_a_peer_only_model_goes_to_the_peer(stack: Stack) -> None:
+    before = _routed(stack).get(("far", "peer:b"), 0)
+    body = {"model": "far:latest", "messages": [{"role": "user", "content": "hi"}], "options": {"num_predict": 6}}
+    with httpx.stream("POST", stack.url + "/api/chat", json=body, timeout=60) as r:
+        assert r.status_code == 200, r.read()
+        lines = [json.loads(line) for line in r.iter_lines() if line]
+    assert lines[-1]["done"] is True and lines[-1]["eval_count"] == 6 and lines[-1]["model"] == "far"
+    whole = httpx.post(stack.url + "/api/chat", json={**body, "stream": False}, timeout=60).json()
+    assert whole["done"] is True and whole["eval_count"] == 6 and whole["model"] == "far"
+    assert _routed(stack)[("far", "peer:b")] == before + 2  # both went to the peer, as OpenAI chat
+    sent = [b for b in stack.recorder.bodies() if b["model"] == "far"][-2:]  # the internal OpenAI body
+    assert [b["max_tokens"] for b in sent] == [6, 6] and sent[0]["stream"] is True
+
+
 def test_spillover_when_the_local_queue_is_full(stack: Stack) -> None:
     before = _routed(stack)
     long = {

@@ -1,0 +1,259 @@
+"""The adapter interface: what one API adds to a request, and nothing that the APIs share.
+
+A request goes (``orchestrator.serve.pipeline.ProxyRequest`` calls these in this order):
+
+1. :meth:`Adapter.translate`: the client's body (its API's shape) -> :class:`Internal`, the body
+   for one of llama-server's routes and the adapter of that route (itself when the API is
+   llama-server's own, as for OpenAI chat or Anthropic Messages, which llama-server serves);
+2. :meth:`Adapter.local`: an answer that needs no upstream (Ollama's "load the model"), or None;
+3. :meth:`Adapter.prepare` of the *internal* route: checks and repairs of that body
+   (:class:`BodyPlan`);
+4. a whole answer: :meth:`Adapter.whole` (parse, account through the request, fix, encode); a
+   stream: :meth:`Adapter.codec` (``orchestrator.serve.streaming.StreamCodec``);
+5. errors: :meth:`Adapter.error_body` before the answer starts, :meth:`Adapter.stream_error`
+   inside a stream.
+
+The per-request state an adapter may read or report to is :class:`Request`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from orchestrator.errors import ApiError
+from orchestrator.serve import llama_fields, structured
+from orchestrator.serve import request_repair as chat
+from orchestrator.serve.body import dump_body
+from orchestrator.serve.speculative_fields import flatten_speculative
+from orchestrator.serve.streaming import OPENAI_SSE, SSE_HEADERS, SseCodec, StreamCodec, StreamFlavor
+from orchestrator.serve.token_probs import TrimStream, drafting_off, trim, wants_token_probs, widen
+
+if TYPE_CHECKING:
+    from orchestrator.config.schema import ModelConfig
+    from orchestrator.serve.routing import Router
+
+
+class Request(Protocol):
+    """What an adapter sees of the request in flight (``orchestrator.serve.pipeline.ProxyRequest``)."""
+
+    model: ModelConfig
+    route: Adapter  # the internal route's adapter (``Internal.route``)
+    router: Router
+    started: float  # time.monotonic() when the request arrived
+    thinking: bool  # the generation prompt opens a <think> block
+    trim_top: bool  # the answer's candidate lists must be emptied (token_probs.widen)
+    attempt: int  # 1, or 2 for the resend of a reasoning-only answer
+
+    @property
+    def body(self) -> dict[str, Any]:
+        """The internal body sent upstream (after repair)."""
+        ...
+
+    @property
+    def client_body(self) -> dict[str, Any]:
+        """The internal body before repair: the client's own, for APIs llama-server serves itself."""
+        ...
+
+    def count_repair(self, kind: str) -> None:
+        """Count one repair of ``kind`` for this request's model."""
+
+    def account(self, answer: dict[str, Any]) -> None:
+        """Account a whole answer's ``timings`` (metrics, drafting watch, TTFT) or ``usage``."""
+
+
+@dataclass
+class BodyPlan:
+    """What :meth:`Adapter.prepare` decided for one request.
+
+    Attributes:
+        body: the body to send, or None to send the body as it came.
+        thinking: whether the generation prompt opens a ``<think>`` block.
+        repairs: repair kinds applied (for metrics).
+        drafting_off: the reason drafting was turned off for this request, or None.
+        trim_top: the answer's candidate lists must be emptied (``token_probs.widen`` asked for one).
+    """
+
+    body: dict[str, Any] | None = None
+    thinking: bool = False
+    repairs: list[str] = field(default_factory=list)
+    drafting_off: str | None = None
+    trim_top: bool = False
+
+    def current(self, body: dict[str, Any]) -> dict[str, Any]:
+        """The body as it stands: repaired, else ``body``."""
+        return self.body if self.body is not None else body
+
+    def apply(self, result: chat.RepairResult) -> None:
+        """Take a repair's result (``request_repair``, ``anthropic``, ``responses``)."""
+        self.thinking = result.thinking
+        if result.changed:
+            self.body = result.body
+            self.repairs.extend(result.repairs)
+
+    def native_format(self, body: dict[str, Any]) -> None:
+        """``response_format`` mapped onto llama-server's ``json_schema`` (completions, infill)."""
+        mapped = structured.to_native(self.current(body))
+        if mapped is not None:
+            self.body = mapped
+            self.repairs.append("response_format_mapped")
+
+    def check_fields(self, body: dict[str, Any], *, openai_tools: bool) -> None:
+        """llama-server's fields of the body to send, checked (``orchestrator.serve.llama_fields``)."""
+        fixed = llama_fields.check(self.current(body), openai_tools=openai_tools)
+        if fixed is not None:
+            self.body = fixed
+            self.repairs.append("null_dropped")
+
+    def token_probs(self, body: dict[str, Any]) -> None:
+        """A request for per-token probabilities runs with drafting off (``orchestrator.serve.token_probs``)."""
+        if not wants_token_probs(body):
+            return
+        current = self.current(body)
+        widened = widen(current)
+        self.trim_top = widened is not None
+        self.body = drafting_off(widened if widened is not None else current)
+        self.drafting_off = "token_probs"
+
+
+def flatten(body: dict[str, Any], _policy: chat.RepairPolicy) -> chat.RepairResult:
+    """``"speculative": {"n_max": K}`` flattened, for bodies without messages (completions, infill)."""
+    flat = flatten_speculative(body)
+    if flat is None:
+        return chat.RepairResult(body=body, changed=False)
+    return chat.RepairResult(body=flat, changed=True, repairs=["speculative_flattened"])
+
+
+@dataclass
+class Internal:
+    """The internal request: llama-server's ``path``, the ``body`` for it, and that ``route``'s adapter.
+
+    Attributes:
+        raw: the client's bytes when ``body`` is exactly what they encode (forwarded untouched
+            when nothing is repaired), else None.
+    """
+
+    path: str
+    body: dict[str, Any]
+    route: Adapter
+    raw: bytes | None = None
+
+    @property
+    def kind(self) -> str:
+        """The internal route's kind (``chat`` requests get prefix affinity)."""
+        return self.route.kind
+
+
+@dataclass(frozen=True)
+class Resend:
+    """Ask again with ``body`` (``thinking`` for the new prompt): a reasoning-only answer retried."""
+
+    body: dict[str, Any]
+    thinking: bool
+
+
+def parse_answer(data: bytes) -> dict[str, Any] | None:
+    """A whole answer as a JSON object, or None when it is not one (passed on as it came)."""
+    try:
+        obj = json.loads(data)
+    except ValueError:
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+class Adapter:
+    """One route of one API. The defaults are a pass-through route of llama-server's own in the
+    OpenAI error shape: body and answer untouched, SSE streams relayed as they come.
+
+    Attributes:
+        path: the path clients call (and llama-server's path for it, unless :meth:`translate` says).
+        kind: the ``endpoint`` label in metrics.
+        flavor: the SSE stream shape (end marker, terminator, error event).
+        stream_headers: the response head of a stream.
+        holds_with_comments: a held stream sends SSE comment lines while its model loads.
+    """
+
+    path: str = ""
+    kind: str = ""
+    flavor: StreamFlavor = OPENAI_SSE
+    stream_headers: list[tuple[bytes, bytes]] = SSE_HEADERS
+    holds_with_comments = True
+
+    def __init__(self, path: str = "", kind: str = "") -> None:
+        self.path = path or self.path
+        self.kind = kind or self.kind
+
+    def translate(self, body: dict[str, Any], raw: bytes) -> Internal:
+        """The client's body -> the internal request (here: the same body for the same path)."""
+        return Internal(self.path, body, self, raw)
+
+    async def local(self, req: Request, client: dict[str, Any]) -> dict[str, Any] | None:
+        """An answer given here without any upstream (``client``: the body as sent), or None."""
+        return None
+
+    def prepare(self, body: dict[str, Any], model: ModelConfig, policy: chat.RepairPolicy) -> BodyPlan:
+        """Check and repair the internal body for ``model`` (its repair ``policy``).
+
+        Raises:
+            ApiError: 400 naming the field.
+        """
+        return BodyPlan()
+
+    def whole(self, req: Request, data: bytes) -> bytes | Resend:
+        """The bytes for the client of a whole (non-streamed) upstream answer ``data``."""
+        return data
+
+    def stream_repair(self, req: Request) -> Any:
+        """The internal route's ``StreamRepair``-like object for a stream, or None."""
+        return None
+
+    def codec(self, req: Request, route: Adapter) -> StreamCodec:
+        """How the upstream stream of the internal ``route`` reaches this API's client."""
+        repair = route.stream_repair(req)
+        if req.trim_top:
+            repair = TrimStream(repair)
+        return SseCodec(self.flavor, repair)
+
+    def error_body(self, err: ApiError) -> dict[str, Any]:
+        """``err`` as this API's JSON error body."""
+        return err.body()
+
+    def stream_error(self, err: ApiError) -> bytes:
+        """``err`` as the last bytes of a stream whose head went out (an error event, the terminator)."""
+        return self.flavor.error_event(err) + (self.flavor.done or b"")
+
+
+class Generation(Adapter):
+    """A route whose answers carry ``timings`` or ``usage``: parsed, accounted, fixed, encoded."""
+
+    def whole(self, req: Request, data: bytes) -> bytes | Resend:
+        obj = parse_answer(data)
+        if obj is None:
+            return data  # not ours to fix; pass it on as llama-server sent it
+        req.account(obj)
+        trimmed = req.trim_top and trim(obj)
+        fixed = self.fix(req, obj)
+        if isinstance(fixed, Resend):
+            return fixed
+        return self.encode(req, fixed[0], data, changed=fixed[1] or trimmed)
+
+    def fix(self, req: Request, obj: dict[str, Any]) -> tuple[dict[str, Any], bool] | Resend:
+        """The repaired answer and whether it changed (in place or as a new object), or a :class:`Resend`."""
+        return obj, False
+
+    def encode(self, req: Request, obj: dict[str, Any], data: bytes, *, changed: bool) -> bytes:
+        """The client's bytes for the answer ``obj`` (``data`` as llama-server sent it, if unchanged)."""
+        return dump_body(obj) if changed else data
+
+
+def check_n(body: dict[str, Any], model: ModelConfig) -> None:
+    """``n`` choices are decoded in parallel, one slot each: more than the model's slots is a 400."""
+    n = body.get("n", 1)
+    if isinstance(n, int) and not isinstance(n, bool) and n > model.parallel:
+        raise ApiError(
+            400,
+            f"n={n} is more than this model's {model.parallel} slot(s) (models.yaml 'parallel'); "
+            f"ask for at most {model.parallel} choices or raise 'parallel'",
+            param="n",
+        )

@@ -1,0 +1,53 @@
+"""llama-server's own routes, forwarded in OpenAI's error shape.
+
+==========================================  ================================================================
+route                                       before forwarding
+==========================================  ================================================================
+``/v1/chat/completions/input_tokens``,      the chat repair (``request_repair``) and llama-server's fields, so
+``/apply-template``                         the count and the template are those of the prompt a chat would get
+``/infill``                                 as ``/v1/completions`` (``speculative`` flattened, structured
+                                            output mapped, drafting off for token probabilities)
+``/v1/rerank``, ``/tokenize``,              nothing: body and answer pass untouched
+``/detokenize``
+==========================================  ================================================================
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from orchestrator.serve import request_repair as chat
+from orchestrator.serve.adapters.base import Adapter, BodyPlan
+from orchestrator.serve.adapters.openai import Completions
+
+if TYPE_CHECKING:
+    from orchestrator.config.schema import ModelConfig
+
+
+class ChatPrompt(Adapter):
+    """A route that renders a chat's prompt without generating: repaired as a chat request."""
+
+    def prepare(self, body: dict[str, Any], model: ModelConfig, policy: chat.RepairPolicy) -> BodyPlan:
+        plan = BodyPlan()
+        plan.apply(chat.repair_request(body, policy))
+        plan.check_fields(body, openai_tools=True)
+        return plan
+
+
+class Infill(Completions):
+    """``POST /infill``: llama-server's fill-in-the-middle, with the fields of a completion."""
+
+    path = "/infill"
+    kind = "infill"
+
+
+def native_routes() -> tuple[Adapter, ...]:
+    """One adapter per llama-server route forwarded as its own."""
+    return (
+        ChatPrompt("/v1/chat/completions/input_tokens", "chat_tokens"),
+        ChatPrompt("/apply-template", "template"),
+        Infill(),
+        Adapter("/v1/rerank", "rerank"),
+        Adapter("/tokenize", "tokenize"),
+        Adapter("/detokenize", "detokenize"),
+    )

@@ -1,0 +1,361 @@
+"""One request through the proxy, whatever its API: :class:`ProxyRequest`.
+
+The API's adapter (``orchestrator.serve.adapters``) only translates; this object owns everything
+the APIs share, in this order:
+
+1. **drain**: after SIGINT/SIGTERM a request gets 503 + ``Retry-After``;
+2. **auth**: ``server.api_keys`` (401), the browser guard (403);
+3. **body**: read and decoded (``orchestrator.serve.body``, ``body_codec``): 413, 415, 400;
+   ``parse_body`` checks what it may hold for every API (``orchestrator.serve.body_shapes``:
+   types, 64-bit integers, ``server.request_limits``) before the adapter reads it;
+4. **translate**: the adapter turns the body into the internal request (llama-server's route and
+   body); **route**: ``model`` -> model config (``orchestrator.serve.routing``, peers' models);
+5. **repair**: the internal route's ``prepare`` with the model's repair policy; unchanged bodies
+   are forwarded as the client's bytes;
+6. **speculation**: :meth:`ProxyRequest.speculation` is the one place that sets this request's
+   ``speculative.n_max`` (the draft-length policy, ``serve.draft_tuner``); the answer's ``timings``
+   come back to it through :meth:`ProxyRequest.account` and the stream's end;
+7. **peer or lease**: a peer (``serve.peers``: peer-only models, spillover), else a lease on a
+   replica, held while the model loads (``serve.holding``), on the replica and slot holding the
+   prompt's prefix (``serve.prompt_cache``); in-flight counts while it runs;
+8. **upstream**: ``orchestrator.serve.upstream`` (keep-alive, resend on a dead pooled socket); a
+   replica that answered nothing (it just died) hands the request to the next serving one, once;
+9. **answer**: whole answers through the adapter's ``whole`` (the request accounts ``timings``
+   or ``usage``), streams through its ``codec`` (``orchestrator.serve.streaming.relay``);
+10. **metrics**: requests, durations, TTFT, repairs, tokens per model; ``timings`` to the
+    replica's drafting watch (``Instance.record_timings``).
+
+Errors before the answer starts are rendered here in the adapter's shape; inside a stream they
+are its last event. A client that disconnects cancels the work (noticed within ``WATCH_AFTER``
+seconds), which closes the upstream request, so llama-server frees the slot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+import httpx
+
+from orchestrator.errors import ApiError
+from orchestrator.serve.adapters.base import Adapter, Internal, Resend
+from orchestrator.serve.body import ClientGone, dump_body, parse_body, read_body, to_utf8
+from orchestrator.serve.body_codec import decode_body
+from orchestrator.serve.holding import hold_for_lease, next_lease
+from orchestrator.serve.metrics import NO_MODEL, ModelMetrics
+from orchestrator.serve.streaming import RelayOutcome, relay
+from orchestrator.serve.structured import schema_error
+from orchestrator.serve.upstream import (
+    NOTHING_ANSWERED,
+    NothingAnswered,
+    UpstreamTimeout,
+    from_upstream_status,
+    stalled_error,
+    to_api_error,
+)
+
+if TYPE_CHECKING:
+    from orchestrator.config.schema import ModelConfig
+    from orchestrator.serve.draft_tuner import Ticket
+    from orchestrator.serve.forward import Forwarder
+    from orchestrator.serve.peers import Peer
+    from orchestrator.serve.request_settings import RequestSettings
+    from orchestrator.serve.routing import Router
+    from orchestrator.supervise.supervisor import Instance
+
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+UPSTREAM_HEADERS = {"content-type": "application/json"}
+JSON_HEADER = (b"content-type", b"application/json")
+# Status counted for a request whose client went away before the answer (nginx's convention).
+CLIENT_CLOSED = 499
+DRAIN_RETRY_AFTER = 5.0
+# Seconds before a request starts watching for its client's disconnect (see _run_watched).
+WATCH_AFTER = 0.05
+
+
+class Outgoing:
+    """What goes upstream: llama-server's ``path``, the ``body`` and the ``content`` bytes it encodes
+    (``prompt_cache.Affinity.bind`` makes a copy naming a slot)."""
+
+    __slots__ = ("body", "content", "path")
+
+    def __init__(self, path: str, body: dict[str, Any], content: bytes) -> None:
+        self.path, self.body, self.content = path, body, content
+
+
+class ProxyRequest:
+    """One request, from its first byte to its metrics (module docstring).
+
+    Args:
+        fwd: the endpoint's shared state (``orchestrator.serve.forward.Forwarder``).
+        adapter: the API the client speaks.
+        scope, receive, send: the ASGI request.
+    """
+
+    def __init__(self, fwd: Forwarder, adapter: Adapter, scope: dict[str, Any], receive: Receive, send: Send) -> None:
+        self.fwd, self.adapter, self.scope, self.receive, self.send = fwd, adapter, scope, receive, send
+        self.router: Router = fwd.router
+        self.started = time.monotonic()
+        self.mm: ModelMetrics = fwd.metrics.model(NO_MODEL)
+        self.status = 500
+        self.model: ModelConfig
+        self.route: Adapter = adapter  # the internal route's adapter
+        self.client_body: dict[str, Any] = {}  # the internal body before repair (its tools, its limits)
+        self.out: Outgoing
+        self.settings: RequestSettings  # the running config's request settings, one snapshot per request
+        self.stream = self.thinking = self.trim_top = False
+        self.attempt = 1
+        self.instance: Instance | Peer | None = None
+        self.timings: dict[str, Any] | None = None  # the answer's llama-server timings, once known
+        self.ticket: Ticket | None = None  # the draft-length policy's choice for this request
+        # the disconnect watch: the answer is complete / the client left / a (held) stream's head is out
+        self.finished = self.disconnected = self.head_sent = False
+
+    @property
+    def body(self) -> dict[str, Any]:
+        """The internal body sent upstream."""
+        return self.out.body
+
+    async def run(self) -> None:
+        """Serve the request; every outcome is counted once in the model's metrics."""
+        try:
+            await self._serve()
+        except ApiError as err:
+            self.status = err.status
+            await (self._end_stream(err) if self.head_sent else self._send_error(err))
+        except ClientGone:
+            self.status = CLIENT_CLOSED
+        finally:
+            self.mm.request(self.adapter.kind, self.status)
+            self.mm.duration.observe(time.monotonic() - self.started)
+
+    async def _serve(self) -> None:
+        fwd = self.fwd
+        if fwd.draining():
+            raise ApiError(
+                503,
+                "the server is shutting down; retry on another instance or later",
+                code="draining",
+                retry_after=DRAIN_RETRY_AFTER,
+            )
+        headers = self.scope["headers"]
+        fwd.keys.check(headers)
+        settings = self.settings = fwd.settings()  # one snapshot for the whole request
+        received = await read_body(headers, self.receive, settings.max_body, settings.body_timeout)
+        raw = to_utf8(decode_body(headers, received, settings.max_body), headers)
+        client = parse_body(raw, self.adapter.path, settings.limits)  # and its shape and bounds, for every API
+        internal = self.adapter.translate(client, raw)
+        self.model = fwd.peers.resolve(self.router, internal.body.get("model"))
+        self.mm = fwd.metrics.model(self.model.name)
+        local = await self.adapter.local(self, client)
+        if local is not None:
+            self.status = await self._send_whole(dump_body(local))
+            return
+        self._prepare(internal)
+        self.speculation()
+        self.status = await self._run_watched()
+
+    def _prepare(self, internal: Internal) -> None:
+        """The internal route's checks and repairs (``Adapter.prepare``) with the model's policy."""
+        self.route, self.client_body = internal.route, internal.body
+        plan = internal.route.prepare(internal.body, self.model, self.settings.policy(self.model.name))
+        for kind in plan.repairs:
+            self.mm.repair(kind)
+        if plan.drafting_off is not None:
+            self.mm.drafting_off(plan.drafting_off)
+        if plan.body is not None:
+            body, content = plan.body, dump_body(plan.body)
+        else:
+            body = internal.body
+            content = internal.raw if internal.raw is not None else dump_body(body)
+        self.out = Outgoing(internal.path, body, content)
+        self.stream = body.get("stream") is True
+        self.thinking, self.trim_top = plan.thinking, plan.trim_top
+
+    def speculation(self) -> None:
+        """Per-request speculation fields: the draft-length policy (``serve.draft_tuner``) sets this
+        request's ``speculative.n_max`` on an adaptive model, unless the client set one or drafting
+        is off for it (token probabilities); its ticket learns from the answer's timings."""
+        tuned, self.ticket = self.fwd.tuner.decide(self.route.kind, self.model, self.out.body)
+        if tuned is not None:
+            self.out = Outgoing(self.out.path, tuned, dump_body(tuned))
+
+    def count_repair(self, kind: str) -> None:
+        """Count one repair of ``kind`` (adapters report theirs here)."""
+        self.mm.repair(kind)
+
+    def account(self, answer: dict[str, Any]) -> None:
+        """A whole answer's ``timings`` (metrics, drafting watch, draft policy, TTFT), else its ``usage``."""
+        timings = answer.get("timings")
+        if isinstance(timings, dict):
+            self._timings(timings)
+            predicted_ms = timings.get("predicted_ms")
+            if isinstance(predicted_ms, (int, float)):
+                self.mm.ttft.observe(max(0.0, time.monotonic() - self.started - predicted_ms / 1000))
+        else:
+            self.mm.usage(answer.get("usage"))
+
+    def _timings(self, timings: dict[str, Any]) -> None:
+        self.timings = timings
+        self.mm.timings(timings)
+        if self.instance is not None:
+            self.instance.record_timings(timings)
+        self.fwd.tuner.learn(self.ticket, timings)
+
+    async def _end_stream(self, err: ApiError) -> None:
+        """End a stream whose head already went out with ``err`` as its API's last event."""
+        await self.send({"type": "http.response.body", "body": self.adapter.stream_error(err), "more_body": False})
+
+    async def _send_error(self, err: ApiError) -> None:
+        headers = err.headers()
+        if err.status == 401:
+            headers["WWW-Authenticate"] = "Bearer"
+        data = json.dumps(self.adapter.error_body(err), ensure_ascii=False, separators=(",", ":")).encode()
+        extra = [(k.lower().encode(), v.encode()) for k, v in headers.items()]
+        await self._send_whole(data, err.status, extra)
+
+    async def _send_whole(self, data: bytes, status: int = 200, extra: list[tuple[bytes, bytes]] | None = None) -> int:
+        self.finished = True
+        head = [JSON_HEADER, (b"content-length", str(len(data)).encode()), *(extra or [])]
+        await self.send({"type": "http.response.start", "status": status, "headers": head})
+        await self.send({"type": "http.response.body", "body": data, "more_body": False})
+        return status
+
+    async def _run_watched(self) -> int:
+        """Run the exchange; a client disconnect cancels it (and with it the upstream request)."""
+        me = asyncio.current_task()
+        assert me is not None
+
+        async def watcher() -> None:
+            while True:
+                message = await self.receive()
+                if message["type"] == "http.disconnect":
+                    if not self.finished:
+                        self.disconnected = True
+                        me.cancel()
+                    return
+
+        tasks: list[asyncio.Task[None]] = []
+
+        def start_watching() -> None:
+            tasks.append(loop.create_task(watcher()))
+
+        # Most requests finish before this; they never pay for a watcher task. A disconnect is
+        # still noticed within WATCH_AFTER seconds plus one loop turn.
+        loop = asyncio.get_running_loop()
+        timer = loop.call_later(WATCH_AFTER, start_watching)
+        try:
+            return await self._exchange()
+        except asyncio.CancelledError:
+            if self.disconnected and me.uncancel() == 0:
+                return CLIENT_CLOSED
+            raise
+        finally:
+            self.finished = True
+            timer.cancel()
+            for task in tasks:
+                task.cancel()
+
+    async def _exchange(self) -> int:
+        """Forward to a peer (``PeerRouter.route``) or a serving replica; one that answered nothing
+        (it just died) hands the request on to the next serving one (held while it restarts), once."""
+        router, model = self.router, self.model
+        keepalive = self.settings.keepalive if self.stream else None
+        if not self.adapter.holds_with_comments:
+            keepalive = None
+        with self.fwd.peers.route(model) as peer, await router.affinity(self.route.kind, model, self.out.body) as a:
+            if peer is not None:
+                return await self._exchange_on(peer, self.out, refused_ok=False)
+            try:
+                lease = await hold_for_lease(router, model.name, self.send, keepalive, self, a.preference)
+                try:
+                    return await self._exchange_on(*a.on(lease, self.out), refused_ok=True)
+                except NothingAnswered as refused:
+                    lease = await next_lease(router, model.name, lease, refused)
+                    return await self._exchange_on(*a.on(lease, self.out), refused_ok=False)
+                finally:
+                    lease.release()
+            except ApiError as error:  # a held stream's head is out: the error becomes its last event
+                if not self.head_sent:
+                    raise
+                await self._end_stream(error)
+                return error.status
+
+    async def _exchange_on(self, instance: Instance | Peer, out: Outgoing, *, refused_ok: bool) -> int:
+        upstream = self.fwd.pool.get(instance.base_url or "", instance.name)
+        stalls = instance.stalls  # in flight on it: counted by its lease (a peer's by PeerRouter.route)
+        self.instance, self.out = instance, out
+        self.mm.in_flight.inc()
+        try:
+            for attempt in (1, 2):
+                self.attempt = attempt
+                try:
+                    response = await upstream.open(
+                        "POST", out.path, out.content, UPSTREAM_HEADERS, on_retry=self.mm.retry
+                    )
+                except NOTHING_ANSWERED as exc:
+                    # no response head even on a fresh connection: the replica just died
+                    if refused_ok and attempt == 1:
+                        raise NothingAnswered(exc, stalls) from None
+                    raise
+                try:
+                    if response.status_code >= 400:
+                        error = from_upstream_status(response.status_code, await upstream.read_body(response))
+                        raise schema_error(error, out.body)
+                    if self.stream:
+                        return await self._relay(upstream, response, stalls)
+                    data = await upstream.read_body(response)
+                finally:
+                    await response.aclose()
+                answer = self.adapter.whole(self, data)
+                if not isinstance(answer, Resend):
+                    return await self._send_whole(answer)
+                out = self.out = Outgoing(out.path, answer.body, dump_body(answer.body))
+                self.thinking = answer.thinking
+            raise AssertionError("a reasoning-only answer is resent once")  # pragma: no cover
+        except (UpstreamTimeout, httpx.TransportError) as exc:
+            raise stalled_error(instance.stalls - stalls, instance.warnings) or to_api_error(exc) from None
+        finally:
+            self.mm.in_flight.dec()
+
+    async def _relay(self, upstream: Any, response: httpx.Response, stalls: int) -> int:
+        if not self.head_sent:
+            await self.send({"type": "http.response.start", "status": 200, "headers": self.adapter.stream_headers})
+        instance = self.instance
+        assert instance is not None
+
+        def finished(outcome: RelayOutcome) -> None:
+            self.finished = True
+            if outcome.first_chunk_at is not None:
+                self.mm.ttft.observe(outcome.first_chunk_at - self.started)
+            if outcome.timings is not None:
+                self._timings(outcome.timings)
+            elif outcome.usage is not None:
+                self.mm.usage(outcome.usage)
+            for kind in outcome.repairs:
+                self.mm.repair(kind)
+
+        def map_error(exc: UpstreamTimeout | httpx.TransportError) -> ApiError:
+            return stalled_error(instance.stalls - stalls, instance.warnings) or to_api_error(exc)
+
+        codec = self.adapter.codec(self, self.route)
+        outcome = await relay(
+            upstream.iter_body(response), self.send, codec, before_last_send=finished, map_error=map_error
+        )
+        return outcome.error.status if outcome.error is not None else 200
+
+
+class Endpoint:
+    """One forwarded route (its ``adapter``) as an ASGI app: one :class:`ProxyRequest` per request."""
+
+    def __init__(self, fwd: Forwarder, adapter: Adapter) -> None:
+        self.fwd = fwd
+        self.adapter = adapter
+
+    async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
+        await ProxyRequest(self.fwd, self.adapter, scope, receive, send).run()
