@@ -21,7 +21,7 @@ from rich.text import Text
 
 from orchestrator.cli.format import STATE_STYLES, duration
 from orchestrator.errors import UserError
-from orchestrator.host import statefile
+from orchestrator.host import disk, statefile
 
 if TYPE_CHECKING:
     from orchestrator.config.schema import Config
@@ -283,12 +283,18 @@ class UpDisplay:
             self._live = None
 
     def stopped(self) -> None:
-        self.console.print("orchestrator stopped")
+        self._print("orchestrator stopped")
 
     def _print(self, text: str, *, markup: bool = False) -> None:
-        # soft_wrap: commands stay on their lines, so they can be pasted even from a pipe or log
-        self.console.print(text, markup=markup, soft_wrap=True)
-        sys.stdout.flush()
+        # an output file on a full or read-only disk (`up > up.log`) must not stop the serving
+        try:
+            # soft_wrap: commands stay on their lines, so they can be pasted even from a pipe or log
+            self.console.print(text, markup=markup, soft_wrap=True)
+            sys.stdout.flush()
+        except OSError as err:
+            if not disk.is_disk_error(err):
+                raise
+            disk.failed("up's output", "stdout", err)
 
 
 def _probe_workers(config: Config) -> dict[str, int]:

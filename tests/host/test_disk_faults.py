@@ -77,37 +77,33 @@ def chat_ok(endpoint: str) -> None:
 @pytest.mark.slow
 def test_a_state_folder_that_fills_up_while_serving(tmp_path: Path, bin_info, demo_model) -> None:
     config = write_models_yaml(tmp_path / "models.yaml", demo_model)
-    with tmpfs(tmp_path / "state") as state:
-        up = RunningUp(config, state)
-        up.out = tmp_path / "up.out"  # the terminal is not on the full disk
-        with up:
-            endpoint = str(up.run["endpoint"])
+    # RunningUp writes up's output into the state folder: on the full disk too
+    with tmpfs(tmp_path / "state") as state, RunningUp(config, state) as up:
+        endpoint = str(up.run["endpoint"])
+        chat_ok(endpoint)
+        filler = fill(state)
+        for _ in range(3):  # llama-server logs every request: those lines hit the full disk
             chat_ok(endpoint)
-            filler = fill(state)
-            for _ in range(3):  # llama-server logs every request: those lines hit the full disk
-                chat_ok(endpoint)
-            # run.json is published at least every 2 s
-            wait_for("both faults shown", lambda: {"state file run.json", "log demo-0.log"} <= set(faults_of(endpoint)))
-            assert up.proc is not None and up.proc.poll() is None
-            restarted = httpx.post(f"{endpoint}/models/restart", json={"model": "demo"}, timeout=120, trust_env=False)
-            assert restarted.status_code == 202, restarted.text  # a relaunch: its launch marker hits the full disk
-            wait_for(
-                "relaunched", lambda: httpx.get(f"{endpoint}/health", timeout=30, trust_env=False).status_code == 200
-            )
-            chat_ok(endpoint)
-            status = httpx.get(f"{endpoint}/status", timeout=30, trust_env=False).json()
-            assert {f["what"] for f in status["disk"]} >= {"state file run.json", "log demo-0.log"}
-            assert any("No space left" in f["error"] for f in status["disk"])
-            live = httpx.get(f"{endpoint}/ui/api/live", timeout=30, trust_env=False).json()
-            assert live["disk"]
-            tail = httpx.get(f"{endpoint}/ui/api/logs/demo-0", timeout=30, trust_env=False).json()
-            assert tail["memory"] is True and tail["lines"], tail  # the log's in-memory tail
-            shown = up.cli("status")
-            assert shown.returncode == 0 and "disk: cannot write state file run.json" in shown.stdout, shown.stdout
-            filler.unlink()
-            wait_for("run.json writable again", lambda: "state file run.json" not in faults_of(endpoint))
-            chat_ok(endpoint)
-            assert up.proc.poll() is None
+        # run.json is published at least every 2 s
+        wait_for("both faults shown", lambda: {"state file run.json", "log demo-0.log"} <= set(faults_of(endpoint)))
+        assert up.proc is not None and up.proc.poll() is None
+        restarted = httpx.post(f"{endpoint}/models/restart", json={"model": "demo"}, timeout=120, trust_env=False)
+        assert restarted.status_code == 202, restarted.text  # a relaunch: its launch marker hits the full disk
+        wait_for("relaunched", lambda: httpx.get(f"{endpoint}/health", timeout=30, trust_env=False).status_code == 200)
+        chat_ok(endpoint)
+        status = httpx.get(f"{endpoint}/status", timeout=30, trust_env=False).json()
+        assert {f["what"] for f in status["disk"]} >= {"state file run.json", "log demo-0.log"}
+        assert any("No space left" in f["error"] for f in status["disk"])
+        live = httpx.get(f"{endpoint}/ui/api/live", timeout=30, trust_env=False).json()
+        assert live["disk"]
+        tail = httpx.get(f"{endpoint}/ui/api/logs/demo-0", timeout=30, trust_env=False).json()
+        assert tail["memory"] is True and tail["lines"], tail  # the log's in-memory tail
+        shown = up.cli("status")
+        assert shown.returncode == 0 and "disk: cannot write state file run.json" in shown.stdout, shown.stdout
+        filler.unlink()
+        wait_for("run.json writable again", lambda: "state file run.json" not in faults_of(endpoint))
+        chat_ok(endpoint)
+        assert up.proc.poll() is None
 
 
 def free_port() -> int:
@@ -217,3 +213,20 @@ def test_a_kv_folder_that_cannot_be_made_launches_the_model_without_it(
         assert disk.failing("saved prompt caches of demo")
     monkeypatch.setenv("ORCHESTRATOR_KV", str(tmp_path / "kv-ok"))
     assert _slot_save_path(model) == tmp_path / "kv-ok" / "demo" and not disk.failing("saved prompt caches of demo")
+
+
+def test_ups_output_on_a_full_disk_is_a_fault_not_an_exit(tmp_path: Path) -> None:
+    from rich.console import Console
+
+    from orchestrator.cli.up import UpDisplay
+
+    disk.clear()
+    with tmpfs(tmp_path / "out") as folder:
+        out = open(folder / "up.out", "w", buffering=1)  # noqa: SIM115 (its close fails on the full disk)
+        fill(folder)
+        display = UpDisplay(Console(file=out, width=200), supervisor=None, config=None)  # type: ignore[arg-type]
+        for i in range(2000):  # more than the last page of the file can take
+            display.note(f"note {i} " + "x" * 100)
+        assert disk.failing("up's output")
+        with contextlib.suppress(OSError):
+            out.close()
