@@ -158,7 +158,9 @@ def test_an_interrupted_pull_resumes_where_it_stopped(hub: FakeHub, tmp_path: Pa
     name, cut = "tiny-Q8_0.gguf", CHUNK + CHUNK // 5
     hub.stall_after[name] = cut
     partial = cache.repo_dir(REPO) / "blobs" / (hub.sha256(hub.repos[REPO][name]) + ".partial")
-    first = subprocess.Popen(_cli("pull", f"{REPO}:Q8_0"), env=dict(os.environ), stderr=subprocess.PIPE, text=True)
+    # a long read timeout: huggingface_hub would otherwise resume by itself after 10 s of stall
+    env = {**os.environ, "HF_HUB_DOWNLOAD_TIMEOUT": "600"}
+    first = subprocess.Popen(_cli("pull", f"{REPO}:Q8_0"), env=env, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 60
         while not (partial.exists() and partial.stat().st_size >= CHUNK):  # one chunk is on disk
