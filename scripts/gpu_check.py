@@ -8,7 +8,8 @@ Steps (each timed; the run stops cleanly before ``--time-limit`` and reports wha
   3. generate the Qwen3.6-35B-A3B-shaped echo model once per acceptance rate (sparse files);
   4. start ``orchestrator up`` serving them (one llama-server each, launched with draft length 4);
   5. interleaved rounds: decode tok/s at K = 0 (drafting off) and each K, for each acceptance
-     rate, straight to each llama-server and through the orchestrator's endpoint;
+     rate, straight to each llama-server and through the orchestrator's endpoint, plus the
+     endpoint's adaptive draft-length policy (``speculative.adaptive``: the row "adaptive");
   6. bytes read per decoded token from the model's tensors, the fraction of the bandwidth bound,
      the recommended K; ``gpu-check.json`` + ``gpu-check.md`` in ``--out``; where the time went.
 
@@ -194,7 +195,7 @@ def models_yaml(args: argparse.Namespace, models: dict[float, Path], path: Path)
     for q, model in models.items():
         lines += [f"  - name: {model_name(q)}", f"    path: {model}", f"    ctx_size: {args.ctx}", "    parallel: 1"]
         lines += ["    gpu_layers: all"] if not args.cpu else [f"    threads: {args.threads or os.cpu_count() or 2}"]
-        lines += [f"    speculative: {{type: draft-mtp, n_max: {max(args.ks)}, n_min: 1}}"]
+        lines += [f"    speculative: {{type: draft-mtp, n_max: {max(args.ks)}, n_min: 1, adaptive: true}}"]
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines) + "\n")
     return path
@@ -219,7 +220,7 @@ def measure(args: argparse.Namespace, up: RunningUp, qs: list[float], deadline: 
     return asyncio.run(
         gc.run_rounds(
             endpoints,
-            [0, *args.ks],
+            [0, *args.ks, gc.ADAPTIVE],
             n_predict=args.n_predict,
             deadline=deadline,
             max_rounds=args.max_rounds,

@@ -41,3 +41,26 @@ def parse_seeds(text: str) -> list[int]:
         if value not in out:
             out.append(value)
     return out
+
+
+def parse_depths(text: str) -> list[int]:
+    """Parse ``--depths`` (``"0,8k,32k"``: prompt depths in tokens, ``k`` = 1024) into sorted ints.
+
+    Raises:
+        UserError: on an empty list, a value that is not a number of tokens, or one above 1M.
+    """
+    values: set[int] = set()
+    for part in text.lower().replace(" ", "").split(","):
+        if not part:
+            continue
+        scale = 1024 if part.endswith("k") else 1
+        try:
+            value = int(part[:-1] if scale > 1 else part) * scale
+        except ValueError:
+            raise UserError(f"--depths: {part!r} is not a number of tokens", hint="e.g. --depths 0,8k,32k") from None
+        if not 0 <= value <= 1 << 20:
+            raise UserError(f"--depths: {part} is outside 0..1M tokens", hint="e.g. --depths 0,8k,32k")
+        values.add(value)
+    if not values:
+        raise UserError("--depths: no values given", hint="e.g. --depths 0,8k,32k")
+    return sorted(values)

@@ -26,6 +26,7 @@ import psutil
 from orchestrator.models.traffic import Traffic
 
 CUT = "stopped at the time limit"
+ADAPTIVE = -1  # the K "arm" the endpoint's draft-length policy chooses per request (speculative.adaptive)
 
 
 @dataclass(frozen=True)
@@ -58,17 +59,19 @@ class Sample:
 
 
 def request_body(ep: Endpoint, k: int, n_predict: int, prompt: str) -> dict[str, Any]:
-    """A greedy streamed /v1/completions body at draft length ``k`` (0: drafting off)."""
-    return {
+    """A greedy streamed /v1/completions body at draft length ``k`` (0: drafting off;
+    ``ADAPTIVE``: no draft length, the endpoint's policy chooses)."""
+    body: dict[str, Any] = {
         "model": ep.model,
         "prompt": prompt,
         "max_tokens": n_predict,
         "temperature": 0,
         "stream": True,
         "cache_prompt": False,
-        "speculative.n_max": k,
-        "speculative.n_min": min(k, 1),
     }
+    if k != ADAPTIVE:
+        body.update({"speculative.n_max": k, "speculative.n_min": min(k, 1)})
+    return body
 
 
 async def one_request(client: httpx.AsyncClient, ep: Endpoint, k: int, n_predict: int, prompt: str, rnd: int) -> Sample:
@@ -149,7 +152,7 @@ async def run_rounds(
             if rnd and time.monotonic() + longest > deadline:
                 break
             started = time.monotonic()
-            plan = [(ep, k) for ep in endpoints for k in ks]
+            plan = [(ep, k) for ep in endpoints for k in ks if k != ADAPTIVE or ep.path == "up"]
             rng.shuffle(plan)
             for ep, k in plan:
                 prompt = f"Round {rnd}: count on from here, {ep.path} {k}."
@@ -197,6 +200,9 @@ def summarize(samples: list[Sample], traffic: Traffic | None, bandwidth: float |
         drafted = sum(s.draft_n for s in mine)
         acc = sum(s.draft_n_accepted for s in mine) / drafted if drafted else None
         tps = 1.0 + k * acc if (k and acc is not None) else 1.0
+        if k == ADAPTIVE:  # K varies per request: tokens per verification step, counted
+            tokens = sum(s.tokens for s in mine)
+            tps = tokens / max(1, tokens - sum(s.draft_n_accepted for s in mine))
         ratios = [s.client_tok_s / base[(s.round, path, q)] for s in mine if base.get((s.round, path, q))]
         client = _spread([s.client_tok_s for s in mine])
         row: dict[str, Any] = {
@@ -218,7 +224,7 @@ def summarize(samples: list[Sample], traffic: Traffic | None, bandwidth: float |
             "tokens_per_step": tps,
             "speedup": _spread(ratios),
         }
-        if traffic is not None and client["median"]:
+        if traffic is not None and client["median"] and k != ADAPTIVE:
             per_token = traffic.per_token(k, tps)
             row["bytes_per_token"] = per_token
             # the speedup a purely bandwidth-bound machine would show at this acceptance
@@ -237,7 +243,7 @@ def recommend(rows: list[dict[str, Any]], path: str | None = None) -> dict[str, 
     if path is None:
         path = "up" if any(r["path"] == "up" for r in rows) else "direct"
     for q in sorted({r["q"] for r in rows if r["path"] == path}):
-        mine = [r for r in rows if r["path"] == path and r["q"] == q and r["decode_tok_s"]["median"]]
+        mine = [r for r in rows if r["path"] == path and r["q"] == q and r["decode_tok_s"]["median"] and r["k"] >= 0]
         best = max(mine, key=lambda r: r["decode_tok_s"]["median"], default=None)
         if best is None:
             continue

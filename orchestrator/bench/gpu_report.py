@@ -89,8 +89,9 @@ def markdown(doc: dict[str, Any]) -> str:
     out.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in doc.get("rows") or []:
         d, s = r["decode_tok_s"], r["speedup"]
+        k = "adaptive" if r["k"] < 0 else r["k"]  # the endpoint's draft-length policy chose per request
         out.append(
-            f"| {r['path']} | {1 - r['q']:.2f} | {r['k']} | {_num(d['median'])} [{_num(d['min'])}-{_num(d['max'])}] "
+            f"| {r['path']} | {1 - r['q']:.2f} | {k} | {_num(d['median'])} [{_num(d['min'])}-{_num(d['max'])}] "
             f"| {_num(s['median'], '{:.3f}')} [{_num(s['min'], '{:.2f}')}-{_num(s['max'], '{:.2f}')}] "
             f"| {_num(r['acceptance'], '{:.3f}')} | {_num(r['tokens_per_step'], '{:.2f}')} "
             f"| {_num(r.get('bytes_per_token'), '{:,.0f}')} | {_num(r.get('bandwidth_fraction'), '{:.1%}')} "

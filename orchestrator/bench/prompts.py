@@ -8,7 +8,8 @@ built-in prompts are short so prefill stays small next to decode.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import random
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from orchestrator.errors import UserError
@@ -129,3 +130,55 @@ def select_prompts(prompts: str, prompts_file: Path | None) -> list[Prompt]:
     if prompts.strip() and prompts.strip() != DEFAULT_SETS:
         return builtin_prompts(prompts) + from_file
     return from_file
+
+
+# Agents send long context before a short question: files read, tool output. The filler is code
+# (seeded, so every K sees the same prompt), about CHARS_PER_TOKEN characters per token.
+CHARS_PER_TOKEN = 3.6
+_WORDS = (
+    "config", "request", "model", "slot", "draft", "token", "server", "cache", "index", "value",
+    "result", "handler", "buffer", "offset", "length", "state", "event", "queue", "worker", "limit",
+)  # fmt: skip
+
+
+def depth_label(tokens: int) -> str:
+    """``8192`` -> ``"8K"`` (the domain suffix of prompts at that depth)."""
+    return f"{tokens // 1024}K" if tokens % 1024 == 0 else str(tokens)
+
+
+def context_text(tokens: int, seed: int = 0) -> str:
+    """About ``tokens`` tokens of seeded Python-like code (a file an agent read into its context)."""
+    rng = random.Random(seed)
+    lines: list[str] = []
+    size = 0
+    while size < tokens * CHARS_PER_TOKEN:
+        a, b, c = (rng.choice(_WORDS) for _ in range(3))
+        n = rng.randrange(1, 512)
+        line = rng.choice(
+            (
+                f"def {a}_{b}(self, {c}: int = {n}) -> int:",
+                f"    {a}_{c} = self.{b}.get({n}, {c})",
+                f"    if {a} > {n}:",
+                f"        return {b}_{c}({a}, {n})",
+                f"# {a} {b}: keep the {c} below {n}",
+                f"class {a.title()}{b.title()}:",
+            )
+        )
+        lines.append(line)
+        size += len(line) + 1
+    return "\n".join(lines)
+
+
+def at_depths(prompts: list[Prompt], depths: list[int]) -> list[Prompt]:
+    """Every prompt at every depth: depth 0 as it is, others after ``context_text(depth)`` in a
+    domain ``"<domain>@<label>"`` (so the sweep reports each depth apart)."""
+    out: list[Prompt] = []
+    for depth in depths:
+        for p in prompts:
+            if depth == 0:
+                out.append(p)
+            else:
+                context = context_text(depth)
+                question = f"Here is a file:\n\n{context}\n\n{p.prompt}"
+                out.append(replace(p, domain=f"{p.domain}@{depth_label(depth)}", prompt=question))
+    return out

@@ -6,6 +6,7 @@ The steps are described in :mod:`orchestrator.bench.sweep`.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import time
 from collections.abc import Sequence
@@ -20,6 +21,7 @@ from orchestrator.bench.prompts import Prompt
 from orchestrator.bench.requests import N_MAX_FIELD, Completion, complete, reported_n_max, request_body
 from orchestrator.bench.summary import RequestResult
 from orchestrator.errors import UserError
+from orchestrator.host.energy import EnergyMeter
 from orchestrator.launch.spec import InstanceSpec, without_speculation
 from orchestrator.supervise.child_auth import CHILD_AUTH
 from orchestrator.supervise.status import status_row
@@ -74,6 +76,7 @@ class Sweep:
         log_dir: Path,
         manifest_patched: bool,
         progress: SweepProgress | None = None,
+        energy: EnergyMeter | None = None,
     ) -> None:
         self.config = config
         self.model = model
@@ -87,6 +90,7 @@ class Sweep:
         self.log_dir = log_dir
         self.manifest_patched = manifest_patched
         self.progress = progress
+        self.energy = energy  # the GPUs' energy counter (NVML): joules per request, None on a CPU
         self.together = not base.gpus  # CPU: instances share the mmapped GGUF, keep all up
         self.warnings: list[str] = []
         self._running: dict[str, tuple[Supervisor, Instance]] = {}
@@ -339,8 +343,12 @@ class Sweep:
             temperature=self.temperature,
             seed=task.seed,
         )
+        before = self.energy.joules() if self.energy else None
         comp = await self._send(inst, body)
-        return self._result(task, prompt, inst, comp)
+        result = self._result(task, prompt, inst, comp)
+        if self.energy is None or before is None:
+            return result
+        return dataclasses.replace(result, energy_j=self.energy.joules() - before)
 
     def _result(self, task: Task, prompt: Prompt, inst: Instance, comp: Completion) -> RequestResult:
         t = comp.timings

@@ -60,6 +60,7 @@ class RequestResult:
     n_max_effective: int | None
     instance: str
     text_sha1: str
+    energy_j: float | None = None  # GPU energy during the request (NVML), None without a GPU
 
     @property
     def tokens_per_step(self) -> float:
@@ -105,6 +106,7 @@ class Summary:
     speedup: float
     step_cost: float
     same_text_as_baseline: bool | None
+    joules_per_token: float | None = None  # GPU energy per generated token (None without NVML)
 
 
 def _rep_rates(rows: Sequence[RequestResult]) -> tuple[list[float], list[float]]:
@@ -174,7 +176,38 @@ def _summary(domain: str, cell: list[RequestResult], *, a: float, base_tps: floa
         speedup=sp,
         step_cost=step_cost(tpstep, sp),
         same_text_as_baseline=same,
+        joules_per_token=_joules_per_token(cell),
     )
+
+
+def _joules_per_token(cell: Sequence[RequestResult]) -> float | None:
+    """Energy over generated tokens of the cell; None unless every request was metered."""
+    if not cell or any(r.energy_j is None for r in cell):
+        return None
+    tokens = sum(r.predicted_n for r in cell)
+    return sum(r.energy_j or 0.0 for r in cell) / tokens if tokens else None
+
+
+def disagreements(summaries: Sequence[Summary], *, min_steps: float = 1.5, min_gain: float = 1.05) -> list[str]:
+    """Cells where acceptance and speed tell different stories: drafts accepted (at least
+    ``min_steps`` tokens per step) yet no faster than K = 0, or faster by ``min_gain`` with
+    almost nothing accepted (then the speed difference is noise or load, not drafting)."""
+    out = []
+    for s in summaries:
+        if s.k == 0 or math.isnan(s.speedup):
+            continue
+        if s.tokens_per_step >= min_steps and s.speedup < 1.0:
+            out.append(
+                f"{s.domain} K={s.k}: {s.tokens_per_step:.2f} tokens per step but {s.speedup:.2f}x K=0: a "
+                f"verification step costs {s.step_cost:.2f} plain steps, more than the accepted drafts save "
+                "(draft head or batch verification too slow here)"
+            )
+        elif s.speedup >= min_gain and s.acceptance < 0.1:
+            out.append(
+                f"{s.domain} K={s.k}: {s.speedup:.2f}x K=0 with acceptance {s.acceptance:.2f}: drafting "
+                "cannot explain that; the difference is noise or load (more --reps)"
+            )
+    return out
 
 
 def summarize(results: Sequence[RequestResult]) -> list[Summary]:

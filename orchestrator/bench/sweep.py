@@ -50,18 +50,19 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.bench import report
-from orchestrator.bench.args import MAX_DRAFT_LENGTH, parse_int_list, parse_seeds
+from orchestrator.bench.args import MAX_DRAFT_LENGTH, parse_depths, parse_int_list, parse_seeds
 from orchestrator.bench.manifest import manifest
 from orchestrator.bench.plan import has_patch
-from orchestrator.bench.prompts import Prompt, select_prompts
+from orchestrator.bench.prompts import Prompt, at_depths, select_prompts
 from orchestrator.bench.runner import Sweep, SweepProgress, SweepRun
-from orchestrator.bench.summary import Summary, noise_warning, overall_domain, recommend, summarize
+from orchestrator.bench.summary import Summary, disagreements, noise_warning, overall_domain, recommend, summarize
 from orchestrator.config.load import load_config
 from orchestrator.config.schema import Config, ModelConfig
 from orchestrator.config.yaml_edit import set_draft_length
 from orchestrator.errors import UserError
 from orchestrator.host import disk
 from orchestrator.host import gpus as gpus_mod
+from orchestrator.host.energy import EnergyMeter
 from orchestrator.launch import plan as launch
 from orchestrator.launch.spec import InstanceSpec
 from orchestrator.native import build
@@ -80,10 +81,24 @@ class BenchOptions:
     n_predict: int
     reps: int
     temperature: float
+    depths: tuple[int, ...] = (0,)  # prompt depths in tokens (agent context before the question)
+
+    @property
+    def ctx_needed(self) -> int:
+        """Context (tokens) one request may need: the deepest prompt, its question, the answer."""
+        return max(self.depths) + self.n_predict + 512 if max(self.depths) else 0
 
 
 def check_options(
-    *, k: str, seeds: str, prompts: str, prompts_file: Path | None, n_predict: int, reps: int, temperature: float
+    *,
+    k: str,
+    seeds: str,
+    prompts: str,
+    prompts_file: Path | None,
+    n_predict: int,
+    reps: int,
+    temperature: float,
+    depths: str = "0",
 ) -> BenchOptions:
     """Parse and check the command's options (the meaning of each is on :func:`orchestrator.cli.bench.run_bench`).
 
@@ -104,8 +119,9 @@ def check_options(
         raise UserError(f"--reps must be >= 1, got {reps}")
     if temperature < 0:
         raise UserError(f"--temperature must be >= 0, got {temperature}")
-    prompt_list = select_prompts(prompts, prompts_file)
-    return BenchOptions(ks, seed_list, prompt_list, n_predict, reps, temperature)
+    depth_list = parse_depths(depths)
+    prompt_list = at_depths(select_prompts(prompts, prompts_file), depth_list)
+    return BenchOptions(ks, seed_list, prompt_list, n_predict, reps, temperature, tuple(depth_list))
 
 
 def pick_model(config: Config, name: str | None) -> ModelConfig:
@@ -128,23 +144,25 @@ def pick_model(config: Config, name: str | None) -> ModelConfig:
         raise UserError(f"no model {name!r} in {config.path or 'models.yaml'}", hint=f"models: {names}") from None
 
 
-def _bench_config(config: Config, model: ModelConfig) -> Config:
+def _bench_config(config: Config, model: ModelConfig, ctx: int = 0) -> Config:
     """The config narrowed to ``model``, with the acceptance fallback off (the bench wants every
-    K measured as launched, and reports low acceptance itself)."""
+    K measured as launched, and reports low acceptance itself) and at least ``ctx`` tokens of
+    context per slot (the deepest prompt)."""
     spec = model.speculative.model_copy(update={"spec_fallback": "warn"})
-    one = model.model_copy(update={"speculative": spec})
+    one = model.model_copy(update={"speculative": spec, "ctx_size": max(model.ctx_size, ctx * model.parallel)})
     narrowed = config.model_copy(update={"models": [one]})
     narrowed.path = config.path
     return narrowed
 
 
-def _fit_config(config: Config, model: ModelConfig, n_max: int | None) -> Config:
+def _fit_config(config: Config, model: ModelConfig, n_max: int | None, ctx: int = 0) -> Config:
     """The whole config (every model at its own index, so located messages name the right
-    line) with ``model`` planned at the sweep's largest draft length and without fallback."""
+    line) with ``model`` planned at the sweep's largest draft length and deepest prompt
+    (``ctx`` tokens per slot) and without fallback."""
     spec = model.speculative.model_copy(update={"spec_fallback": "warn"})
     if n_max is not None and n_max > spec.n_max:
         spec = spec.model_copy(update={"n_max": n_max})
-    one = model.model_copy(update={"speculative": spec})
+    one = model.model_copy(update={"speculative": spec, "ctx_size": max(model.ctx_size, ctx * model.parallel)})
     planned = config.model_copy(update={"models": [one if m is model else m for m in config.models]})
     planned.path = config.path
     return planned
@@ -166,12 +184,15 @@ class BenchTarget:
     base: InstanceSpec
 
 
-def plan_target(config_file: Path, model: str | None, *, n_max: int | None = None, force: bool = False) -> BenchTarget:
+def plan_target(
+    config_file: Path, model: str | None, *, n_max: int | None = None, force: bool = False, ctx: int = 0
+) -> BenchTarget:
     """Load models.yaml, pick the model, locate the build, detect GPUs and plan the model's launch.
 
     The fit check counts the largest draft length the sweep launches (``n_max``, tokens: more
     recurrent-state snapshots and draft logits than the model's own ``speculative.n_max``), and
-    its messages name the model's own models.yaml line; ``force`` launches anyway.
+    its messages name the model's own models.yaml line; ``force`` launches anyway. ``ctx``: tokens
+    of context a request needs (deep prompts); the bench's server gets at least that per slot.
 
     Raises:
         UserError: a config error, no such model, no native build, no planned instance, or a
@@ -179,12 +200,12 @@ def plan_target(config_file: Path, model: str | None, *, n_max: int | None = Non
     """
     cfg = load_config(config_file)
     model_cfg = pick_model(cfg, model)
-    bcfg = _bench_config(cfg, model_cfg)
+    bcfg = _bench_config(cfg, model_cfg, ctx)
     info = build.locate()
     gpu_list, gpu_source = gpus_mod.detect_gpus()
     capabilities = probe_capabilities(info)
     planned = launch.plan_launch(
-        _fit_config(cfg, model_cfg, n_max),
+        _fit_config(cfg, model_cfg, n_max, ctx),
         gpus=gpu_list,
         build=info,
         capabilities=capabilities,
@@ -219,6 +240,7 @@ def run_sweep(target: BenchTarget, options: BenchOptions, *, log_dir: Path, prog
         log_dir=log_dir,
         manifest_patched=has_patch(target.build.manifest),
         progress=progress,
+        energy=EnergyMeter.open(target.base.gpus),
     )
     return asyncio.run(sweep.run())
 
@@ -259,6 +281,7 @@ def analyse(run: SweepRun) -> Outcome:
     noisy = noise_warning(summaries, overall)
     if noisy:
         run.warnings.append(noisy)
+    run.warnings.extend(disagreements(summaries))
     return Outcome(summaries, recommended, bands, overall, analysis)
 
 
@@ -294,6 +317,7 @@ def results_payload(
             "prompts": sorted({p.domain for p in options.prompts}),
             "n_prompts": len(options.prompts),
             "n_predict": options.n_predict,
+            "depths": list(options.depths),
             "reps": options.reps,
             "seeds": options.seeds,
             "temperature": options.temperature,

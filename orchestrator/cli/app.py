@@ -251,6 +251,7 @@ def bench(
     out: Path = typer.Option(Path("results"), help="results folder"),
     apply: bool = typer.Option(False, "--apply", help="write the recommended K into models.yaml"),
     force: bool = typer.Option(False, "--force", help="launch even when the fit check says the model will not fit"),
+    depths: str = typer.Option("0", help="prompt depths in tokens, e.g. 0,8k,32k (agent context before each prompt)"),
 ) -> None:
     """Sweep the draft length K against a no-speculation baseline and recommend the best K."""
     from orchestrator.cli import bench as m
@@ -269,6 +270,7 @@ def bench(
             out=out,
             apply=apply,
             force=force,
+            depths=depths,
         )
     )
 

@@ -34,6 +34,7 @@ TABLE_COLUMNS: tuple[tuple[str, JustifyMethod], ...] = (
     ("tok/step", "right"),
     ("geom", "right"),
     ("step cost", "right"),
+    ("J/tok", "right"),
     ("reps", "right"),
 )
 
@@ -52,6 +53,7 @@ def run_bench(
     out: Path,
     apply: bool,
     force: bool = False,
+    depths: str = "0",
 ) -> int:
     """Run ``orchestrator bench``: sweep K, write the results folder, optionally apply the best K.
 
@@ -69,6 +71,8 @@ def run_bench(
         apply: write the recommended K into models.yaml (``speculative.n_max``, or
             ``type: none`` when K = 0 wins), printing the diff.
         force: launch even if the fit check (at the largest K swept) fails.
+        depths: comma-separated prompt depths in tokens (``0,8k,32k``): every prompt is also sent
+            after that much agent-like context, reported as the domain ``<domain>@<depth>``.
 
     Returns 0 on success. Raises ``UserError``: bad options, config, missing build, a model
     that does not fit (without ``force``), an instance that fails to load, a request error.
@@ -81,8 +85,9 @@ def run_bench(
         n_predict=n_predict,
         reps=reps,
         temperature=temperature,
+        depths=depths,
     )
-    target = sweep.plan_target(config, model, n_max=max(options.ks), force=force)
+    target = sweep.plan_target(config, model, n_max=max(options.ks), force=force, ctx=options.ctx_needed)
     _make_folder(out)
     started = datetime.now(UTC)
     with _progress_bar() as progress:
@@ -191,6 +196,7 @@ def render_table(summaries: Sequence[Summary], recommended: dict[str, int], *, t
             fmt_number(s.tokens_per_step),
             fmt_number(s.geometric),
             fmt_number(s.step_cost),
+            fmt_number(s.joules_per_token) if s.joules_per_token is not None else "-",
             str(s.reps),
         )
     return t

@@ -10,9 +10,12 @@ next request of a class. The expected decode speed of K in a class is
 * tokens per step: measured for (class, K) once ``min_drafted`` tokens were drafted there;
   otherwise from the class's per-token acceptance ``a`` (fitted to what any K drafted, drafts
   accepted as a prefix) as ``(1 - a^(K+1)) / (1 - a)``;
-* step time: a line ``t0 + t1 * K`` fitted to the mean step time at each K tried at that depth
-  (all classes: a step's cost depends on the model and the depth, not on the content), with a
-  prior slope ``prior_draft_cost * t0`` while only one K was seen.
+* step time: the mean step time measured at that K and depth (all classes: a step's cost depends
+  on the model and the depth, not on the content) once ``min_cost_samples`` answers timed it;
+  otherwise a line ``t0 + t1 * K`` fitted to the K that were timed, with a prior slope
+  ``prior_draft_cost * t0`` while only one K was seen. (A measured point wins over the line
+  because drafting at all has a fixed cost per step, the draft pass: on a CPU, K = 1 costs more
+  than the line through K = 0 and K = 3 says.)
 
 K = 0 is chosen unless the best K beats it by ``margin`` (noise): drafting that does not pay
 is turned off, and a class never costs more than noise below K = 0 once it has been seen.
@@ -40,6 +43,7 @@ class Params:
     margin: float = 0.03
     decay: float = 0.9  # weight of the past at each new observation of the same arm
     min_drafted: float = 8.0  # drafted tokens before a (class, K) measurement replaces the model
+    min_cost_samples: float = 1.5  # (decayed) answers timed at a (depth, K) before their mean replaces the line
     prior_draft_cost: float = 0.25  # a drafted token's cost in steps, until two K were timed
     explore_every: int = 8
     explore_gap: float = 0.15
@@ -210,7 +214,9 @@ def expected_speeds(state: State, cls: str, depth: str, params: Params) -> dict[
         tps = tokens_per_step(state, cls, k, params)
         if tps is None:
             return None
-        out[k] = 1000.0 * tps / (cost[0] + cost[1] * k)
+        timed = state.cost.get((depth, k))
+        step = timed.step_ms if timed and timed.weight >= params.min_cost_samples else cost[0] + cost[1] * k
+        out[k] = 1000.0 * tps / step
     return out
 
 

@@ -61,9 +61,12 @@ def test_cpu_run_writes_complete_reports(tmp_path: Path, bin_info: Any, pinned_s
     ]
     assert {(r["path"], r["q"], r["k"]) for r in doc["rows"]} == {
         (p, q, k) for p in ("direct", "up") for q in (0.1, 0.25) for k in (0, 1, 2)
-    }
+    } | {("up", q, gc.ADAPTIVE) for q in (0.1, 0.25)}  # the endpoint's policy: a row of its own
     for r in doc["rows"]:
         assert r["decode_tok_s"]["n"] == 1 and r["decode_tok_s"]["median"] > 0  # round 1 (round 0 is warm-up)
+        if r["k"] == gc.ADAPTIVE:
+            assert r["tokens_per_step"] >= 1 and "bytes_per_token" not in r
+            continue
         assert r["bytes_per_token"] > 30e6 and r["bandwidth_fraction"] is None  # no bandwidth bound on CPU
         assert r["server_cpu_ms_per_token"]["median"] > 0  # read from the llama-server process
         if r["k"]:
@@ -74,6 +77,7 @@ def test_cpu_run_writes_complete_reports(tmp_path: Path, bin_info: Any, pinned_s
     assert not list(out.glob("*.gguf"))  # models removed
     md = (out / "gpu-check.md").read_text()
     assert "## Decode speed" in md and "## Where the time went" in md and "| up | 0.75 | 2 |" in md
+    assert "| up | 0.75 | adaptive |" in md
     assert "where the time went" not in proc.stdout and "measure (interleaved)" in proc.stdout
     assert no_llama_server_left(out)
 
@@ -122,6 +126,18 @@ def test_summary_pairs_speedups_by_round_and_recommends_only_a_sure_k() -> None:
     slow = [s for s in samples if s.k != 2]  # K = 4 beats K = 0 in round 1 only: not sure
     assert gc.recommend(gc.summarize(slow, tr, None))["0.90"]["k"] == 0
     assert "| up | 0.90 | 2 | 150.0 [140.0-160.0]" in markdown({"rows": rows, "recommended": rec})
+
+
+def test_adaptive_row_counts_tokens_per_step_and_is_never_the_recommended_k() -> None:
+    samples = [_sample(1, "up", 0.1, 0, 100.0), _sample(1, "up", 0.1, gc.ADAPTIVE, 180.0, (40, 32))]
+    rows = gc.summarize(samples, None, None)
+    adaptive = next(r for r in rows if r["k"] == gc.ADAPTIVE)
+    assert adaptive["tokens_per_step"] == pytest.approx(64 / 32) and adaptive["speedup"]["median"] == 1.8
+    assert gc.recommend(rows)["0.90"]["k"] == 0  # a static K is what the report recommends
+    assert "| up | 0.90 | adaptive | 180.0" in markdown({"rows": rows, "recommended": {}})
+    ep = gc.Endpoint("up", 0.1, "http://x", "m")
+    assert "speculative.n_max" not in gc.request_body(ep, gc.ADAPTIVE, 8, "p")
+    assert gc.request_body(ep, 0, 8, "p")["speculative.n_max"] == 0
 
 
 def test_traffic_of_the_real_shape(tmp_path: Path) -> None:

@@ -152,3 +152,17 @@ def test_measured_tokens_per_step_replace_the_model() -> None:
     assert dp.tokens_per_step(s, "c", 3, P) == pytest.approx(4.0)  # extrapolated from a = 1
     s = _feed(s, "c", dp.Observation(k=3, tokens=40, ms=400.0, drafted=60, accepted=20))  # a decaying class
     assert dp.tokens_per_step(s, "c", 3, P) == pytest.approx(2.0)
+
+
+def test_a_measured_step_time_wins_over_the_line() -> None:
+    """K = 1 timed at 17 ms (the draft pass's fixed cost) while the line through K = 0 (10 ms)
+    and K = 3 (16 ms) says 12 ms: at acceptance 0.6 the line would choose K = 1 (1.6 tokens per
+    12 ms = 133 tok/s), the measurement says 94 tok/s, below K = 0's 100."""
+    s = _feed(dp.State(), "other", _obs(0, 32, 0, 10.0), 3)
+    s = _feed(s, "other", _obs(3, 10, 0, 16.0), 3)
+    p01 = dp.Params(ks=(0, 1))
+    line = dp.step_cost(s, "<2K", p01)
+    assert line[0] + line[1] == pytest.approx(12.0, rel=0.02)
+    s = _feed(s, "c", dp.Observation(k=1, tokens=160, ms=1700.0, drafted=100, accepted=60), 2)
+    choice = dp.choose(s, "c", "<2K", p01)
+    assert choice.k == 0 and choice.expected[1] == pytest.approx(1000 * 1.6 / 17, rel=0.01)
