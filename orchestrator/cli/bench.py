@@ -78,15 +78,9 @@ def run_bench(
     that does not fit (without ``force``), an instance that fails to load, a request error.
     """
     options = sweep.check_options(
-        k=k,
-        seeds=seeds,
-        prompts=prompts,
-        prompts_file=prompts_file,
-        n_predict=n_predict,
-        reps=reps,
-        temperature=temperature,
-        depths=depths,
-    )
+        k=k, seeds=seeds, prompts=prompts, prompts_file=prompts_file, n_predict=n_predict, reps=reps,
+        temperature=temperature, depths=depths,
+    )  # fmt: skip
     target = sweep.plan_target(config, model, n_max=max(options.ks), force=force, ctx=options.ctx_needed)
     _make_folder(out)
     started = datetime.now(UTC)
