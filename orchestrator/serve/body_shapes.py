@@ -23,7 +23,6 @@ It checks three kinds of things, in this order:
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,7 +31,10 @@ from orchestrator.errors import ApiError
 
 # Integers a JSON field may hold: int64 and uint64 (llama-server's seed is uint32, ids int32)
 INT_MIN, INT_MAX = -(2**63), 2**64 - 1
-_LONG_DIGITS = re.compile(rb"\d{20,}")
+# A run of 20 digits is where an integer can pass 64 bits: found by mapping every digit to "1" and
+# everything else to "0" (C speed; a regex for the run was ten times slower on an 80 KB body)
+_DIGITS = bytes(0x31 if 0x30 <= b <= 0x39 else 0x30 for b in range(256))
+_RUN = b"1" * 20
 
 
 @dataclass(frozen=True)
@@ -174,7 +176,7 @@ def huge_integer(value: Any, path: str = "") -> str | None:
 
 
 def _check_numbers(body: dict[str, Any], raw: bytes) -> None:
-    if not _LONG_DIGITS.search(raw):
+    if _RUN not in raw.translate(_DIGITS):
         return
     where = huge_integer(body)
     if where is not None:
@@ -185,7 +187,7 @@ def _check_numbers(body: dict[str, Any], raw: bytes) -> None:
         )
 
 
-def _check_lengths(body: dict[str, Any], shape: Shape, limits: Limits) -> None:
+def _check_lengths(body: dict[str, Any], raw: bytes, shape: Shape, limits: Limits) -> None:
     """The counted top-level lists, by length alone (before any walk)."""
     for key, sub in shape.fields.items():
         value = body.get(key)
@@ -195,7 +197,8 @@ def _check_lengths(body: dict[str, Any], shape: Shape, limits: Limits) -> None:
             if len(value) > bound:
                 raise _over(counted, bound, "messages or input items" if counted == "messages" else "tools", key)
     tools = body.get("tools")
-    if isinstance(tools, list) and tools:
+    # the tools cannot be larger than the whole body: serialised only when the body could hold too many
+    if isinstance(tools, list) and tools and len(raw) > limits.tool_schema_bytes:
         size = len(json.dumps(tools, ensure_ascii=False))
         if size > limits.tool_schema_bytes:
             raise _over("tool_schema_bytes", limits.tool_schema_bytes, "bytes of tool definitions", "tools")
@@ -218,7 +221,7 @@ def check(body: dict[str, Any], raw: bytes, path: str, limits: Limits) -> None:
     shape = SHAPES.get(path)
     if shape is None:
         return
-    _check_lengths(body, shape, limits)
+    _check_lengths(body, raw, shape, limits)
     _Walk(limits).visit(body, shape, "")
 
 
