@@ -233,6 +233,7 @@ def test_up_pulls_an_hf_entry_then_serves_it(demo_hub: FakeHub, tmp_path: Path, 
         assert reply.json()["usage"]["completion_tokens"] > 0
         out = up.out.read_text()
     assert "pulling hf:test-org/demo-GGUF:Q8_0" in out and "sha256 ok" in out
+    assert "demo-Q8_0.gguf: 100%" in out  # the download's progress bar, in up's log too
     model = cache.require_cached(HfSource("test-org/demo-GGUF", "Q8_0")).model
     assert str(model.resolve()).startswith(str(tmp_path / "hf-cache"))
 
