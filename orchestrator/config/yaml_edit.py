@@ -119,7 +119,8 @@ def set_draft_length(path: Path, model: str, k: int) -> str:
         The unified diff of the change ("" when the file already said so).
 
     Raises:
-        UserError: unreadable or invalid YAML, no ``models`` list, or no such model.
+        UserError: unreadable or invalid YAML, no ``models`` list, no such model, or a file that
+            cannot be written (full or read-only disk, no rights).
         ValueError: ``k < 0``.
     """
     if k < 0:
@@ -145,13 +146,24 @@ def set_draft_length(path: Path, model: str, k: int) -> str:
     after = _dump(y, data)
     if after == before:
         return ""
+    try:
+        _replace(path, after)
+    except OSError as err:  # a full or read-only disk, no rights: the person gets the file and a fix
+        raise UserError(
+            f"{path}: cannot write it: {err.strerror or err}",
+            hint="free space or fix its rights, or make the change yourself (the recommended K is printed above)",
+        ) from None
+    return "".join(difflib.unified_diff(before.splitlines(True), after.splitlines(True), str(path), str(path)))
+
+
+def _replace(path: Path, text: str) -> None:
+    """Atomically replace ``path`` with ``text`` (temp file + rename), keeping its mode."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(after)
+            fh.write(text)
         os.chmod(tmp, path.stat().st_mode & 0o777)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    return "".join(difflib.unified_diff(before.splitlines(True), after.splitlines(True), str(path), str(path)))

@@ -230,3 +230,17 @@ def test_ups_output_on_a_full_disk_is_a_fault_not_an_exit(tmp_path: Path) -> Non
         assert disk.failing("up's output")
         with contextlib.suppress(OSError):
             out.close()
+
+
+def test_bench_apply_on_a_read_only_models_yaml_is_a_user_error(tmp_path: Path) -> None:
+    from orchestrator.config.yaml_edit import set_draft_length
+    from orchestrator.errors import UserError
+
+    with tmpfs(tmp_path / "cfg") as folder:
+        config = write_models_yaml(folder / "models.yaml", Path("/nowhere/demo.gguf"))
+        before = config.read_text()
+        subprocess.run(["mount", "-o", "remount,ro", str(folder)], check=True)
+        with pytest.raises(UserError) as info:
+            set_draft_length(config, "demo", 2)
+        assert str(config) in str(info.value) and "Read-only" in str(info.value)
+        assert config.read_text() == before
