@@ -3,7 +3,7 @@
 - :class:`Stack` runs an asyncio loop in a thread; the app, the real ``Supervisor`` and its
   llama-server children all live on that loop, while tests drive it synchronously (the official
   ``openai`` client, ``httpx``) from the main thread.
-- :class:`Recorder` is the recording tap: an httpx request hook on the proxy's upstream clients
+- :class:`Recorder` is the recording tap: a request hook on the proxy's upstream clients
   that keeps every body the proxy sent to llama-server (bytes, as sent).
 - :class:`FakeUpstream` is a scripted raw HTTP/1.1 server for fault injection only (a connection
   closed without a response, a slow first byte, a stalled stream, a canned reasoning answer).
@@ -21,7 +21,6 @@ from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
-import httpx
 import uvicorn
 
 from orchestrator.config.schema import Config
@@ -43,14 +42,13 @@ class Recorder:
         self.requests: list[tuple[str, bytes, str | None]] = []
         self._supervisor = supervisor
 
-    async def __call__(self, request: httpx.Request) -> None:
+    async def __call__(self, base_url: str, path: str, content: bytes) -> None:
         state = None
         if self._supervisor is not None:
-            port = request.url.port
             for inst in self._supervisor.instances:
-                if inst.base_url and inst.base_url.endswith(f":{port}"):
+                if inst.base_url and inst.base_url.rstrip("/") == base_url:
                     state = inst.state.value
-        self.requests.append((request.url.path, request.content, state))
+        self.requests.append((path, content, state))
 
     def bodies(self, path: str = "/v1/chat/completions") -> list[dict[str, Any]]:
         """Parsed bodies sent to ``path``."""
@@ -86,7 +84,7 @@ class Stack:
         self.scheduler = ModelScheduler(self.supervisor, budget_for(config.server, gpu_indices=[]), scheduler_policy)
         self.app = create_app(config, self.supervisor, self.scheduler)
         self.recorder = Recorder(self.supervisor)
-        self.app.state.pool.event_hooks["request"].append(self.recorder)
+        self.app.state.pool.hooks.append(self.recorder)
         self._server: uvicorn.Server | None = None
         self._serve_task: asyncio.Task[None] | None = None
         self.fakes: list[FakeUpstream] = []

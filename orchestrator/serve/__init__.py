@@ -31,8 +31,8 @@ Concern -> file:
   mistakes recognised (pure): ``llama_fields.py``
 - the Ollama API: translations (pure) ``ollama.py``, its adapter ``adapters/ollama_api.py``, its
   listings (``/api/tags``, ``/api/ps``, ``/api/show``) ``ollama_routes.py``
-- HTTP to the instances (pooling, the one retry, timeouts, error mapping): ``upstream.py``,
-  over the asyncio network backend in ``transport.py``
+- HTTP to the instances and peers (aiohttp sessions, pooling, the one retry, timeouts, error
+  mapping): ``upstream.py``; what can go wrong there and the error a client gets: ``upstream_errors.py``
 - relaying server-sent events (and their per-API shapes): ``streaming.py``
 - response repair, reasoning vs content (pure): ``response_repair.py`` for whole responses,
   ``stream_repair.py`` for streams

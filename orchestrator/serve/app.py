@@ -27,7 +27,7 @@ Every error reaches the client in its API's shape (its adapter's ``error_body``:
 by one handler from ``ApiError``; FastAPI's own 404/405/422 and unexpected exceptions (500) are
 converted to it. A 404 for an unknown path lists the routes served. ``app.state.draining = True``
 makes new POST requests get 503 + ``Retry-After`` (``orchestrator up`` sets it on shutdown). The app owns one
-``httpx.AsyncClient`` per upstream instance (closed when the app shuts down) and its own
+``aiohttp.ClientSession`` per upstream instance (closed when the app shuts down) and its own
 Prometheus registry. CORS is off unless ``server.cors_origins`` lists origins; responses are
 never compressed (it would buffer streams).
 """

@@ -25,15 +25,15 @@ import asyncio
 import contextlib
 import os
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-import httpx
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from orchestrator.config.schema import ModelConfig
 from orchestrator.errors import ApiError
-from orchestrator.serve.upstream import Upstream, UpstreamPool
+from orchestrator.serve.upstream import RequestHook, Upstream, UpstreamPool
+from orchestrator.serve.upstream_errors import TransportFailure
 from orchestrator.supervise.states import SERVING
 
 if TYPE_CHECKING:
@@ -67,7 +67,7 @@ class Peer:
         self.stalls = 0  # as Instance.stalls: a peer is never killed for stalling by us
         self.warnings: list[str] = []
 
-    def connect(self, event_hooks: Mapping[str, list[Callable[..., Any]]]) -> Upstream:
+    def connect(self, hooks: list[RequestHook]) -> Upstream:
         """Make the peer's HTTP client: its timeouts, its key, the app's hooks (a test's recording tap)."""
         t, key = self.cfg.timeouts, self._key()
         auth = {"authorization": f"Bearer {key}"} if key else {}  # the one place the key goes
@@ -77,7 +77,7 @@ class Peer:
             first_byte=t.first_byte,
             idle=t.idle,
             headers=auth,
-            event_hooks=event_hooks,
+            hooks=hooks,
         )
         return self.upstream
 
@@ -93,11 +93,14 @@ class Peer:
         self.checked_at = time.time()
         try:
             assert self.upstream is not None, "connect() first"
-            resp = await self.upstream.client.get("/v1/models", timeout=self.cfg.health.timeout)
-            if resp.status_code != 200:
-                raise ValueError(f"/v1/models answered HTTP {resp.status_code}")
-            ids = {m["id"] for m in resp.json().get("data", []) if isinstance(m, dict) and isinstance(m.get("id"), str)}
-        except (httpx.HTTPError, ValueError, AttributeError, TypeError) as err:
+            status, listing = await self.upstream.get_json("/v1/models", self.cfg.health.timeout)
+            if status != 200:
+                raise ValueError(f"/v1/models answered HTTP {status}")
+            ids = {m["id"] for m in listing.get("data", []) if isinstance(m, dict) and isinstance(m.get("id"), str)}
+        except TimeoutError:
+            self.healthy, self.last_error = False, f"no answer to GET /v1/models within {self.cfg.health.timeout:g} s"
+            return
+        except (TransportFailure, ValueError, AttributeError, TypeError) as err:
             self.healthy, self.last_error = False, f"{type(err).__name__}: {err}".strip(": ")
             return
         if self.cfg.models is None:
@@ -180,7 +183,7 @@ class PeerRouter:
         background health checks (one task; the first round at once)."""
         for peer in self.peers.values():
             if peer.upstream is None:  # the forwarder finds it in the pool by name; the pool closes it
-                self._pool.add(peer.name, peer.connect(self._pool.event_hooks))
+                self._pool.add(peer.name, peer.connect(self._pool.hooks))
         if self.peers and self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._health_loop(), name="peer health")
 

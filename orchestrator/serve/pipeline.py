@@ -38,7 +38,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-import httpx
+import aiohttp
 
 from orchestrator.errors import ApiError
 from orchestrator.serve.adapters.base import Adapter, Internal, Resend
@@ -48,10 +48,11 @@ from orchestrator.serve.holding import hold_for_lease, next_lease
 from orchestrator.serve.metrics import NO_MODEL, ModelMetrics
 from orchestrator.serve.streaming import RelayOutcome, relay
 from orchestrator.serve.structured import schema_error
-from orchestrator.serve.upstream import (
+from orchestrator.serve.upstream import Upstream
+from orchestrator.serve.upstream_errors import (
     NOTHING_ANSWERED,
+    UPSTREAM_FAILURES,
     NothingAnswered,
-    UpstreamTimeout,
     from_upstream_status,
     stalled_error,
     to_api_error,
@@ -304,26 +305,26 @@ class ProxyRequest:
                         raise NothingAnswered(exc, stalls) from None
                     raise
                 try:
-                    if response.status_code >= 400:
-                        error = from_upstream_status(response.status_code, await upstream.read_body(response))
+                    if response.status >= 400:
+                        error = from_upstream_status(response.status, await upstream.read_body(response))
                         raise schema_error(error, out.body)
                     if self.stream:
                         return await self._relay(upstream, response, stalls)
                     data = await upstream.read_body(response)
                 finally:
-                    await response.aclose()
+                    response.release()
                 answer = self.adapter.whole(self, data)
                 if not isinstance(answer, Resend):
                     return await self._send_whole(answer)
                 out = self.out = Outgoing(out.path, answer.body, dump_body(answer.body))
                 self.thinking = answer.thinking
             raise AssertionError("a reasoning-only answer is resent once")  # pragma: no cover
-        except (UpstreamTimeout, httpx.TransportError) as exc:
+        except UPSTREAM_FAILURES as exc:
             raise stalled_error(instance.stalls - stalls, instance.warnings) or to_api_error(exc) from None
         finally:
             self.mm.in_flight.dec()
 
-    async def _relay(self, upstream: Any, response: httpx.Response, stalls: int) -> int:
+    async def _relay(self, upstream: Upstream, response: aiohttp.ClientResponse, stalls: int) -> int:
         if not self.head_sent:
             await self.send({"type": "http.response.start", "status": 200, "headers": self.adapter.stream_headers})
         instance = self.instance
@@ -340,7 +341,7 @@ class ProxyRequest:
             for kind in outcome.repairs:
                 self.mm.repair(kind)
 
-        def map_error(exc: UpstreamTimeout | httpx.TransportError) -> ApiError:
+        def map_error(exc: Exception) -> ApiError:
             return stalled_error(instance.stalls - stalls, instance.warnings) or to_api_error(exc)
 
         codec = self.adapter.codec(self, self.route)

@@ -29,10 +29,8 @@ from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import httpx
-
 from orchestrator.errors import ApiError
-from orchestrator.serve.upstream import UpstreamTimeout, to_api_error
+from orchestrator.serve.upstream_errors import UPSTREAM_FAILURES, to_api_error
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 
@@ -270,13 +268,13 @@ async def relay(
     codec: StreamCodec,
     *,
     before_last_send: Callable[[RelayOutcome], None] | None = None,
-    map_error: Callable[[UpstreamTimeout | httpx.TransportError], ApiError] = to_api_error,
+    map_error: Callable[[Exception], ApiError] = to_api_error,
 ) -> RelayOutcome:
     """Relay an upstream SSE body to the client through ``codec``; the response head must already be sent.
 
     Args:
         chunks: the upstream body chunks (``Upstream.iter_body``), raising ``UpstreamTimeout`` or
-            ``httpx.TransportError`` when the upstream fails.
+            ``TransportFailure`` when the upstream fails.
         send: the ASGI send callable.
         codec: the API's stream shape (:class:`SseCodec`, or an adapter's own).
         before_last_send: called with the outcome just before the final (``more_body=False``)
@@ -304,7 +302,7 @@ async def relay(
                 elif body:
                     await send({"type": "http.response.body", "body": held + body, "more_body": True})
                     held = b""
-    except (UpstreamTimeout, httpx.TransportError) as exc:
+    except UPSTREAM_FAILURES as exc:
         outcome.error = map_error(exc)
     tail = prev + last  # small: only the stream's last two chunks are joined, once
     closing = codec.close(tail, outcome.error)

@@ -6,9 +6,9 @@ launch of every child gets a fresh random key (:func:`new_key`), handed over in 
 environment as ``LLAMA_API_KEY`` (llama-server's ``--api-key`` from the environment: the key is
 not in its command line, which ``ps`` shows to every user; ``/proc/<pid>/environ`` is readable
 only by the same user and root). The orchestrator's own HTTP clients to children (the upstream
-pool, the readiness and stall probes, the slot calls, the bench) carry :data:`CHILD_AUTH`, which
-adds the key of the child listening on the request's host and port (:func:`register`, when the
-instance learns its port).
+pool, the readiness and stall probes, the slot calls, the bench) carry :data:`CHILD_AUTH` (httpx)
+or ask :func:`key_for` (the proxy's aiohttp sessions), which add the key of the child listening on
+the request's host and port (:func:`register`, when the instance learns its port).
 
 The child's environment also loses what is meant for others (:func:`secret_names`): the peers'
 API key variables (``peers[].api_key_env``) and any inherited ``LLAMA_API_KEY`` /
@@ -60,6 +60,11 @@ def register(base_url: str, key: str | None) -> None:
         _keys.pop(where, None)
     else:
         _keys[where] = key
+
+
+def key_for(host: str, port: int) -> str | None:
+    """The key of the child listening at ``host:port`` (None: no key, or no child of ours there)."""
+    return _keys.get((host, port))
 
 
 class ChildLock:

@@ -211,7 +211,7 @@ def test_nan_and_deep_nesting_are_400_invalid_json() -> None:
 
 
 def test_upstream_501_is_passed_on_as_501_not_502() -> None:
-    from orchestrator.serve.upstream import from_upstream_status
+    from orchestrator.serve.upstream_errors import from_upstream_status
 
     err = from_upstream_status(501, b'{"error":{"message":"This server does not support embeddings."}}')
     assert err.status == 501 and "embeddings" in err.message
