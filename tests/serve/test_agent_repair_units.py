@@ -165,24 +165,34 @@ def _llama_events(call: dict[str, Any]) -> list[dict[str, Any]]:
     return [added, done, completed]
 
 
+class _Answered:
+    """What ``Responses.fix`` reads of a request in flight (``adapters.base.Request``)."""
+
+    def __init__(self, client_body: dict[str, Any]) -> None:
+        self.client_body, self.model, self.kinds = client_body, None, []
+
+    def count_repair(self, kind: str) -> None:
+        self.kinds.append(kind)
+
+
 def test_codex_calls_are_answered_in_its_form_whole_and_streamed() -> None:
     """The model's call of a namespaced function (as llama-server reports it) reaches Codex with
     name and namespace; a custom tool's call as a custom_tool_call; plain functions untouched."""
-    from orchestrator.serve import finish_fix
+    from orchestrator.serve.adapters.openai_responses import Responses, ResponsesStreamFix
 
     request = {"input": "hi", "tools": [FN, NAMESPACE, CUSTOM, {"type": "web_search"}], "max_output_tokens": 64}
     ns_call = {"type": "function_call", "id": "fc_1", "call_id": "call_1", "status": "completed",
                "name": "multi_agent_v1.spawn_agent", "arguments": "{}"}  # fmt: skip
-    stream = finish_fix.for_stream("/v1/responses", request)
-    assert stream is not None
+    stream = ResponsesStreamFix(request, None)
     fixed = [stream.repair(e)[0] for e in _llama_events(ns_call)]
     assert [f["item"]["namespace"] for f in fixed[:2]] == ["multi_agent_v1"] * 2
     assert fixed[2]["response"]["output"][0] == {**ns_call, "name": "spawn_agent", "namespace": "multi_agent_v1"}
     custom_call = {**ns_call, "name": "apply_patch", "arguments": json.dumps({"input": "*** Begin Patch"})}
     whole = {"object": "response", "status": "completed", "output": [custom_call], "usage": {"output_tokens": 9}}
-    kinds: list[str] = []
-    data = finish_fix.fix_answer("/v1/responses", whole, request, json.dumps(whole).encode(), kinds.append)
-    [out] = json.loads(data)["output"]
-    assert out["type"] == "custom_tool_call" and out["input"] == "*** Begin Patch" and kinds == ["tool_calls_mapped"]
+    answered = _Answered(request)
+    obj, changed = Responses().fix(answered, whole)  # type: ignore[misc,arg-type]
+    [out] = obj["output"]
+    assert changed and out["type"] == "custom_tool_call" and out["input"] == "*** Begin Patch"
+    assert answered.kinds == ["tool_calls_mapped"]
     plain = {**ns_call, "name": "exec_command"}
-    assert finish_fix.for_stream("/v1/responses", request).repair(_llama_events(plain)[1])[0]["item"] == plain  # type: ignore[union-attr]
+    assert ResponsesStreamFix(request, None).repair(_llama_events(plain)[1])[0]["item"] == plain
