@@ -18,7 +18,13 @@ time, summed over the counted rounds) per class and overall for every arm, the a
 against the best static K overall, against the best K of each class and against K = 0, and
 the K it chose per class.
 
-    python scripts/bench_draft_policy.py [--rounds 8] [--n-predict 32] [--ks 0,1,2,3] [--threads 2]
+With ``--spec-type draft-mtp,ngram-mod`` the server drafts with both (the pin asks the n-gram
+drafter first), so every arm is that combined drafter at its K; ``--classes`` may add copy
+classes (``cjk-copy``: a passage, then its first tokens again, so the answer repeats context,
+which the n-gram drafter gets right where the head does not).
+
+    python scripts/bench_draft_policy.py [--rounds 8] [--n-predict 32] [--ks 0,1,2,3] [--threads 1]
+        [--spec-type draft-mtp,ngram-mod --classes latin,cjk,cjk-copy]
 """
 
 from __future__ import annotations
@@ -46,6 +52,7 @@ from orchestrator.serve import draft_classes as dc
 from orchestrator.serve import draft_policy as dp
 
 CLASSES = ("latin", "cjk", "cyrillic")
+COPY = "-copy"  # a class suffix: the prompt holds a passage of the kind, then its start again
 
 
 def _args() -> argparse.Namespace:
@@ -58,32 +65,56 @@ def _args() -> argparse.Namespace:
     p.add_argument("--learn-from", choices=("own", "all"), default="own")
     p.add_argument("--model", type=Path, default=Path(tempfile.gettempdir()) / "orchestrator-bed-kinds-f16.gguf")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--classes", default=",".join(CLASSES), help=f"of {', '.join(CLASSES)}, each also with {COPY}")
+    p.add_argument("--spec-type", default="draft-mtp", help="the server's drafters, e.g. draft-mtp,ngram-mod")
+    p.add_argument("--ngram", default="4,1,16", help="ngram-mod n_match,n_min,n_max (with ngram-mod)")
     p.add_argument("--json", type=Path, help="also write every answer's figures here")
     return p.parse_args()
 
 
-def _prompts(n_rounds: int, n_tokens: int, seed: int) -> dict[str, list[str]]:
-    """Per class, one prompt per round: ``n_tokens`` random tokens of the class's kind, as text."""
+Prompt = tuple[str, list[int] | None]  # the text the policy classifies; token ids sent instead, if any
+
+
+def _prompts(classes: list[str], n_rounds: int, n_tokens: int, seed: int) -> dict[str, list[Prompt]]:
+    """Per class, one prompt per round: ``n_tokens`` random tokens of the class's kind, as text;
+    a copy class: a passage the model's echo writes from a random start, a break, and the
+    passage's first 6 tokens again (so the answer repeats the passage), as token ids."""
     vocab = tiny._load_vocab()
     kinds = ck.clean_kinds(vocab.kv, vocab.clean)
+    succ = ck.kind_map(kinds, 0.1, 0).successor
     tokens = next(v for k, v, *_ in vocab.kv if k == "tokenizer.ggml.tokens")
     dec = tiny._bytes_decoder()
+
+    def text(ids: list[int]) -> str:
+        return "".join(bytes(dec[c] for c in tokens[t]).decode("utf-8") for t in ids)
+
     rng = np.random.default_rng(seed)
-    out: dict[str, list[str]] = {}
-    for name in CLASSES:
-        ids = vocab.clean[kinds == ck.KINDS.index(name)]
-        out[name] = [
-            "".join(bytes(dec[c] for c in tokens[int(t)]).decode("utf-8") for t in rng.choice(ids, n_tokens))
-            for _ in range(n_rounds)
-        ]
+    out: dict[str, list[Prompt]] = {}
+    for name in classes:
+        kind = ck.KINDS.index(name.removesuffix(COPY))
+        where = np.nonzero(kinds == kind)[0]
+        out[name] = []
+        for _ in range(n_rounds):
+            if not name.endswith(COPY):
+                out[name].append((text([int(vocab.clean[i]) for i in rng.choice(where, n_tokens)]), None))
+                continue
+            chain = [int(rng.choice(where))]
+            while len(chain) < 48:
+                chain.append(int(succ[chain[-1]]))
+            ids = [int(vocab.clean[i]) for i in chain]
+            sent = [*ids, int(vocab.clean[0]), *ids[:6]]
+            out[name].append((text(sent), sent))
     return out
 
 
-def _launch(model: Path, k_max: int, threads: int, log: Path) -> tuple[subprocess.Popen[bytes], str]:
+def _launch(a: argparse.Namespace, k_max: int, log: Path) -> tuple[subprocess.Popen[bytes], str]:
     build = locate()
-    argv = [str(build.server), "-m", str(model), "--host", "127.0.0.1", "--port", "0", "-c", "4096", "-np", "1"]
-    argv += ["-t", str(threads), "--spec-type", "draft-mtp", "--spec-draft-n-max", str(k_max)]
-    argv += ["--spec-draft-n-min", "0", "--load-mode", "none"]
+    argv = [str(build.server), "-m", str(a.model), "--host", "127.0.0.1", "--port", "0", "-c", "4096", "-np", "1"]
+    argv += ["-t", str(a.threads), "--spec-type", a.spec_type, "--spec-draft-n-max", str(k_max)]
+    argv += ["--spec-draft-n-min", "0", "--load-mode", "none"]  # weights in RAM: mmapped holes read no memory
+    if "ngram-mod" in a.spec_type:
+        n_match, n_min, n_max = a.ngram.split(",")
+        argv += ["--spec-ngram-mod-n-match", n_match, "--spec-ngram-mod-n-min", n_min, "--spec-ngram-mod-n-max", n_max]
     env = {**os.environ, "LD_LIBRARY_PATH": str(build.lib_dir)}
     fh = log.open("wb")
     proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True)
@@ -112,10 +143,16 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _complete(client: httpx.Client, pid: int, prompt: str, k: int, n_predict: int) -> dict[str, Any]:
+def _complete(client: httpx.Client, pid: int, prompt: Prompt, k: int, n_predict: int) -> dict[str, Any]:
     """One streamed greedy completion at draft length ``k``: its timings, and the server's CPU
     seconds from the first streamed token to the end (decode only: prefill excluded)."""
-    body = {"prompt": prompt, "n_predict": n_predict, "temperature": 0, "speculative.n_max": k, "stream": True}
+    body = {
+        "prompt": prompt[1] or prompt[0],
+        "n_predict": n_predict,
+        "temperature": 0,
+        "speculative.n_max": k,
+        "stream": True,
+    }
     first: float | None = None
     last: dict[str, Any] = {}
     with client.stream("POST", "/completion", json=body) as resp:
@@ -140,12 +177,12 @@ class Adaptive:
         self.state = dp.State()
         self.chosen: dict[str, Counter[str]] = defaultdict(Counter)
 
-    def pick(self, prompt: str, counted: bool) -> tuple[dc.RequestClass, dp.Choice]:
+    def pick(self, prompt: str, counted: bool, name: str) -> tuple[dc.RequestClass, dp.Choice]:
         cls = dc.classify("completions", {"prompt": prompt})
         choice = dp.choose(self.state, cls.key, cls.depth, self.params)
         self.state = dp.counted(self.state, cls.key)
         if counted:
-            self.chosen[cls.content][f"K={choice.k} {choice.reason}"] += 1
+            self.chosen[name][f"K={choice.k} {choice.reason}"] += 1
         return cls, choice
 
     def learn(self, cls: dc.RequestClass, k: int, timings: dict[str, Any]) -> None:
@@ -156,17 +193,17 @@ class Adaptive:
 
 def _round(client: httpx.Client, a: argparse.Namespace, r: int, ctx: dict[str, Any]) -> list[dict[str, Any]]:
     arms: list[str] = [f"K={k}" for k in ctx["ks"]] + ["adaptive"]
-    jobs = [(c, arm) for c in CLASSES for arm in arms]
+    jobs = [(c, arm) for c in ctx["classes"] for arm in arms]
     random.Random(a.seed * 1000 + r).shuffle(jobs)
     pol: Adaptive = ctx["policy"]
     rows = []
     for cls_name, arm in jobs:
         prompt = ctx["prompts"][cls_name][r]
         if arm == "adaptive":
-            cls, choice = pol.pick(prompt, counted=r > 0)
+            cls, choice = pol.pick(prompt[0], r > 0, cls_name)
             k = choice.k
         else:
-            cls, k = dc.classify("completions", {"prompt": prompt}), int(arm[2:])
+            cls, k = dc.classify("completions", {"prompt": prompt[0]}), int(arm[2:])
         t = _complete(client, ctx["pid"], prompt, k, a.n_predict)
         if arm == "adaptive" or a.learn_from == "all":
             pol.learn(cls, k, t)
@@ -180,26 +217,27 @@ def _tps(rows: list[dict[str, Any]], cpu: bool = False) -> float:
     return sum(x["predicted_n"] - (1 if cpu else 0) for x in rows) / t if t else 0.0
 
 
-def _report(rows: list[dict[str, Any]], ks: tuple[int, ...], pol: Adaptive, cpu: bool) -> None:
+def _report(rows: list[dict[str, Any]], ks: tuple[int, ...], pol: Adaptive, classes: list[str], cpu: bool) -> None:
     counted = [x for x in rows if x["round"] > 0]
     arms = [f"K={k}" for k in ks] + ["adaptive"]
     table = {
-        arm: {c: _tps([x for x in counted if x["arm"] == arm and x["class"] == c], cpu) for c in CLASSES}
+        arm: {c: _tps([x for x in counted if x["arm"] == arm and x["class"] == c], cpu) for c in classes}
         for arm in arms
     }
     for arm in arms:
         table[arm]["overall"] = _tps([x for x in counted if x["arm"] == arm], cpu)
     what = "tokens per server CPU second (decode)" if cpu else "tokens / wall decode time"
     print(f"\ndecode tok/s over {len({x['round'] for x in counted})} counted rounds: {what}")
-    print(f"{'arm':<10}" + "".join(f"{c:>11}" for c in (*CLASSES, "overall")))
+    print(f"{'arm':<10}" + "".join(f"{c:>11}" for c in (*classes, "overall")))
     for arm in arms:
-        print(f"{arm:<10}" + "".join(f"{table[arm][c]:>11.2f}" for c in (*CLASSES, "overall")))
+        print(f"{arm:<10}" + "".join(f"{table[arm][c]:>11.2f}" for c in (*classes, "overall")))
     static = [f"K={k}" for k in ks]
     best = max(static, key=lambda s: table[s]["overall"])
     ad = table["adaptive"]
     print(f"adaptive / best static overall ({best}): {ad['overall'] / table[best]['overall']:.3f}")
-    for c in CLASSES:
-        bc = max(static, key=lambda s, c=c: table[s][c])
+    for c in classes:
+        row = {arm: table[arm][c] for arm in static}
+        bc = max(row, key=lambda arm: row[arm])
         line = f"{c:<9} adaptive / best K ({bc}): {ad[c] / table[bc][c]:.3f}"
         line += f"   adaptive / K=0: {ad[c] / table['K=0'][c]:.3f}"
         if cpu:
@@ -218,10 +256,15 @@ def main() -> int:
     ks = tuple(sorted({int(k) for k in a.ks.split(",")} | {0}))
     if not a.model.exists():
         write_shaped_model(a.model, quant="f16", q=0.1, scale="bed", profile="kinds")  # F16: see shapes.py
-    ctx: dict[str, Any] = {"ks": ks, "prompts": _prompts(a.rounds + 1, a.prompt_tokens, a.seed)}
+    classes = [c.strip() for c in a.classes.split(",") if c.strip()]
+    ctx: dict[str, Any] = {
+        "ks": ks,
+        "classes": classes,
+        "prompts": _prompts(classes, a.rounds + 1, a.prompt_tokens, a.seed),
+    }
     ctx["policy"] = Adaptive(ks)
     log = Path(tempfile.mkdtemp(prefix="bench-draft-policy-")) / "llama-server.log"
-    proc, url = _launch(a.model, max(ks), a.threads, log)
+    proc, url = _launch(a, max(ks), log)
     ctx["pid"] = proc.pid
     rows: list[dict[str, Any]] = []
     try:
@@ -236,8 +279,9 @@ def main() -> int:
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(30)
-    _report(rows, ks, ctx["policy"], cpu=False)
-    _report(rows, ks, ctx["policy"], cpu=True)
+    print(f"\nserver: --spec-type {a.spec_type}" + (f", ngram-mod {a.ngram}" if "ngram-mod" in a.spec_type else ""))
+    _report(rows, ks, ctx["policy"], classes, cpu=False)
+    _report(rows, ks, ctx["policy"], classes, cpu=True)
     if a.json:
         a.json.write_text(json.dumps(rows, indent=1))
     return 0

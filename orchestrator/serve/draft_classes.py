@@ -11,9 +11,11 @@ Why these four features (each cheap: no tokenizer, one pass over text the proxy 
   context depth (80-91% at 100 tokens, about 53% at 34K, parity with no drafting near 86K),
   and a verification step costs more at depth;
 * ``content``: the script of the end of the last user text (``latin``, ``cjk``, ``cyrillic``,
-  ``symbols`` for code and data with few letters): acceptance differs by content (0.93 on verbatim
-  recall, about 0.55 on code and prose), and the answer usually continues in the script the
-  request ends in.
+  ``symbols`` for code and data with few letters), with ``+copy`` when the text's last
+  ``COPY_CHARS`` characters already occur earlier in it (the answer is likely to repeat context:
+  an edit of quoted code, a recall; where n-gram drafting pays): acceptance differs by content
+  (0.93 on verbatim recall, about 0.55 on code and prose), and the answer usually continues in
+  the script the request ends in.
 
 Pure: imports nothing of the package but ``orchestrator.errors``.
 """
@@ -25,6 +27,7 @@ from typing import Any
 
 DEPTHS = ((2048, "<2K"), (8192, "2K-8K"), (32768, "8K-32K"))  # upper bound (tokens) -> bucket
 DEEPEST = "32K+"
+COPY_CHARS = 12  # a tail this long seen earlier in the text marks copy content
 TAIL_CHARS = 96  # characters of the last user text the content signal reads
 
 
@@ -127,5 +130,14 @@ def classify(api: str, body: dict[str, Any]) -> RequestClass:
         api=api,
         tools=bool(body.get("tools")),
         depth=depth_bucket(prompt_bytes(body) // 4),
-        content=content_kind(last_user_text(body)),
+        content=content_signal(last_user_text(body)),
     )
+
+
+def content_signal(text: str) -> str:
+    """``content_kind`` of ``text``, with ``+copy`` when its tail repeats earlier text."""
+    kind = content_kind(text)
+    tail = text.rstrip()[-COPY_CHARS:]
+    if len(tail) == COPY_CHARS and text.find(tail) < len(text.rstrip()) - COPY_CHARS:
+        return kind + "+copy"
+    return kind

@@ -3,7 +3,10 @@
 For each model the proxy keeps a ``PolicyState``: per (request class, K), decayed sums of what
 answers' ``timings`` said (steps, tokens, drafted, accepted, decode ms); per (depth bucket, K)
 the same sums for the cost of a step. ``observe`` adds one answer; ``choose`` picks K for the
-next request of a class. The expected decode speed of K in a class is
+next request of a class. The expected decode speed of K in a class is what the class measured at K (tokens over decode
+time, decayed sums) once an answer timed it: a step's cost depends on the content too (a
+rejected draft makes a hybrid model restore its recurrent state and decode again), so nothing
+predicts it better. Before that, the model
 
     tokens per step (class, K) / step time (depth, K)
 
@@ -17,8 +20,10 @@ next request of a class. The expected decode speed of K in a class is
   because drafting at all has a fixed cost per step, the draft pass: on a CPU, K = 1 costs more
   than the line through K = 0 and K = 3 says.)
 
-K = 0 is chosen unless the best K beats it by ``margin`` (noise): drafting that does not pay
-is turned off, and a class never costs more than noise below K = 0 once it has been seen.
+K = 0 is chosen unless the best K beats it by ``margin``, and does so by more than one standard
+error of its own figures (the spread of its answers' tok/s, or ``prior_cv`` of a modelled
+figure): drafting that does not pay, or that a loaded machine cannot tell from noise, is turned
+off, and a class never costs more than noise below K = 0 once it has been seen.
 Exploration is cheap by design: a class never seen drafts at the smallest K once (its acceptance
 is unknown); afterwards every ``explore_every``-th request tries a neighbour of the best K, but
 only when that neighbour is expected within ``explore_gap`` of the best (a clearly losing arm,
@@ -43,8 +48,9 @@ class Params:
     margin: float = 0.03
     decay: float = 0.9  # weight of the past at each new observation of the same arm
     min_drafted: float = 8.0  # drafted tokens before a (class, K) measurement replaces the model
-    min_cost_samples: float = 1.5  # (decayed) answers timed at a (depth, K) before their mean replaces the line
+    min_cost_samples: float = 1.0  # answers timed at a (class or depth, K) before their figures replace the model
     prior_draft_cost: float = 0.25  # a drafted token's cost in steps, until two K were timed
+    prior_cv: float = 0.3  # how far one answer's tok/s may be off (a loaded machine), relative
     explore_every: int = 8
     explore_gap: float = 0.15
     refresh_every: int = 64
@@ -91,8 +97,11 @@ class Sums:
     drafted: float = 0.0
     accepted: float = 0.0
     ms: float = 0.0
+    rate: float = 0.0  # per-answer decode tok/s, summed (their spread says how sure the mean is)
+    rate_sq: float = 0.0
 
     def add(self, o: Observation, decay: float) -> Sums:
+        r = 1000.0 * o.tokens / o.ms
         return Sums(
             weight=self.weight * decay + 1.0,
             steps=self.steps * decay + o.steps,
@@ -100,7 +109,17 @@ class Sums:
             drafted=self.drafted * decay + o.drafted,
             accepted=self.accepted * decay + o.accepted,
             ms=self.ms * decay + o.ms,
+            rate=self.rate * decay + r,
+            rate_sq=self.rate_sq * decay + r * r,
         )
+
+    def spread(self, prior_cv: float) -> float:
+        """Standard error of the mean per-answer tok/s (``prior_cv`` of it from one answer)."""
+        mean = self.rate / self.weight if self.weight else 0.0
+        if self.weight < 2.0:
+            return prior_cv * mean
+        var = max(0.0, self.rate_sq / self.weight - mean * mean)
+        return float(max(var / self.weight, (0.05 * mean) ** 2 / self.weight) ** 0.5)
 
     @property
     def step_ms(self) -> float:
@@ -125,7 +144,7 @@ class Choice:
     """The K for one request, why (``reason``), and the expected decode tok/s per K behind it."""
 
     k: int
-    reason: str  # probe | best | no-gain | explore | refresh | client | off
+    reason: str  # probe | best | no-gain | unsure | explore | refresh | client | off
     expected: Mapping[int, float] = field(default_factory=dict)
 
 
@@ -204,13 +223,19 @@ def step_cost(state: State, depth: str, params: Params) -> tuple[float, float] |
 
 
 def expected_speeds(state: State, cls: str, depth: str, params: Params) -> dict[int, float] | None:
-    """Expected decode tok/s of each K in ``params.ks`` for class ``cls``; None while the class's
-    acceptance or the step time is unknown."""
+    """Expected decode tok/s of each K in ``params.ks`` for class ``cls``: what the class measured
+    at that K (tokens over decode time) once ``min_cost_samples`` answers timed it, else the model
+    (tokens per step over the step time at ``depth``); None while the class's acceptance or the
+    step time is unknown."""
     cost = step_cost(state, depth, params)
     if cost is None:
         return None
     out: dict[int, float] = {}
     for k in params.ks:
+        arm = state.arms.get((cls, k))
+        if arm is not None and arm.weight >= params.min_cost_samples and arm.ms > 0:
+            out[k] = 1000.0 * arm.tokens / arm.ms
+            continue
         tps = tokens_per_step(state, cls, k, params)
         if tps is None:
             return None
@@ -218,6 +243,15 @@ def expected_speeds(state: State, cls: str, depth: str, params: Params) -> dict[
         step = timed.step_ms if timed and timed.weight >= params.min_cost_samples else cost[0] + cost[1] * k
         out[k] = 1000.0 * tps / step
     return out
+
+
+def _lower(state: State, cls: str, k: int, speed: float, params: Params) -> float:
+    """``speed`` less one standard error: of the class's answers at ``k`` when it has some, else
+    ``prior_cv`` of a modelled figure (what the model may be off by)."""
+    arm = state.arms.get((cls, k))
+    if arm is not None and arm.weight >= params.min_cost_samples and arm.ms > 0:
+        return speed - arm.spread(params.prior_cv)
+    return speed * (1.0 - params.prior_cv)
 
 
 def choose(state: State, cls: str, depth: str, params: Params) -> Choice:
@@ -232,6 +266,8 @@ def choose(state: State, cls: str, depth: str, params: Params) -> Choice:
     reason = "best"
     if best > 0 and speeds[best] < speeds.get(0, 0.0) * (1.0 + params.margin):
         best, reason = 0, "no-gain"
+    elif best > 0 and _lower(state, cls, best, speeds[best], params) < speeds.get(0, 0.0) * (1.0 + params.margin):
+        best, reason = 0, "unsure"  # drafting must beat K = 0 by more than the noise of its own figures
     n = state.seen.get(cls, 0) + 1
     if n % params.refresh_every == 0:
         return Choice(drafting[0] if best == 0 else 0, "refresh", speeds)

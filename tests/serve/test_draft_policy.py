@@ -41,6 +41,14 @@ def test_classify_each_api_shape() -> None:
     assert dc.classify("completions", {"prompt": [1, 2, 3]}).content == "empty"  # token ids: no text signal
 
 
+def test_copy_signal_marks_a_tail_seen_before() -> None:
+    passage = "def f(x):\n    return x + 1\n"
+    assert dc.content_signal("Fix this:\n" + passage + "\nNow write it again: def f(x):\n    return") == "latin+copy"
+    assert dc.content_signal("Write a function that adds one to x, please") == "latin"
+    assert dc.content_signal("short") == "latin"
+    assert dc.classify("completions", {"prompt": "我们的问题是什么呢。" * 3}).content == "cjk+copy"
+
+
 @pytest.mark.parametrize(
     ("n", "bucket"), [(0, "<2K"), (2047, "<2K"), (2048, "2K-8K"), (9000, "8K-32K"), (40000, "32K+")]
 )
@@ -166,3 +174,19 @@ def test_a_measured_step_time_wins_over_the_line() -> None:
     s = _feed(s, "c", dp.Observation(k=1, tokens=160, ms=1700.0, drafted=100, accepted=60), 2)
     choice = dp.choose(s, "c", "<2K", p01)
     assert choice.k == 0 and choice.expected[1] == pytest.approx(1000 * 1.6 / 17, rel=0.01)
+
+
+def test_drafting_must_beat_k0_by_more_than_its_own_noise() -> None:
+    """Class ``c`` measured at K = 1 on three answers: 140, 80 and 110 tok/s (about 105 over
+    all, +- 15) against 95 at K = 0: the figure wins by 10%, its spread does not: K = 0, reason
+    unsure. With three steady answers at 110 the gap is sure."""
+    s = _feed(dp.State(), "c", _obs(0, 32, 0, 1000 / 95 / 1.0), 3)
+    noisy = s
+    for ms in (1000 / 140, 1000 / 80, 1000 / 110):
+        noisy = dp.observe(noisy, "c", "<2K", dp.Observation(1, 32, 32 * ms, 20, 0), P)
+    p01 = dp.Params(ks=(0, 1))
+    assert dp.choose(noisy, "c", "<2K", p01).reason == "unsure"
+    steady = s
+    for _ in range(3):
+        steady = dp.observe(steady, "c", "<2K", dp.Observation(1, 32, 32 * 1000 / 110, 20, 0), p01)
+    assert dp.choose(steady, "c", "<2K", p01) == dp.Choice(1, "best", dp.choose(steady, "c", "<2K", p01).expected)
