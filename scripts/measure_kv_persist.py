@@ -1,30 +1,36 @@
 #!/usr/bin/env python3
-"""Prompt-cache persistence, measured side by side in one run on real llama-server processes.
+"""Prompt-cache persistence on real sessions, through ``orchestrator up`` on the tiny hybrid model.
 
-For each round, twice (with and without persistence, alternating so machine noise hits both):
-a replica of the tiny model is stopped and started again (what an unload and reload, or a swap,
-does to it) and then asked a question that follows a long prefix (default 1,700 tokens). With
-persistence its slot was saved before the stop (``KvPersistence.save``, the ``before_stop``
-call) and restored and verified before it served (``KvPersistence.restore``); without, the
-replica starts empty. The saved slot holds the prefix itself (a document or system prompt; a
-hybrid model reuses a saved state only for a prompt that extends it). Printed: TTFT of that
-request (streamed, first token), the ready-to-first-token time including the restore, restore
-seconds against the prefill seconds the restore replaced, and the ratios.
+A growing agent conversation (a long system prompt and tool list, then turns of a long user or
+tool-result message, each answer sent back as history the way a client re-renders it) is replayed
+turn by turn, greedy and streamed. Each replay runs on its own ``orchestrator up`` (its own state
+and KV folder), one after the other in one run:
 
-Then whether the gated delta-net recurrent state survives save and restore at the pin: a tiny
-``qwen35moe`` with random weights answers the same prompt uninterrupted and after a restore;
-equal greedy text and equal top-3 log-probabilities mean the state came back (a control with
-the prefix's first token changed shows the output depends on the far context).
+- ``live``: uninterrupted;
+- ``unload``: ``POST /models/unload`` then ``POST /models/load`` before turn K;
+- ``down+up``: ``orchestrator down``, then ``orchestrator up`` again (same KV folder) before turn K;
+- ``no-persist``: the unload of ``unload`` with ``kv_persist: false`` (what a swap costs without it).
 
-    python scripts/measure_kv_persist.py [--rounds 3] [--words 420]
+Per turn: prompt tokens, TTFT (first streamed token), tokens processed (``timings.prompt_n``) and
+taken from the cache (``cache_n``), and the drafting figures. Then whether each turn's greedy
+text after the swap equals live's, the draft acceptance of the turns after the swap against
+live's, and the same request repeated after an unload + load.
+
+``--multi``: several conversations on one slot. A main agent and a subagent (another system
+prompt) alternate on one slot (``parallel: 1``), with llama-server's host-RAM prompt cache on (its
+default, ``--cache-ram``) and off (``--cache-ram 0``), and with an unload between the two
+conversations' turns (our persistence): the prompt tokens each request processed.
+
+    python scripts/measure_kv_persist.py [--turns 6] [--swap-before 4] [--multi]
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
-import statistics
+import os
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -32,148 +38,233 @@ from typing import Any
 
 import httpx
 
-from orchestrator.config.schema import Config, ModelConfig, ServerConfig, Timeouts
-from orchestrator.launch.argv import ServerArgs
-from orchestrator.launch.spec import InstanceSpec
-from orchestrator.models.tiny import demo_model, write_tiny_model
-from orchestrator.native.build import locate
-from orchestrator.supervise.kv_files import KvStore
-from orchestrator.supervise.kv_persist import KvPersistence
-from orchestrator.supervise.states import SERVING, SupervisorPolicy
-from orchestrator.supervise.supervisor import Instance
+from orchestrator.models.tiny import demo_model
 
-QUESTION = " and now the question about all of that is what"
-
-
-def _spec(model: Path, save: Path, ctx: int) -> InstanceSpec:
-    build = locate()
-    server = ServerArgs(
-        program=(str(build.server),), model=model, alias="m", host="127.0.0.1", port=0,
-        ctx_size=ctx, parallel=1, threads=2, slot_save_path=save,
-    )  # fmt: skip
-    return InstanceSpec("m-0", "m", 0, (), {"LD_LIBRARY_PATH": str(build.lib_dir)}, server)
+POLL = 0.1
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": f"{name}: " + " ".join(f"rule{i} of {name} says so" for i in range(40)),
+            "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
+        },
+    }
+    for name in ("read_file", "edit_file", "run_shell", "search_code")
+]
 
 
-async def _start(spec: InstanceSpec, logs: Path) -> Instance:
-    config = Config(server=ServerConfig(timeouts=Timeouts(load=120)), models=[ModelConfig(name="m", path="/x.gguf")])
-    inst = Instance(spec, config, log_dir=logs, policy=SupervisorPolicy())
-    inst.start()
-    deadline = time.monotonic() + 180
-    while inst.state not in SERVING:
-        if time.monotonic() > deadline:
-            raise SystemExit(f"llama-server did not become ready: {inst.message}\n" + "\n".join(inst.log_tail(10)))
-        await asyncio.sleep(0.05)
-    return inst
+def text(tag: str, units: int) -> str:
+    """About 6.7 tokens per unit with the tiny model's vocabulary; the first token differs per tag."""
+    return " ".join(f"{tag}{i} alpha beta gamma" for i in range(units))
 
 
-async def _ttft(url: str, prompt: str) -> tuple[float, dict[str, Any]]:
-    """Seconds to the first streamed token of ``prompt`` (greedy, 4 tokens) and the final timings."""
-    body = {"prompt": prompt, "n_predict": 4, "temperature": 0, "cache_prompt": True, "stream": True}
-    first = None
-    timings: dict[str, Any] = {}
-    started = time.perf_counter()
-    async with (
-        httpx.AsyncClient(trust_env=False, timeout=600) as client,
-        client.stream("POST", f"{url}/completion", json=body) as resp,
-    ):
-        async for line in resp.aiter_lines():
-            if not line.startswith("data: "):
-                continue
-            event = json.loads(line[6:])
-            if first is None and event.get("content"):
-                first = time.perf_counter() - started
-            timings = event.get("timings") or timings
-    return (first if first is not None else time.perf_counter() - started), timings
+class Up:
+    """One ``orchestrator up`` on ``config`` with its own state folder and the KV folder ``kv``."""
+
+    def __init__(self, config: Path, state: Path, kv: Path) -> None:
+        self.env = {**os.environ, "ORCHESTRATOR_STATE": str(state), "ORCHESTRATOR_KV": str(kv)}
+        self.state, self.config = state, config
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.url = ""
+
+    def start(self) -> Up:
+        log = (self.state / "up.log").open("ab")
+        argv = [sys.executable, "-m", "orchestrator.cli.app", "up", "--config", str(self.config)]
+        self.proc = subprocess.Popen(argv, env=self.env, stdout=log, stderr=log)
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise SystemExit(f"orchestrator up exited with {self.proc.returncode}; see {self.state / 'up.log'}")
+            try:
+                url = json.loads((self.state / "run.json").read_text())["endpoint"]
+                models = httpx.get(f"{url}/status", timeout=5, trust_env=False).json()["models"]
+                if all(m["state"] == "ready" for m in models):
+                    self.url = url
+                    return self
+            except (OSError, ValueError, KeyError, httpx.HTTPError):
+                pass
+            time.sleep(POLL)
+        raise SystemExit("orchestrator up did not serve within 300 s")
+
+    def down(self) -> None:
+        argv = [sys.executable, "-m", "orchestrator.cli.app", "down", "--timeout", "120"]
+        subprocess.run(argv, env=self.env, check=True, capture_output=True)
+        if self.proc is not None:
+            self.proc.wait(timeout=120)
+
+    def post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        r = httpx.post(self.url + path, json=body, timeout=600, trust_env=False)
+        r.raise_for_status()
+        data: dict[str, Any] = r.json()
+        return data
+
+    def kv(self) -> dict[str, Any]:
+        rows = httpx.get(f"{self.url}/status", timeout=30, trust_env=False).json()["models"]
+        return dict(rows[0].get("kv") or {})
+
+    def chat(self, messages: list[dict[str, Any]], max_tokens: int) -> dict[str, Any]:
+        """One streamed greedy chat turn: ``ttft``, ``content``, ``timings``, ``prompt_tokens``."""
+        body = {"model": "m", "messages": messages, "tools": TOOLS, "max_tokens": max_tokens, "temperature": 0}
+        body |= {"stream": True, "stream_options": {"include_usage": True}}
+        first, content, timings, usage = None, [], {}, {}
+        started = time.perf_counter()
+        with httpx.stream("POST", f"{self.url}/v1/chat/completions", json=body, timeout=600, trust_env=False) as r:
+            r.raise_for_status()
+            for line in r.iter_lines():
+                if not line.startswith("data: {"):
+                    continue
+                event = json.loads(line[6:])
+                delta = (event.get("choices") or [{}])[0].get("delta") or {}
+                piece = delta.get("content") or delta.get("reasoning_content")
+                if piece and first is None:
+                    first = time.perf_counter() - started
+                content.append(delta.get("content") or "")
+                timings = event.get("timings") or timings
+                usage = event.get("usage") or usage
+        return {
+            "ttft": first if first is not None else time.perf_counter() - started,
+            "content": "".join(content),
+            "timings": timings,
+            "prompt_tokens": usage.get("prompt_tokens", 0),
+        }
 
 
-async def _swap_rounds(rounds: int, words: int, work: Path) -> dict[str, list[float]]:
-    prefix = " ".join(f"doc{i} alpha beta gamma" for i in range(words))
-    spec = _spec(demo_model(), work / "kv" / "m", 4096)
-    model = ModelConfig(name="m", path="/x.gguf")
-    keys = ("ttft_on", "ttft_off", "ready_on", "ready_off", "restore", "prefill")
-    out: dict[str, list[float]] = {k: [] for k in keys}
-    inst = await _start(spec, work)  # an earlier life of the model: its slot holds the prefix
-    assert inst.base_url is not None
-    async with httpx.AsyncClient(trust_env=False, timeout=600) as client:
-        body = {"prompt": prefix, "n_predict": 0, "cache_prompt": True}
-        (await client.post(f"{inst.base_url}/completion", json=body)).raise_for_status()
-    await KvPersistence(KvStore(work / "kv", 1 << 34), [model]).save(model, [inst], "unload")
-    await inst.stop(10)
-    for r in range(rounds):
-        for mode in ("on", "off") if r % 2 == 0 else ("off", "on"):
-            kv = KvPersistence(KvStore(work / "kv", 1 << 34), [model])  # a fresh process
-            inst = await _start(spec, work)
-            assert inst.base_url is not None
-            began = time.perf_counter()
-            if mode == "on":
-                await kv.restore(model, [inst])
-                st = kv.model(model.name)
-                if st.restored != 1:
-                    raise SystemExit(f"restore did not happen: {st.row()}")
-                out["restore"].append(st.last_restore_s or 0.0)
-            ready = time.perf_counter() - began
-            ttft, timings = await _ttft(inst.base_url, prefix + QUESTION)
-            out[f"ttft_{mode}"].append(ttft)
-            out[f"ready_{mode}"].append(ready + ttft)
-            if mode == "off":
-                out["prefill"].append(timings.get("prompt_ms", 0.0) / 1000)
-            else:
-                print(f"  round {r}: restored, cache_n={timings.get('cache_n')} prompt_n={timings.get('prompt_n')}")
-            await inst.stop(10)
-    return out
+def write_config(folder: Path, ctx: int, *, persist: bool = True, extra: tuple[str, ...] = ()) -> Path:
+    model = {
+        "name": "m", "path": str(demo_model()), "ctx_size": ctx, "threads": 2, "load": "on_start",
+        "allow_ctx_beyond_trained": True, "kv_persist": persist, "extra_args": list(extra),
+    }  # fmt: skip
+    server = {"host": "127.0.0.1", "port": 0, "memory_reserve": 0}
+    path = folder / "models.yaml"
+    path.write_text(json.dumps({"server": server, "models": [model]}))  # JSON is YAML
+    return path
 
 
-async def _recurrent(words: int, work: Path) -> str:
-    model_path = work / "random.gguf"
-    write_tiny_model(model_path, mode="random", seed=1)
-    spec = _spec(model_path, work / "kv2" / "m", 4096)
-    model = ModelConfig(name="m", path="/x.gguf")
-    prefix = " ".join(f"doc{i} alpha beta gamma" for i in range(words))
-    body = {"n_predict": 8, "n_probs": 3, "temperature": 0, "cache_prompt": True}
-    async with httpx.AsyncClient(trust_env=False, timeout=600) as client:
-        inst = await _start(spec, work)
-        url = inst.base_url
-        await client.post(f"{url}/completion", json={**body, "prompt": prefix, "n_predict": 1})
-        await KvPersistence(KvStore(work / "kv2", 1 << 34), [model]).save(model, [inst], "unload")
-        base = (await client.post(f"{url}/completion", json={**body, "prompt": prefix + QUESTION})).json()
-        await inst.stop(10)
-        kv = KvPersistence(KvStore(work / "kv2", 1 << 34), [model])
-        inst = await _start(spec, work)
-        url = inst.base_url
-        await kv.restore(model, [inst])
-        again = (await client.post(f"{url}/completion", json={**body, "prompt": prefix + QUESTION})).json()
-        other = (await client.post(f"{url}/completion", json={**body, "prompt": "X" + prefix + QUESTION})).json()
-        await inst.stop(10)
-    same = again["completion_probabilities"] == base["completion_probabilities"] and again["content"] == base["content"]
-    control = other["completion_probabilities"] != base["completion_probabilities"]
-    return (
-        f"recurrent state survives save/restore: {'YES' if same else 'NO'} (restored cache_n="
-        f"{again['timings']['cache_n']}, greedy text and top-3 log-probabilities of 8 tokens "
-        f"{'identical' if same else 'differ'}; control with the first token changed differs: {control})"
-    )
+def session(up: Up, args: argparse.Namespace, swap: str | None, tag: str = "agent") -> list[dict[str, Any]]:
+    """Replay the session on ``up``; before turn ``args.swap_before``: ``unload``, ``down+up`` or nothing."""
+    messages: list[dict[str, Any]] = [{"role": "system", "content": text(tag, args.system_units)}]
+    turns = []
+    for turn in range(1, args.turns + 1):
+        if turn == args.swap_before and swap == "unload":
+            up.post("/models/unload", {"model": "m"})
+            up.post("/models/load", {"model": "m"})
+        elif turn == args.swap_before and swap == "down+up":
+            up.down()
+            up.start()
+        messages.append({"role": "user", "content": text(f"{tag}t{turn}x", args.user_units)})
+        out = up.chat(messages, args.answer_tokens)
+        messages.append({"role": "assistant", "content": out["content"]})
+        turns.append(out)
+    return turns
 
 
-def _summary(out: dict[str, list[float]]) -> None:
-    med = {k: statistics.median(v) for k, v in out.items() if v}
-    print(f"TTFT after a swap, median of {len(out['ttft_on'])}: with persistence {med['ttft_on']:.3f} s, "
-          f"without {med['ttft_off']:.3f} s -> {med['ttft_off'] / med['ttft_on']:.1f}x faster")  # fmt: skip
-    print(f"ready-to-first-token incl. restore+verify: with {med['ready_on']:.3f} s, without {med['ready_off']:.3f} s "
-          f"-> {med['ready_off'] / med['ready_on']:.1f}x")  # fmt: skip
-    print(f"restore {med['restore']:.4f} s vs prefill {med['prefill']:.3f} s of the same prefix "
-          f"-> restore takes {med['restore'] / med['prefill']:.4f} of the prefill")  # fmt: skip
+def run_mode(work: Path, args: argparse.Namespace, mode: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    folder = work / mode.replace("+", "-")
+    (folder / "state").mkdir(parents=True)
+    config = write_config(folder, args.ctx, persist=mode != "no-persist")
+    up = Up(config, folder / "state", folder / "kv").start()
+    try:
+        swap = {"live": None, "unload": "unload", "down+up": "down+up", "no-persist": "unload"}[mode]
+        turns = session(up, args, swap)
+        extra: dict[str, Any] = {"kv": up.kv()}
+        if mode == "unload":  # the same request again after unload + load
+            body = {"model": "m", "prompt": text("doc", 400), "max_tokens": 8, "temperature": 0}
+            first = up.post("/v1/completions", body)
+            up.post("/models/unload", {"model": "m"})
+            up.post("/models/load", {"model": "m"})
+            again = up.post("/v1/completions", body)
+            extra["repeat"] = (
+                first["timings"],
+                again["timings"],
+                first["choices"][0]["text"] == again["choices"][0]["text"],
+            )
+        return turns, extra
+    finally:
+        up.down()
+
+
+def acceptance(turns: list[dict[str, Any]]) -> float | None:
+    drafted = sum(t["timings"].get("draft_n", 0) for t in turns)
+    accepted = sum(t["timings"].get("draft_n_accepted", 0) for t in turns)
+    return accepted / drafted if drafted else None
+
+
+def report(results: dict[str, list[dict[str, Any]]], args: argparse.Namespace) -> None:
+    modes = list(results)
+    print("turn  prompt  " + "  ".join(f"{m + ' TTFT s':>16} {'processed':>9} {'cached':>6}" for m in modes))
+    for i in range(args.turns):
+        cells = []
+        for m in modes:
+            t = results[m][i]
+            cells.append(
+                f"{t['ttft']:16.3f} {t['timings'].get('prompt_n', -1):9d} {t['timings'].get('cache_n', -1):6d}"
+            )
+        print(f"{i + 1:4d}  {results['live'][i]['prompt_tokens']:6d}  " + "  ".join(cells))
+    k = args.swap_before - 1
+    for m in modes[1:]:
+        same = [results[m][i]["content"] == results["live"][i]["content"] for i in range(args.turns)]
+        live_acc, acc = acceptance(results["live"][k:]), acceptance(results[m][k:])
+        print(f"{m}: greedy text equal to live on every turn: {all(same)} {same}; draft acceptance from turn "
+              f"{args.swap_before}: {acc} (live {live_acc})")  # fmt: skip
+    new = results["live"][k]["prompt_tokens"] - results["live"][k - 1]["prompt_tokens"]
+    done = {m: results[m][k]["timings"].get("prompt_n") for m in modes}
+    print(f"turn {args.swap_before}: {new} prompt tokens more than turn {k}; processed: {done}")
+
+
+def multi(work: Path, args: argparse.Namespace) -> None:
+    """Main agent and subagent alternating on one slot: cache-ram on, off, and across unloads."""
+    setups = {"cache-ram default": (), "cache-ram 0": ("--cache-ram", "0"), "unload between (ours)": ()}
+    for n, (name, extra) in enumerate(setups.items()):
+        folder = work / f"multi-{n}"
+        (folder / "state").mkdir(parents=True)
+        up = Up(write_config(folder, args.ctx, extra=extra), folder / "state", folder / "kv").start()
+        try:
+            convs: dict[str, list[dict[str, Any]]] = {
+                c: [{"role": "system", "content": text(c, args.system_units // (1 if c == "main" else 2))}]
+                for c in ("main", "sub")
+            }
+            processed = []
+            for turn in range(1, 4):
+                for c in ("main", "sub"):
+                    if name.startswith("unload"):
+                        up.post("/models/unload", {"model": "m"})
+                        up.post("/models/load", {"model": "m"})
+                    convs[c].append({"role": "user", "content": text(f"{c}t{turn}x", args.user_units // 2)})
+                    out = up.chat(convs[c], args.answer_tokens)
+                    convs[c].append({"role": "assistant", "content": out["content"]})
+                    processed.append((c, out["prompt_tokens"], out["timings"].get("prompt_n"), round(out["ttft"], 3)))
+            total = sum(p[2] or 0 for p in processed)
+            print(f"{name}: processed {total} prompt tokens in all; per request (conv, prompt, processed, TTFT s):")
+            print("   ", processed)
+        finally:
+            up.down()
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--words", type=int, default=420, help="prefix length (4 tokens-ish per word)")
+    ap.add_argument("--turns", type=int, default=6)
+    ap.add_argument("--swap-before", type=int, default=4)
+    ap.add_argument("--system-units", type=int, default=1000, help="system prompt size (about 6.7 tokens each)")
+    ap.add_argument("--user-units", type=int, default=230, help="each user message's size")
+    ap.add_argument("--answer-tokens", type=int, default=48)
+    ap.add_argument("--ctx", type=int, default=24576)
+    ap.add_argument("--multi", action="store_true", help="also: main agent and subagent on one slot")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="kvmeasure-") as tmp:
         work = Path(tmp)
-        out = asyncio.run(_swap_rounds(args.rounds, args.words, work))
-        print(json.dumps({k: [round(x, 4) for x in v] for k, v in out.items()}))
-        _summary(out)
-        print(asyncio.run(_recurrent(args.words, work)))
+        results: dict[str, list[dict[str, Any]]] = {}
+        for mode in ("live", "unload", "down+up", "no-persist"):
+            results[mode], extra = run_mode(work, args, mode)
+            print(f"{mode}: kv {json.dumps({k: extra['kv'].get(k) for k in ('saved', 'restored', 'checkpoints')})}")
+            if "repeat" in extra:
+                first, again, same = extra["repeat"]
+                total = again.get("prompt_n", 0) + again.get("cache_n", 0)
+                print(f"same request after unload + load: processed {again.get('prompt_n')} of {total} "
+                      f"(before the unload {first.get('prompt_n')}); same text: {same}")  # fmt: skip
+        report(results, args)
+        if args.multi:
+            multi(work, args)
 
 
 if __name__ == "__main__":

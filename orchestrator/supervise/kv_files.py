@@ -12,10 +12,12 @@ draft context's state and the slot's context checkpoints, so a restored hybrid m
 to a checkpoint like the live server. Files without it still restore (without checkpoints).
 
 Files are kept per conversation, not per slot: llama-server writes a slot into a ``.part`` file,
-whose first ``CONV_TOKENS`` tokens name the conversation (``conv_id``); it becomes
-``<key>-c<conv>.bin`` unless that conversation already has a longer saved state (the longest
-wins: an agent's short title or summary call never replaces its main context). At a load the
-most recently used conversations go back into the slots first, short ones last.
+which becomes ``<key>-c<state>.bin`` (``state_id``: a hash of its tokens), unless a saved state
+of the same conversation is longer (``same_conversation``: the shorter one is, but for its tail,
+a prefix of the longer; the longest wins, so an agent's short title or summary call never
+replaces its main context, while a subagent sharing only the tool list is its own conversation).
+A longer state replaces the shorter ones of its conversation. At a load the longest recent states
+go back into the slots first.
 
 Beside each ``<name>.bin`` the orchestrator writes ``<name>.json``: the layout key it was saved
 under, its size and SHA-256, the token count and the conversation. The sidecar is written last, so a file
@@ -46,8 +48,9 @@ if TYPE_CHECKING:
 STATE_MAGIC = 0x67677371  # 'ggsq': LLAMA_STATE_SEQ_MAGIC (include/llama.h)
 STATE_VERSION = 3  # LLAMA_STATE_SEQ_VERSION
 TOKEN_NULL = 0xFFFFFFFF  # LLAMA_TOKEN_NULL (-1) as u32: marks the packed server_tokens format
-CONV_TOKENS = 256  # leading tokens naming a conversation (system prompt, tools, first message)
-SHORT_STATE_TOKENS = 1024  # shorter saved states are restored last (side requests, cheap to redo)
+CONV_SLACK = 0.1  # share of a state's tail a later turn of its conversation may re-render (the answer)
+CONV_MIN_SLACK = 64  # tokens, for short states
+RECENT_S = 3600.0  # s: saved states used within this of the latest compete on length at a load
 SAMPLE_BYTES = 8 * 1024 * 1024  # bytes hashed at each end of a GGUF for its identity
 _HASH_CHUNK = 4 * 1024 * 1024
 
@@ -152,16 +155,25 @@ def slot_filename(key: str, replica: int, slot: int) -> str:
     return f"{key[:16]}-r{replica}-s{slot}.part"
 
 
-def conv_id(tokens: tuple[int, ...] | list[int]) -> str:
-    """The conversation a state belongs to (hex, 16 chars): a hash of its first ``CONV_TOKENS``
-    tokens, which a conversation's turns share and another conversation's rarely do."""
-    head = tokens[:CONV_TOKENS]
-    return hashlib.sha256(struct.pack(f"<{len(head)}i", *head)).hexdigest()[:16]
+def state_id(tokens: tuple[int, ...] | list[int]) -> str:
+    """A saved state's identity (hex, 16 chars): a hash of all its tokens."""
+    return hashlib.sha256(struct.pack(f"<{len(tokens)}i", *tokens)).hexdigest()[:16]
 
 
-def conv_filename(key: str, conv: str) -> str:
-    """The file name of conversation ``conv``'s saved state under layout ``key``."""
-    return f"{key[:16]}-c{conv}.bin"
+def conv_filename(key: str, state: str) -> str:
+    """The file name of the saved state ``state`` (``state_id``) under layout ``key``."""
+    return f"{key[:16]}-c{state}.bin"
+
+
+def same_conversation(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
+    """Whether two saved states are turns of one conversation: the shorter one is, but for its
+    last ``CONV_SLACK`` (at least ``CONV_MIN_SLACK`` tokens: the answer, which the next turn
+    re-renders), a prefix of the longer one."""
+    short, long = (a, b) if len(a) <= len(b) else (b, a)
+    need = len(short) - max(CONV_MIN_SLACK, int(len(short) * CONV_SLACK))
+    if need <= 0:
+        return long[: len(short)] == short
+    return long[:need] == short[:need]
 
 
 class KvStore:
@@ -190,18 +202,34 @@ class KvStore:
         """
         try:
             tokens = read_tokens(part)
-            if not tokens:
+            if not tokens or not self._supersedes(part.parent, key, tokens):
                 return None
-            conv = conv_id(tokens)
-            final = part.with_name(conv_filename(key, conv))
-            if _saved_tokens(final, key) > len(tokens):
-                return None
+            final = part.with_name(conv_filename(key, state_id(tokens)))
             self.drop(final)
             os.replace(part, final)
         finally:
             with contextlib.suppress(FileNotFoundError):
                 part.unlink()
-        return self.commit(final, key, len(tokens), conv=conv, checkpoints=checkpoints)
+        return self.commit(final, key, len(tokens), checkpoints=checkpoints)
+
+    def _supersedes(self, folder: Path, key: str, tokens: tuple[int, ...]) -> bool:
+        """False when a saved state of ``tokens``' conversation in ``folder`` is longer; else True,
+        having deleted the shorter ones of that conversation."""
+        same = []
+        for saved in self.files():
+            if saved.path.parent != folder or saved.meta.get("key") != key:
+                continue
+            try:
+                other = read_tokens(saved.path)
+            except CorruptState:
+                continue
+            if same_conversation(tokens, other):
+                if len(other) > len(tokens):
+                    return False
+                same.append(saved.path)
+        for path in same:
+            self.drop(path)
+        return True
 
     def commit(self, path: Path, key: str, n_tokens: int, **extra: Any) -> SavedSlot:
         """Seal a file llama-server just wrote: mode 0600, then its sidecar (written last, atomically);
@@ -265,11 +293,18 @@ class KvStore:
         return sorted(out, key=lambda s: _mtime(s.path))
 
     def saved(self, model: str, key: str) -> list[SavedSlot]:
-        """``model``'s sealed files for layout ``key`` in the order slots get them back: the most
-        recently used first, except that states under ``SHORT_STATE_TOKENS`` (a title or
-        summary request, cheap to prefill again) come after every longer one."""
+        """``model``'s sealed files for layout ``key`` in the order slots get them back: the
+        longest states first (the most prefill saved per hit; an agent's subagent or side request
+        is shorter than its main context) among those used within ``RECENT_S`` of the latest,
+        then the older ones, most recently used first."""
         own = [s for s in self.files() if s.path.parent.name == model and s.meta.get("key") == key]
-        return sorted(own, key=lambda s: (int(s.meta.get("tokens", 0)) < SHORT_STATE_TOKENS, -_mtime(s.path)))
+        latest = max((_mtime(s.path) for s in own), default=0.0)
+
+        def order(s: SavedSlot) -> tuple[bool, float]:
+            recent = latest - _mtime(s.path) <= RECENT_S
+            return (not recent, -float(s.meta.get("tokens", 0)) if recent else -_mtime(s.path))
+
+        return sorted(own, key=order)
 
     def drop_unsealed(self, model: str) -> list[Path]:
         """Delete ``model``'s files without a sidecar (a save that never finished: killed, disk
@@ -295,16 +330,6 @@ class KvStore:
             dropped.append(f.path)
             total -= f.size
         return dropped
-
-
-def _saved_tokens(path: Path, key: str) -> int:
-    """Tokens of the sealed state at ``path`` for ``key`` (0: none, unsealed or another key)."""
-    try:
-        meta = json.loads(path.with_suffix(".json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return 0
-    ok = isinstance(meta, dict) and meta.get("key") == key and path.exists()
-    return int(meta.get("tokens", 0)) if ok else 0
 
 
 def _mtime(path: Path) -> float:

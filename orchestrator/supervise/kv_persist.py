@@ -51,9 +51,9 @@ from orchestrator.supervise.kv_files import (
     CorruptState,
     KvStore,
     conv_filename,
-    conv_id,
     layout_key,
     slot_filename,
+    state_id,
 )
 from orchestrator.supervise.slot_client import SlotClient, SlotError
 from orchestrator.supervise.states import SERVING
@@ -249,7 +249,7 @@ class KvPersistence:
             prefix = warm[sid] if sid < len(warm) else None
             tokens = None
             if persist and prefix is not None:
-                want = self.store.model_dir(model.name) / conv_filename(key, conv_id(prefix))
+                want = self.store.model_dir(model.name) / conv_filename(key, state_id(prefix))
                 tokens = await self._restore_slot(model.name, inst, sid, key, st, want, prefix)
             while persist and prefix is None and tokens is None and queue:
                 saved = queue.pop(0)

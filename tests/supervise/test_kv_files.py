@@ -11,16 +11,16 @@ import pytest
 
 from orchestrator.supervise.affinity import Replica, SlotHoldings
 from orchestrator.supervise.kv_files import (
-    CONV_TOKENS,
     STATE_MAGIC,
     STATE_VERSION,
     TOKEN_NULL,
     CorruptState,
     KvStore,
     conv_filename,
-    conv_id,
     read_tokens,
+    same_conversation,
     slot_filename,
+    state_id,
 )
 
 
@@ -99,29 +99,36 @@ def test_unsealed_files_are_dropped(tmp_path: Path) -> None:
 
 
 def test_per_conversation_the_longest_state_wins(tmp_path: Path) -> None:
-    """A slot saved into its ``.part`` file is filed under its conversation (its first
-    ``CONV_TOKENS`` tokens); a shorter state of the same conversation (an agent's title or summary
-    call sharing the system prompt) does not replace a longer one, another conversation gets its
-    own file, and an empty slot leaves nothing behind."""
+    """A slot saved into its ``.part`` file is filed as its own state unless a longer state of
+    the same conversation is saved (the shorter is a prefix of the longer but for its tail): a
+    short side request sharing the prompt (an agent's summary call cut short) does not replace
+    the main context, a longer turn replaces it, a subagent sharing only the tool list and
+    another conversation get their own files, and an empty slot leaves nothing behind."""
     store = KvStore(tmp_path, 1 << 30)
     folder = store.model_dir("m")
-    system = list(range(CONV_TOKENS))
-    part = folder / slot_filename("k" * 32, 0, 0)
-    main = store.adopt(_slot_file(part, [*system, *range(5000, 6000)]), "k" * 32, checkpoints=3)
-    assert main is not None and main.path.name == conv_filename("k" * 32, conv_id(system))
-    assert (main.meta["tokens"], main.meta["checkpoints"], main.meta["conv"]) == (1256, 3, conv_id(system))
-    assert store.adopt(_slot_file(part, [*system, 7, 8]), "k" * 32) is None  # shorter: the main state stays
+    key = "k" * 32
+    tools = list(range(300))
+    part = folder / slot_filename(key, 0, 0)
+    main = store.adopt(_slot_file(part, [*tools, *range(5000, 6000)]), key, checkpoints=3)
+    assert main is not None and (main.meta["tokens"], main.meta["checkpoints"]) == (1300, 3)
+    assert main.path.name == conv_filename(key, state_id((*tools, *range(5000, 6000))))
+    assert store.adopt(_slot_file(part, [*tools, *range(5000, 5400), 7, 8]), key) is None  # shorter: main stays
     assert read_tokens(main.path)[-1] == 5999 and not part.exists()
-    longer = store.adopt(_slot_file(part, [*system, *range(5000, 6500)]), "k" * 32)
-    assert longer is not None and longer.path == main.path and longer.meta["tokens"] == 1756
-    other = store.adopt(_slot_file(part, [9, 9, 9]), "k" * 32)  # another conversation: its own file
-    assert other is not None and other.path != main.path
-    assert store.adopt(_slot_file(part, []), "k" * 32) is None  # nothing in the slot: no file
-    os.utime(main.path, (1000.0, 1000.0))  # the main context is older than the side request,
-    assert [s.path for s in store.saved("m", "k" * 32)] == [main.path, other.path]  # but long ones go first
-    assert sorted(p.name for p in folder.iterdir()) == sorted(
-        [main.path.name, main.sidecar.name, other.path.name, other.sidecar.name]
-    )
+    longer = store.adopt(_slot_file(part, [*tools, *range(5000, 5900), *range(7000, 7600)]), key)
+    assert longer is not None and longer.meta["tokens"] == 1800 and not main.path.exists()
+    sub = store.adopt(_slot_file(part, [*tools, *range(8000, 8900)]), key)  # the same tools, then its own
+    other = store.adopt(_slot_file(part, [9, 9, 9]), key)
+    assert sub is not None and other is not None
+    assert store.adopt(_slot_file(part, []), key) is None  # nothing in the slot: no file
+    for i, saved in enumerate((longer, sub, other)):
+        os.utime(saved.path, (10000.0 + i, 10000.0 + i))
+    # among recent states the longest first (the main context before its subagent)
+    assert [s.path for s in store.saved("m", key)] == [longer.path, sub.path, other.path]
+    os.utime(longer.path, (1000.0, 1000.0))  # used hours before the others: after them
+    assert [s.path for s in store.saved("m", key)] == [sub.path, other.path, longer.path]
+    names = sorted(p.name for p in folder.iterdir())
+    assert names == sorted(n for s in (longer, sub, other) for n in (s.path.name, s.sidecar.name))
+    assert same_conversation((1, 2, 3), (1, 2, 3, 4)) and not same_conversation((1, 2, 3), (1, 2, 4))
 
 
 def test_affinity_prefers_the_slot_whose_prompt_the_request_extends() -> None:
