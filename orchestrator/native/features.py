@@ -35,6 +35,18 @@ FEATURES: tuple[Feature, ...] = (
         "request for token probabilities gets them with drafting on (they can differ from drafting off)",
     ),
     Feature(
+        "slot-save-checkpoints",
+        "context checkpoints in saved slots",
+        "a restored slot of a hybrid model serves only a prompt that extends every saved token: after an "
+        "unload, down + up or crash restart, the next chat turn processes its whole prompt again",
+    ),
+    Feature(
+        "checkpoint-before-generation",
+        "a context checkpoint before the generation prompt",
+        "a hybrid model's next chat turn, which re-renders a generation prompt of more than 4 tokens, rolls "
+        "back 516 tokens or to the last user message instead of 16",
+    ),
+    Feature(
         "checkpoint",
         "slot checkpoints",
         "what the checkpoint patch keeps of a hybrid model's slot is not kept: more of a long prompt is "
