@@ -77,6 +77,7 @@ class DraftTuner:
             if m.speculative.adaptive
         }
         self.states = {n: s for n, s in self.states.items() if n in params and params[n] == self.params.get(n)}
+        self.recent = {n: r for n, r in self.recent.items() if n in self.states}
         for name in params:
             self.states.setdefault(name, draft_policy.State())
             self.recent.setdefault(name, deque(maxlen=RECENT))

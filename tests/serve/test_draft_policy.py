@@ -1,4 +1,4 @@
-"""The draft-length policy's pure parts, on literals: request classes, statistics, the choice."""
+"""The draft-length policy on literals: request classes, statistics, the choice; and the tuner following a reload."""
 
 from __future__ import annotations
 
@@ -190,3 +190,32 @@ def test_drafting_must_beat_k0_by_more_than_its_own_noise() -> None:
     for _ in range(3):
         steady = dp.observe(steady, "c", "<2K", dp.Observation(1, 32, 32 * 1000 / 110, 20, 0), p01)
     assert dp.choose(steady, "c", "<2K", p01) == dp.Choice(1, "best", dp.choose(steady, "c", "<2K", p01).expected)
+
+
+def test_the_tuner_follows_a_reload_of_the_adaptive_switch() -> None:
+    """``speculative.adaptive`` is read from the running config's current snapshot: a reload that
+    turns it off stops the policy at the next request; turning it on again starts it empty."""
+    from prometheus_client import CollectorRegistry
+
+    from orchestrator.config.running import RunningConfig
+    from orchestrator.config.schema import Config, ModelConfig
+    from orchestrator.serve.draft_tuner import DraftTuner
+
+    def config(adaptive: bool, n_max: int = 3) -> Config:
+        spec = {"type": "draft-mtp", "n_max": n_max, "adaptive": adaptive}
+        return Config(models=[ModelConfig(name="m", path="m.gguf", speculative=spec)])  # type: ignore[arg-type]
+
+    running = RunningConfig(config(True))
+    tuner = DraftTuner(running, CollectorRegistry())
+    body = {"prompt": "The quick brown fox"}
+    new, ticket = tuner.decide("completions", running.current.models[0], body)
+    assert new == {**body, "speculative.n_max": 1} and ticket is not None and ticket.reason == "probe"
+    tuner.learn(ticket, {"predicted_n": 32, "predicted_ms": 400.0, "draft_n": 16, "draft_n_accepted": 16})
+    assert tuner.status()["m"]["recent"][0]["accepted"] == "16/16"
+    running.swap(config(False))
+    assert tuner.decide("completions", running.current.models[0], body) == (None, None)
+    assert tuner.status() == {}
+    running.swap(config(True, n_max=2))
+    assert tuner.status()["m"] == {"ks": [0, 1, 2], "recent": []}
+    assert tuner.decide("chat", running.current.models[0], {"messages": [], "speculative.n_max": 0})[0] is None
+    assert tuner.status()["m"]["recent"][0]["reason"] == "client"
