@@ -30,6 +30,7 @@ a 400: llama-server's infill needs FIM tokens, the others are Ollama-internal.
 from __future__ import annotations
 
 import json
+import math
 import re
 import time
 from datetime import UTC, datetime
@@ -74,6 +75,9 @@ LOAD_OPTIONS = (
 
 _DURATION = re.compile(r"^(-?\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)?$")
 _UNIT_S = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+# Ollama's keep_alive is a Go time.Duration: nothing lasts longer than int64 nanoseconds (~292 years),
+# so a longer one means "never unload" (a 1e300 s TTL made /api/ps's expires_at overflow: a 500)
+_LONGEST_S = (2**63 - 1) / 1e9
 
 
 def _bad(message: str, param: str | None = None) -> ApiError:
@@ -104,11 +108,16 @@ def keep_alive_seconds(value: Any) -> float | None:
     if value is None:
         return None
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    match = _DURATION.match(value.strip()) if isinstance(value, str) else None
-    if match is None:
-        raise _bad(f"keep_alive must be seconds or a duration such as '5m' (got {value!r})", "keep_alive")
-    return float(match.group(1)) * _UNIT_S[match.group(2)]
+        seconds = float(value)
+    else:
+        match = _DURATION.match(value.strip()) if isinstance(value, str) else None
+        if match is None:
+            raise _bad(f"keep_alive must be seconds or a duration such as '5m' (got {value!r})", "keep_alive")
+        seconds = float(match.group(1)) * _UNIT_S[match.group(2)]
+    if not math.isfinite(seconds):
+        # a 400-digit duration string is a float overflow, as it is for Ollama's duration parser
+        raise _bad(f"keep_alive is out of range (got {str(value)[:40]}...); send seconds or a duration", "keep_alive")
+    return -1.0 if seconds > _LONGEST_S else seconds
 
 
 def _sampling(body: dict[str, Any]) -> dict[str, Any]:

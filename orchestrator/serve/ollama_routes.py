@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
 
 # Ollama's expires_at for a model that never unloads (no ttl, pinned, or keep_alive < 0)
 _NEVER = "2318-08-17T00:00:00Z"
+_NEVER_EPOCH = datetime(2318, 8, 17, tzinfo=UTC).timestamp()
 
 
 class OllamaApi:
@@ -84,7 +86,9 @@ class OllamaApi:
         if managed is None or ttl is None:
             return _NEVER
         left = max(0.0, ttl - (time.monotonic() - managed.last_used))
-        return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + left))
+        at = time.time() + left
+        # a ttl of years (models.yaml, a client's keep_alive) is beyond what gmtime can write
+        return _NEVER if at >= _NEVER_EPOCH else time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at))
 
     async def show(self, request: Request) -> JSONResponse:
         """One model's details and capabilities; 400 ``{"error": "model is required"}`` without a name

@@ -171,10 +171,27 @@ def test_ollama_chat_translation() -> None:
 
 
 @pytest.mark.parametrize(
-    ("value", "seconds"), [("5m", 300.0), (30, 30.0), ("-1", -1.0), ("1.5h", 5400.0), (None, None)]
+    ("value", "seconds"),
+    [
+        ("5m", 300.0),
+        (30, 30.0),
+        ("-1", -1.0),
+        ("1.5h", 5400.0),
+        (None, None),
+        # longer than Go's time.Duration (Ollama's type) holds: never unload
+        (1e300, -1.0),
+        ("99999999999999h", -1.0),
+    ],
 )
 def test_ollama_keep_alive(value: Any, seconds: float | None) -> None:
     assert ollama.keep_alive_seconds(value) == seconds
+
+
+@pytest.mark.parametrize("value", ["9" * 400, "9" * 400 + "h", "1" + "0" * 320 + "ns"])
+def test_ollama_keep_alive_beyond_any_float_is_a_400(value: str) -> None:
+    with pytest.raises(ApiError) as err:
+        ollama.keep_alive_seconds(value)
+    assert err.value.status == 400 and err.value.param == "keep_alive"
 
 
 def test_ollama_stream_translation_ends_with_done_and_tool_calls() -> None:

@@ -189,6 +189,13 @@ def test_keep_alive_sets_the_models_idle_time(stack: Stack, client: ollama.Clien
         client.embed(model="demo", input="x", keep_alive=-1)
         assert managed.ttl(server) is None
         assert client.ps().models[0].expires_at.year > 2300  # type: ignore[union-attr]
+        # a keep_alive beyond any duration, or a ttl of centuries, is "never" in /api/ps (was a 500)
+        client.chat(
+            model="demo", messages=[{"role": "user", "content": "U1"}], keep_alive=1e300, options={"num_predict": 1}
+        )
+        assert managed.ttl(server) is None
+        managed.keep_alive = 1e18
+        assert client.ps().models[0].expires_at.year > 2300  # type: ignore[union-attr]
         with pytest.raises(ollama.ResponseError) as err:
             client.chat(model="demo", messages=[{"role": "user", "content": "U1"}], keep_alive="soon")
         assert err.value.status_code == 400 and "keep_alive" in err.value.error
