@@ -216,6 +216,9 @@ def _check_types(body: dict[str, Any]) -> None:
     for name in ("text", "reasoning"):
         if body.get(name) is not None and not isinstance(body[name], dict):
             raise _bad(f"{name} must be an object", name)
+    effort = (body.get("reasoning") or {}).get("effort")
+    if effort is not None and not isinstance(effort, str):
+        raise _bad("reasoning.effort must be a string such as 'none', 'low', 'medium' or 'high'", "reasoning.effort")
 
 
 def repair_request(body: dict[str, Any], policy: RepairPolicy) -> RepairResult:

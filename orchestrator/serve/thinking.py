@@ -54,7 +54,12 @@ def chat_thinking(body: dict[str, Any], default: bool | None, add: Callable[[str
         if "enable_thinking" in ctk:
             return dict(ctk)  # the client's explicit kwargs win; only the top-level key goes
         return {**ctk, "enable_thinking": top}
-    if default is not None and "enable_thinking" not in ctk and "reasoning_effort" not in body:
+    effort = body.get("reasoning_effort")
+    if effort is not None and not isinstance(effort, str):
+        # false or 5 said nothing llama-server reads, and skipping the model's default for it
+        # turned thinking on for a model configured thinking: false
+        raise _bad("'reasoning_effort' must be a string such as 'none', 'low', 'medium' or 'high'", "reasoning_effort")
+    if default is not None and "enable_thinking" not in ctk and effort is None:
         add("thinking_default")
         return {**ctk, "enable_thinking": default}
     return None

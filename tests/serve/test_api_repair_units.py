@@ -108,6 +108,16 @@ def test_responses_effort_none_means_thinking_off_and_no_default() -> None:
     assert not result.thinking and "chat_template_kwargs" not in result.body
 
 
+def test_responses_effort_null_keeps_the_default_and_a_non_string_is_a_400() -> None:
+    policy = RepairPolicy(thinking_default=False)
+    result = responses.repair_request({"input": "x", "reasoning": {"effort": None}}, policy)
+    assert not result.thinking and result.body["chat_template_kwargs"] == {"enable_thinking": False}
+    for effort in (False, 5, ["high"]):
+        with pytest.raises(ApiError) as err:
+            responses.repair_request({"input": "x", "reasoning": {"effort": effort}}, policy)
+        assert err.value.status == 400 and err.value.param == "reasoning.effort"
+
+
 @pytest.mark.parametrize(
     ("body", "param"),
     [

@@ -415,6 +415,17 @@ def test_per_model_thinking_default_applies_only_when_the_client_said_nothing(de
         assert "thinking_default" not in result.repairs
 
 
+@pytest.mark.parametrize("default", [True, False])
+def test_null_reasoning_effort_says_nothing(default: bool) -> None:
+    """``reasoning_effort: null`` (what some clients send for "unset") keeps the model's default;
+    it used to skip it, so a model configured ``thinking: false`` thought."""
+    result = _repair(
+        {"messages": [{"role": "user", "content": "Hi"}], "reasoning_effort": None}, thinking_default=default
+    )
+    assert result.body["chat_template_kwargs"] == {"enable_thinking": default}
+    assert result.thinking is default
+
+
 def test_no_default_leaves_the_template_default() -> None:
     body = {"messages": [{"role": "user", "content": "Hi"}]}
     result = _repair(body)
@@ -427,6 +438,8 @@ def test_no_default_leaves_the_template_default() -> None:
         ({"enable_thinking": "false"}, "enable_thinking"),
         ({"chat_template_kwargs": {"enable_thinking": "no"}}, "chat_template_kwargs.enable_thinking"),
         ({"chat_template_kwargs": ["enable_thinking"]}, "chat_template_kwargs"),
+        ({"reasoning_effort": False}, "reasoning_effort"),
+        ({"reasoning_effort": 5}, "reasoning_effort"),
     ],
 )
 def test_bad_thinking_switch(extra: dict[str, Any], param: str) -> None:
