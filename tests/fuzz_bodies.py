@@ -166,6 +166,23 @@ def history(draw: st.DrawFn) -> list[Any]:
     return [draw(nested(item)) if draw(st.booleans()) else item for item in items]
 
 
+LENGTHS = ("max_tokens", "n_predict", "max_completion_tokens", "max_output_tokens")
+
+
+def _bounded(route: str, body: dict[str, Any]) -> None:
+    """A generation whose length the fuzz dropped gets one (the tiny model never ends by itself)."""
+    if route in ("/api/chat", "/api/generate"):
+        options = body.get("options")
+        if options is None:
+            body["options"] = {"num_predict": 16}
+        elif isinstance(options, dict) and "num_predict" not in options:
+            options["num_predict"] = 16
+    else:
+        own = next((key for key in LENGTHS if key in BASES[route]), None)
+        if own is not None and not any(key in body for key in LENGTHS):
+            body[own] = 16
+
+
 @st.composite
 def body_bytes(draw: st.DrawFn, route: str) -> bytes:
     """One request body for ``route`` as the bytes a client would send."""
@@ -183,6 +200,7 @@ def body_bytes(draw: st.DrawFn, route: str) -> bytes:
         value = body.get(key)
         if isinstance(value, (int, float)) and not isinstance(value, bool) and (16 < value <= 2**31 - 1 or value < 0):
             body[key] = 16
+    _bounded(route, body)
     text = json.dumps(body, ensure_ascii=draw(st.booleans()))
     forms = ["utf-8", "utf-8", "utf-8", "huge-number", "huge-integer", "deep", "utf-8-sig", "utf-16", "latin-1", "junk"]
     form = draw(st.sampled_from(forms))
