@@ -135,8 +135,9 @@ def up(
 
 @app.command()
 def pull(
+    # rich reads a bare "[@...]" as markup and drops it from the help: escaped
     source: str = typer.Argument(
-        ..., help="REPO[:QUANT_OR_FILE][@REVISION], e.g. unsloth/Qwen3.6-35B-A3B-GGUF:UD-Q4_K_XL"
+        ..., help="REPO[:QUANT_OR_FILE]\\[@REVISION], e.g. unsloth/Qwen3.6-35B-A3B-GGUF:UD-Q4_K_XL"
     ),
 ) -> None:
     """Download a GGUF (all split parts, and a separate MTP head) from the Hugging Face Hub into its

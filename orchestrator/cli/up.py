@@ -195,7 +195,7 @@ def examples(config: Config, url: str) -> str:
         f"  curl -N {url}/v1/chat/completions -H 'Content-Type: application/json'{key_header} \\",
         f"    -d '{body}'",
         "",
-        "Python:",
+        "Python (pip install openai):",
     ]
     if config.server.api_keys:
         lines.append("  import os")

@@ -33,3 +33,22 @@ def test_user_error_is_one_line_and_exit_2_not_a_traceback(tmp_path) -> None:  #
     assert r.returncode == 2
     assert "Traceback" not in r.stderr
     assert f"{bad}:4" in r.stderr and "n_min" in r.stderr
+
+
+def test_help_shows_every_bracketed_part_of_each_option() -> None:
+    """rich reads ``[@...]`` (and other tags) as markup and drops it: ``pull --help`` lost ``[@REVISION]``."""
+    code = (
+        "import json, re, typer\n"
+        "from typer.testing import CliRunner\n"
+        "from orchestrator.cli.app import app\n"
+        "missing = []\n"
+        "for name, cmd in typer.main.get_command(app).commands.items():\n"
+        "    r = CliRunner().invoke(app, [name, '--help'], env={'COLUMNS': '400', 'TERMINAL_WIDTH': '400'})\n"
+        "    flat = ' '.join(r.output.split())\n"
+        "    for p in cmd.params:\n"
+        "        tags = re.findall(r'\\[[^\\]\\s]*\\]', p.help or '')\n"
+        "        missing += [[name, p.name, t] for t in tags if t not in flat]\n"
+        "print(json.dumps(missing))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert json.loads(out.strip().splitlines()[-1]) == []
