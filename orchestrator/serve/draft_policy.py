@@ -20,9 +20,9 @@ predicts it better. Before that, the model
   because drafting at all has a fixed cost per step, the draft pass: on a CPU, K = 1 costs more
   than the line through K = 0 and K = 3 says.)
 
-K = 0 is chosen unless the best K beats it by ``margin``, and does so by more than one standard
-error of its own figures (the spread of its answers' tok/s, or ``prior_cv`` of a modelled
-figure): drafting that does not pay, or that a loaded machine cannot tell from noise, is turned
+K = 0 is chosen unless the best K beats it by ``margin``, and does so by more than ``sureness``
+(2) standard errors of each figure (the spread of the class's answers' tok/s at that K, or ``prior_cv`` of a
+modelled figure): drafting that does not pay, or that a loaded machine cannot tell from noise, is turned
 off, and a class never costs more than noise below K = 0 once it has been seen.
 Exploration is cheap by design: a class never seen drafts at the smallest K once (its acceptance
 is unknown); afterwards every ``explore_every``-th request tries a neighbour of the best K, but
@@ -51,6 +51,7 @@ class Params:
     min_cost_samples: float = 1.0  # answers timed at a (class or depth, K) before their figures replace the model
     prior_draft_cost: float = 0.25  # a drafted token's cost in steps, until two K were timed
     prior_cv: float = 0.3  # how far one answer's tok/s may be off (a loaded machine), relative
+    sureness: float = 2.0  # standard errors by which drafting must beat K = 0
     explore_every: int = 8
     explore_gap: float = 0.15
     refresh_every: int = 64
@@ -245,13 +246,18 @@ def expected_speeds(state: State, cls: str, depth: str, params: Params) -> dict[
     return out
 
 
-def _lower(state: State, cls: str, k: int, speed: float, params: Params) -> float:
-    """``speed`` less one standard error: of the class's answers at ``k`` when it has some, else
-    ``prior_cv`` of a modelled figure (what the model may be off by)."""
+def _bound(state: State, cls: str, k: int, speed: float, params: Params, side: float) -> float:
+    """``speed`` plus ``side`` standard errors (``side`` < 0: minus) of the class's answers at
+    ``k`` once two answers give a spread; with fewer, one error only (``prior_cv`` of the figure:
+    a trial that its next answers will confirm or not); nothing for a modelled K = 0 (its step
+    time is measured, over every class)."""
     arm = state.arms.get((cls, k))
+    unit = max(-1.0, min(1.0, side))  # one error, for a figure from fewer than two answers
+    if arm is not None and arm.weight >= 2.0 and arm.ms > 0:
+        return speed + side * arm.spread(params.prior_cv)
     if arm is not None and arm.weight >= params.min_cost_samples and arm.ms > 0:
-        return speed - arm.spread(params.prior_cv)
-    return speed * (1.0 - params.prior_cv)
+        return speed + unit * arm.spread(params.prior_cv)
+    return speed * (1.0 + unit * params.prior_cv) if k > 0 else speed
 
 
 def choose(state: State, cls: str, depth: str, params: Params) -> Choice:
@@ -266,8 +272,10 @@ def choose(state: State, cls: str, depth: str, params: Params) -> Choice:
     reason = "best"
     if best > 0 and speeds[best] < speeds.get(0, 0.0) * (1.0 + params.margin):
         best, reason = 0, "no-gain"
-    elif best > 0 and _lower(state, cls, best, speeds[best], params) < speeds.get(0, 0.0) * (1.0 + params.margin):
-        best, reason = 0, "unsure"  # drafting must beat K = 0 by more than the noise of its own figures
+    elif best > 0 and _bound(state, cls, best, speeds[best], params, -params.sureness) < _bound(
+        state, cls, 0, speeds[0], params, params.sureness
+    ) * (1.0 + params.margin):
+        best, reason = 0, "unsure"  # drafting must beat K = 0 by more than the noise of both figures
     n = state.seen.get(cls, 0) + 1
     if n % params.refresh_every == 0:
         return Choice(drafting[0] if best == 0 else 0, "refresh", speeds)
