@@ -104,14 +104,19 @@ def make_tiny_model(
         None, help="a real model's shapes instead of the tiny ones, e.g. qwen3.6-35b-a3b (echo mode, head embedded)"
     ),
     quant: str = typer.Option("q4_k_m", help="with --shape: q4_k_m (Q4_K_M-like mix), q8_0 or f16"),
-    scale: str = typer.Option("full", help="with --shape: full, medium (~1.7 GB) or small (~65 MB, for CPU tests)"),
+    scale: str = typer.Option(
+        "full", help="with --shape: full, medium (~1.7 GB), small (~65 MB, CPU tests) or bed (draft-length test bed)"
+    ),
+    profile: str = typer.Option(
+        "plain", help="with --shape: plain (drafts wrong for a fraction q) or kinds (right on Latin, wrong on CJK)"
+    ),
 ) -> None:
     """Write a tiny qwen35moe GGUF with a NextN/MTP head (the demo and test model), or with
     --shape a model with a real model's shapes and the same echo behaviour (zero tensors sparse)."""
     from orchestrator.cli import make_model as m
 
     if shape is not None:
-        _run(lambda: m.run_shaped(out, shape=shape, quant=quant, q=q, seed=seed, scale=scale))
+        _run(lambda: m.run_shaped(out, shape=shape, quant=quant, q=q, seed=seed, scale=scale, profile=profile))
         return
 
     _run(lambda: m.run(out, mode=mode, q=q, seed=seed, variant=variant))

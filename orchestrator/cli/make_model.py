@@ -29,18 +29,19 @@ def run(out: Path, *, mode: str = "echo", q: float = 0.0, seed: int = 0, variant
     return 0
 
 
-def run_shaped(out: Path, *, shape: str, quant: str, q: float, seed: int, scale: str) -> int:
+def run_shaped(out: Path, *, shape: str, quant: str, q: float, seed: int, scale: str, profile: str = "plain") -> int:
     """``orchestrator make-tiny-model OUT --shape NAME``: write the shaped model, print its size,
     shape and the time taken. Returns 0."""
     if Path(out).is_dir():
         raise UserError(f"{out} is a directory", hint=f"give a file name, e.g. {Path(out) / 'shaped.gguf'}")
     t0 = time.monotonic()
-    sh = write_shaped_model(out, shape=shape, quant=quant, q=q, seed=seed, scale=scale)
+    sh = write_shaped_model(out, shape=shape, quant=quant, q=q, seed=seed, scale=scale, profile=profile)
     size, used = disk_usage(out)
     print(f"wrote {out}: {size / 1e9:.2f} GB ({used / 1e9:.2f} GB on disk; zero tensors are holes)")
     print(
         f"{sh.name} at scale {scale}, {quant}: {sh.n_layer} trunk layers + {sh.n_nextn} NextN, n_embd {sh.n_embd}, "
-        f"{sh.n_expert} experts ({sh.n_expert_used} used), vocab {sh.n_vocab}; q {q} (acceptance {1 - q:.2f}); "
-        f"{time.monotonic() - t0:.1f} s"
+        f"{sh.n_expert} experts ({sh.n_expert_used} used), vocab {sh.n_vocab}; "
+        + (f"q {q} (acceptance {1 - q:.2f}); " if profile == "plain" else "drafts right by content kind; ")
+        + f"{time.monotonic() - t0:.1f} s"
     )
     return 0

@@ -64,3 +64,22 @@ def test_bed_profile_on_llama_server(llama_server: Any, tmp_path: Path, pinned_s
     assert run("cjk", 24)[0] == 0.0
     early, late = run("cyrillic", ck.RAMP // 4)[0], run("cyrillic", ck.RAMP)[0]
     assert early > 0.8 and late < early - 0.2
+
+
+def test_cli_writes_the_test_bed(tmp_path: Path, pinned_source: Path) -> None:
+    from typer.testing import CliRunner
+
+    from orchestrator.cli.app import app
+    from orchestrator.models.gguf_header import read_header
+
+    out = tmp_path / "bed.gguf"
+    args = ["make-tiny-model", str(out), "--shape", "qwen3.6-35b-a3b", "--scale", "bed", "--quant", "f16"]
+    result = CliRunner().invoke(app, [*args, "--profile", "kinds"])
+    assert result.exit_code == 0, result.output
+    assert "16 trunk layers" in result.output and "drafts right by content kind" in result.output
+    meta = read_header(out).metadata
+    assert (
+        meta["orchestrator.shaped.profile"] == "kinds" and meta["qwen35moe.expert_shared_feed_forward_length"] == 16384
+    )
+    bad = CliRunner().invoke(app, [*args, "--profile", "nope"])
+    assert bad.exit_code != 0 and "unknown profile" in bad.output
