@@ -69,6 +69,9 @@ def test_chat_request_cases(stack: Stack, rec: Any, case: dict[str, Any]) -> Non
     [(path, sent, state)] = rec.requests
     assert path == "/v1/chat/completions" and state == "ready"
     upstream = json.loads(sent)
+    # prefix affinity may pin a long prompt (tools make one) to a slot of this 2-slot model: that
+    # is routing, not repair, so it is checked for its type and left out of the comparison
+    assert isinstance(upstream.pop("id_slot", 0), int)
     if "upstream_messages" in case:
         assert upstream == {**body, "messages": case["upstream_messages"]}
     if "expect_upstream_body_has" in case:
