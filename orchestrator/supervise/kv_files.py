@@ -16,8 +16,8 @@ which becomes ``<key>-c<state>.bin`` (``state_id``: a hash of its tokens), unles
 of the same conversation is longer (``same_conversation``: the shorter one is, but for its tail,
 a prefix of the longer; the longest wins, so an agent's short title or summary call never
 replaces its main context, while a subagent sharing only the tool list is its own conversation).
-A longer state replaces the shorter ones of its conversation. At a load the longest recent states
-go back into the slots first.
+A longer state replaces the shorter ones of its conversation. At a load the most recently used
+states go back into the slots first, short ones (under ``SHORT_STATE_TOKENS``) last.
 
 Beside each ``<name>.bin`` the orchestrator writes ``<name>.json``: the layout key it was saved
 under, its size and SHA-256, the token count and the conversation. The sidecar is written last, so a file
@@ -50,7 +50,7 @@ STATE_VERSION = 3  # LLAMA_STATE_SEQ_VERSION
 TOKEN_NULL = 0xFFFFFFFF  # LLAMA_TOKEN_NULL (-1) as u32: marks the packed server_tokens format
 CONV_SLACK = 0.1  # share of a state's tail a later turn of its conversation may re-render (the answer)
 CONV_MIN_SLACK = 64  # tokens, for short states
-RECENT_S = 3600.0  # s: saved states used within this of the latest compete on length at a load
+SHORT_STATE_TOKENS = 1024  # shorter saved states are restored after the longer ones (side requests)
 SAMPLE_BYTES = 8 * 1024 * 1024  # bytes hashed at each end of a GGUF for its identity
 _HASH_CHUNK = 4 * 1024 * 1024
 
@@ -293,18 +293,12 @@ class KvStore:
         return sorted(out, key=lambda s: _mtime(s.path))
 
     def saved(self, model: str, key: str) -> list[SavedSlot]:
-        """``model``'s sealed files for layout ``key`` in the order slots get them back: the
-        longest states first (the most prefill saved per hit; an agent's subagent or side request
-        is shorter than its main context) among those used within ``RECENT_S`` of the latest,
-        then the older ones, most recently used first."""
+        """``model``'s sealed files for layout ``key`` in the order slots get them back: the most
+        recently used first (the conversation that ran last is the likeliest next; the same request
+        sent again is served from its slot), except that states under ``SHORT_STATE_TOKENS`` (an
+        agent's title or summary call, cheap to prefill again) come after every longer one."""
         own = [s for s in self.files() if s.path.parent.name == model and s.meta.get("key") == key]
-        latest = max((_mtime(s.path) for s in own), default=0.0)
-
-        def order(s: SavedSlot) -> tuple[bool, float]:
-            recent = latest - _mtime(s.path) <= RECENT_S
-            return (not recent, -float(s.meta.get("tokens", 0)) if recent else -_mtime(s.path))
-
-        return sorted(own, key=order)
+        return sorted(own, key=lambda s: (int(s.meta.get("tokens", 0)) < SHORT_STATE_TOKENS, -_mtime(s.path)))
 
     def drop_unsealed(self, model: str) -> list[Path]:
         """Delete ``model``'s files without a sidecar (a save that never finished: killed, disk
