@@ -187,6 +187,12 @@ def _check_numbers(body: dict[str, Any], raw: bytes) -> None:
         )
 
 
+def _tool_count(tools: list[Any]) -> int:
+    # a Responses namespace tool holds functions of its own, each one more function for the template
+    inner = (t.get("tools") for t in tools if isinstance(t, dict))
+    return len(tools) + sum(len(sub) for sub in inner if isinstance(sub, list))
+
+
 def _check_lengths(body: dict[str, Any], raw: bytes, shape: Shape, limits: Limits) -> None:
     """The counted top-level lists, by length alone (before any walk)."""
     for key, sub in shape.fields.items():
@@ -194,7 +200,7 @@ def _check_lengths(body: dict[str, Any], raw: bytes, shape: Shape, limits: Limit
         counted = sub.counted if sub.items is not None else None
         if counted in ("messages", "tools") and isinstance(value, list):
             bound = getattr(limits, counted)
-            if len(value) > bound:
+            if (len(value) if counted == "messages" else _tool_count(value)) > bound:
                 raise _over(counted, bound, "messages or input items" if counted == "messages" else "tools", key)
     tools = body.get("tools")
     # the tools cannot be larger than the whole body: serialised only when the body could hold too many

@@ -265,6 +265,10 @@ def test_limits_name_their_key_and_count_the_whole_history() -> None:
     tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
     err = refused("/v1/chat/completions", {"messages": [], "tools": [tool, tool]}, small)
     assert err.status == 413 and "request_limits.tools" in err.message
+    # the functions inside a Responses namespace count too (600 in one namespace passed a limit of 512)
+    namespace = {"type": "namespace", "name": "n", "tools": [{"type": "function", "name": "a"}] * 2}
+    err = refused("/v1/responses", {"input": "x", "tools": [namespace]}, small)
+    assert err.status == 413 and "request_limits.tools" in err.message
     err = refused("/v1/chat/completions", {"messages": [], "tools": [{**tool, "x": "y" * 60}]}, small)
     assert err.status == 413 and "tool_schema_bytes" in err.message
     err = refused("/v1/responses", {"input": [{"type": "message"}] * 4}, small)
