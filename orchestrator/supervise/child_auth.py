@@ -15,9 +15,9 @@ API key variables (``peers[].api_key_env``) and any inherited ``LLAMA_API_KEY`` 
 ``LLAMA_ARG_API_KEY_FILE``.
 
 What other local users can still see: that the children run, their command lines (model path,
-ports, flags) and their ports; llama-server's public routes (``/health``, ``/v1/models``) answer
-without a key. Users' requests, prompts and slots are behind the key. The same user (and root)
-can read the key from the child's environment.
+ports, flags) and their ports; llama-server's public ``/health`` answers without a key (at the
+pin ``/v1/models``, ``/models`` and ``/api/tags`` ask for it too). Users' requests, prompts and
+slots are behind the key. The same user (and root) can read the key from the child's environment.
 """
 
 from __future__ import annotations

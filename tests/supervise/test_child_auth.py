@@ -50,7 +50,9 @@ def child_environ(pid: int) -> dict[str, str]:
 def test_a_keyless_request_to_a_child_port_is_401(stack: Stack) -> None:
     inst = stack.supervisor.instances[0]
     assert inst.base_url is not None and inst.lock.key
-    for method, path in (("POST", "/v1/chat/completions"), ("GET", "/slots"), ("GET", "/props")):
+    routes = [("POST", "/v1/chat/completions"), ("GET", "/slots"), ("GET", "/props")]
+    routes += [("GET", "/v1/models"), ("GET", "/models"), ("GET", "/api/tags")]  # not public at the pin
+    for method, path in routes:
         answer = httpx.request(method, inst.base_url + path, json=CHAT if method == "POST" else None, timeout=30)
         assert answer.status_code == 401, (path, answer.status_code, answer.text[:200])
     # the proxy's key is not the child's: an endpoint user cannot reach the child directly
