@@ -21,14 +21,18 @@ predicts it better. Before that, the model
   than the line through K = 0 and K = 3 says.)
 
 K = 0 is chosen unless the best K beats it by ``margin``, and does so by more than ``sureness``
-(2) standard errors of each figure (the spread of the class's answers' tok/s at that K, or ``prior_cv`` of a
-modelled figure): drafting that does not pay, or that a loaded machine cannot tell from noise, is turned
-off, and a class never costs more than noise below K = 0 once it has been seen.
-Exploration is cheap by design: a class never seen drafts at the smallest K once (its acceptance
-is unknown); afterwards every ``explore_every``-th request tries a neighbour of the best K, but
-only when that neighbour is expected within ``explore_gap`` of the best (a clearly losing arm,
-such as drafting on content the head always gets wrong, is re-tried only every
-``refresh_every``-th request).
+(2) standard errors of each figure (the spread of the class's answers' tok/s at that K, or
+``prior_cv`` of a modelled figure): drafting that does not pay, or that a loaded machine cannot
+tell from noise, is turned off, and a class never costs more than noise below K = 0 once it has
+been seen.
+
+Exploration is cheap by design: a class never seen drafts once at the largest K (its acceptance
+is unknown; that answer measures it at every draft position, and the step time of the longest
+draft, so the shorter K are interpolated: a line through K = 0 and K = 1 alone would extrapolate
+the draft pass's fixed cost onto every longer K and never try them); afterwards every
+``explore_every``-th request tries a neighbour of the best K, but only when that neighbour is
+expected within ``explore_gap`` of the best (a clearly losing arm, such as drafting on content
+the head always gets wrong, is re-tried only every ``refresh_every``-th request).
 
 Pure: imports nothing of the package but ``orchestrator.errors``.
 """
@@ -266,8 +270,8 @@ def choose(state: State, cls: str, depth: str, params: Params) -> Choice:
     if not drafting:
         return Choice(0, "off")
     speeds = expected_speeds(state, cls, depth, params)
-    if speeds is None:
-        return Choice(drafting[0], "probe")
+    if speeds is None:  # the longest draft: acceptance at every position and the cost of the most
+        return Choice(drafting[-1], "probe")  # drafting, so shorter K are modelled, never extrapolated
     best = max(speeds, key=lambda k: (speeds[k], -k))
     reason = "best"
     if best > 0 and speeds[best] < speeds.get(0, 0.0) * (1.0 + params.margin):

@@ -94,8 +94,8 @@ def _feed(state: dp.State, cls: str, o: dp.Observation, n: int = 1) -> dp.State:
     return state
 
 
-def test_a_class_never_seen_probes_at_the_smallest_k() -> None:
-    assert dp.choose(dp.State(), "c", "<2K", P) == dp.Choice(1, "probe")
+def test_a_class_never_seen_probes_at_the_largest_k() -> None:
+    assert dp.choose(dp.State(), "c", "<2K", P) == dp.Choice(3, "probe")
     assert dp.choose(dp.State(), "c", "<2K", dp.Params(ks=(0,))).reason == "off"
 
 
@@ -209,7 +209,7 @@ def test_the_tuner_follows_a_reload_of_the_adaptive_switch() -> None:
     tuner = DraftTuner(running, CollectorRegistry())
     body = {"prompt": "The quick brown fox"}
     new, ticket = tuner.decide("completions", running.current.models[0], body)
-    assert new == {**body, "speculative.n_max": 1} and ticket is not None and ticket.reason == "probe"
+    assert new == {**body, "speculative.n_max": 3} and ticket is not None and ticket.reason == "probe"
     tuner.learn(ticket, {"predicted_n": 32, "predicted_ms": 400.0, "draft_n": 16, "draft_n_accepted": 16})
     assert tuner.status()["m"]["recent"][0]["accepted"] == "16/16"
     running.swap(config(False))

@@ -28,9 +28,9 @@ def test_adaptive_model_gets_a_k_per_request_and_shows_why(tmp_path: Path, bin_i
         assert client.post("/v1/completions", json=own).status_code == 200
 
         sent = [b.get("speculative.n_max") for b in stack.recorder.bodies("/v1/completions")]
-        assert sent[0] == 1  # a class never seen: probe at the smallest K
+        assert sent[0] == 3  # a class never seen: probe at the largest K
         assert all(k in (0, 1, 2, 3) for k in sent) and sent[-1] == 2  # the client's own n_max wins
-        assert stack.recorder.bodies("/v1/chat/completions")[0]["speculative.n_max"] == 1
+        assert stack.recorder.bodies("/v1/chat/completions")[0]["speculative.n_max"] == 3
 
         status = client.get("/status").json()["draft_policy"]["demo"]
         assert status["ks"] == [0, 1, 2, 3]
@@ -42,7 +42,7 @@ def test_adaptive_model_gets_a_k_per_request_and_shows_why(tmp_path: Path, bin_i
         assert recent[-2]["reason"] in ("best", "no-gain", "unsure") and "expected" in recent[-2]  # from the probe
 
         metrics = client.get("/metrics").text
-        assert 'orchestrator_draft_policy_choices_total{class="completions/no-tools/<2K/latin",k="1",' in metrics
+        assert 'orchestrator_draft_policy_choices_total{class="completions/no-tools/<2K/latin",k="3",' in metrics
         assert 'reason="probe"' in metrics and 'reason="client"' in metrics
         assert "orchestrator_draft_policy_expected_tokens_per_second{" in metrics
 

@@ -48,7 +48,7 @@ def test_each_request_shows_its_k_and_why(tmp_path: Path, bin_info: Any, demo_mo
         assert rows.count() == 2
         texts = [rows.nth(i).inner_text() for i in range(2)]
         assert "completions/no-tools/<2K/latin" in texts[1] and "probe" in texts[1]  # oldest last
-        assert rows.nth(1).get_attribute("data-k") == "1"
+        assert rows.nth(1).get_attribute("data-k") == "3"
         assert "/" in texts[0]  # accepted/drafted of the answer
         assert errors == []
         context.close()
