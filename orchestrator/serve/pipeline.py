@@ -46,6 +46,7 @@ from orchestrator.serve.body import ClientGone, dump_body, parse_body, read_body
 from orchestrator.serve.body_codec import decode_body
 from orchestrator.serve.holding import hold_for_lease, next_lease
 from orchestrator.serve.metrics import NO_MODEL, ModelMetrics
+from orchestrator.serve.prompt_cache import AFFINITY_MIN_TOKENS, NO_AFFINITY, Affinity
 from orchestrator.serve.streaming import RelayOutcome, relay
 from orchestrator.serve.structured import schema_error
 from orchestrator.serve.upstream import Upstream
@@ -269,7 +270,7 @@ class ProxyRequest:
         keepalive = self.settings.keepalive if self.stream else None
         if not self.adapter.holds_with_comments:
             keepalive = None
-        with self.fwd.peers.route(model) as peer, await router.affinity(self.route.kind, model, self.out.body) as a:
+        with self.fwd.peers.route(model) as peer, await self._affinity() as a:
             if peer is not None:
                 return await self._exchange_on(peer, self.out, refused_ok=False)
             try:
@@ -286,6 +287,15 @@ class ProxyRequest:
                     raise
                 await self._end_stream(error)
                 return error.status
+
+    async def _affinity(self) -> Affinity:
+        """Prefix affinity (``serve.prompt_cache``). A body shorter than ``AFFINITY_MIN_TOKENS`` bytes
+        cannot hold a prompt that long (every token is at least a byte; only the template's own
+        text could add some), so it is not rendered and tokenized in a thread at all: most
+        requests skip that cost; llama-server's own slot choice still reuses what a slot holds."""
+        if len(self.out.content) < AFFINITY_MIN_TOKENS:
+            return NO_AFFINITY
+        return await self.router.affinity(self.route.kind, self.model, self.out.body)
 
     async def _exchange_on(self, instance: Instance | Peer, out: Outgoing, *, refused_ok: bool) -> int:
         upstream = self.fwd.pool.get(instance.base_url or "", instance.name)
