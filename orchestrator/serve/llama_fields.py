@@ -192,8 +192,10 @@ FIELDS: dict[str, Check] = {
          "reasoning_control", "ignore_eos", "parallel_tool_calls", "add_generation_prompt"),
         _boolean,
     ),
-    **dict.fromkeys(("n_predict", "max_tokens", "max_completion_tokens", "n_keep", "sse_ping_interval",
-                     "reasoning_budget_tokens"), integer(-1)),
+    # max_output_tokens: llama-server's Responses conversion reads it as max_tokens, as an int
+    # (2**63 - 1 wrapped to -1: an answer without a limit)
+    **dict.fromkeys(("n_predict", "max_tokens", "max_completion_tokens", "max_output_tokens", "n_keep",
+                     "sse_ping_interval", "reasoning_budget_tokens"), integer(-1)),
     **dict.fromkeys(("n_indent", "n_discard", "n_cache_reuse", "repeat_last_n", "dry_allowed_length",
                      "dry_penalty_last_n", "min_keep", "top_k", "n_probs", "top_logprobs"), integer(0)),
     "n": integer(1),

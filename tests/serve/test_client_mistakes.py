@@ -60,6 +60,8 @@ CASES: list[tuple[str, str, bytes | dict[str, Any], str | None]] = [
     ("Anthropic temperature 1e400", "/v1/messages",
      b'{"model":"demo","max_tokens":2,"messages":[{"role":"user","content":"hi"}],"temperature":1e400}', None),
     ("Responses top_p beyond range", "/v1/responses", {"model": "demo", "input": "hi", "top_p": 7}, "top_p"),
+    ("Responses max_output_tokens beyond int32", "/v1/responses",
+     {"model": "demo", "input": "hi", "max_output_tokens": 2**31}, "max_output_tokens"),
     ("Ollama lone surrogate", "/api/chat", b'{"model":"demo","messages":[{"role":"user","content":"\\ud800"}]}', None),
 ]  # fmt: skip
 
@@ -142,6 +144,10 @@ def test_field_ranges_follow_llama_server() -> None:
     assert refused({"n_predict": -1, "top_k": 0, "temperature": 0, "seed": -1, "mirostat": 2}) is None
     assert refused({"max_tokens": 1.5}) == "max_tokens"
     assert refused({"max_tokens": 5.0}) is None  # an integral float is read as that integer
+    # Responses: 2**63 - 1 wrapped to -1 there (no limit), True and 1.5 were read as 1
+    for bad in (2**63 - 1, 2**31, -2, True, 1.5, "8"):
+        assert refused({"max_output_tokens": bad}) == "max_output_tokens", bad
+    assert refused({"max_output_tokens": 16}) is None
     assert refused({"temperature": -0.1}) == "temperature"
     assert refused({"adaptive_decay": 0.995}) == "adaptive_decay"
     assert refused({"cache_prompt": "yes"}) == "cache_prompt"
