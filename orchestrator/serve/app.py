@@ -57,7 +57,7 @@ from orchestrator.serve.model_control import add_restart_route
 from orchestrator.serve.model_routes import add_model_routes
 from orchestrator.serve.ollama_routes import OllamaApi
 from orchestrator.serve.peers import PeerRouter
-from orchestrator.serve.pipeline import Endpoint
+from orchestrator.serve.pipeline import Endpoint, Forwarded
 from orchestrator.serve.prompt_cache import PromptCache
 from orchestrator.serve.routing import Router
 from orchestrator.serve.upstream import UpstreamPool
@@ -115,8 +115,10 @@ def create_app(config: Config, supervisor: Supervisor, scheduler: ModelScheduler
     app.state.peers, app.state.scheduler = peers, scheduler
     draining = lambda: bool(app.state.draining)  # noqa: E731
     app.state.forwarder = fwd = Forwarder(running, router, pool, metrics, keys, draining=draining, peers=peers)
-    for adapter in ADAPTERS:
-        app.router.routes.append(Route(adapter.path, Endpoint(fwd, adapter), methods=["POST"]))
+    endpoints = {adapter.path: Endpoint(fwd, adapter) for adapter in ADAPTERS}
+    for path, endpoint in endpoints.items():  # other methods get FastAPI's 405
+        app.router.routes.append(Route(path, endpoint, methods=["POST"]))
+    app.add_middleware(Forwarded, endpoints=endpoints)  # inside CORS and the 500 handler, before the router
     OllamaApi(fwd).add_to(app)
     app.add_api_route("/v1/responses/{response_id:path}", _not_stored, methods=["GET", "DELETE", "POST"])
     _add_error_handlers(app)

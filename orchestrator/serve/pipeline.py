@@ -370,3 +370,18 @@ class Endpoint:
 
     async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
         await ProxyRequest(self.fwd, self.adapter, scope, receive, send).run()
+
+
+class Forwarded:
+    """ASGI middleware: a POST to a forwarded route goes straight to its :class:`Endpoint`, past
+    FastAPI's router and the per-request layers it adds (exception wrapping, exit stack, body
+    limit), whose work every request and every streamed chunk would pay; the request renders its
+    own errors. Anything else goes on to ``app``."""
+
+    def __init__(self, app: Callable[..., Awaitable[None]], endpoints: dict[str, Endpoint]) -> None:
+        self.app = app
+        self.endpoints = endpoints
+
+    async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
+        endpoint = self.endpoints.get(scope["path"]) if scope["type"] == "http" and scope["method"] == "POST" else None
+        await (endpoint or self.app)(scope, receive, send)
