@@ -264,8 +264,10 @@ def test_render_prompt_after_request_repair(tmp_path: Path, echo_model: Path) ->
     msgs.write_text(json.dumps([{"role": "user", "content": "hi"}, {"role": "developer", "content": "be brief"}]))
     res = runner.invoke(app, ["inspect", str(echo_model), "--render", str(msgs)])
     assert res.exit_code == 0, res.output
-    # the late developer message became the leading system message, so the template accepts it
-    assert res.output.startswith("<|im_start|>system\nbe brief<|im_end|>")
+    # the late developer message stays where it stands (system_messages: in_place, the default), as a
+    # <system-reminder> inside the user turn it follows, so the template accepts it and the prefix
+    # rendered before it never changes
+    assert res.output.startswith("<|im_start|>user\nhi\n\n<system-reminder>\nbe brief\n</system-reminder><|im_end|>")
     assert res.output.rstrip("\n").endswith("<think>")
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
