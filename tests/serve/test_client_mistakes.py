@@ -59,6 +59,8 @@ CASES: list[tuple[str, str, bytes | dict[str, Any], str | None]] = [
     ("embedding input object", "/v1/embeddings", {"model": "demo", "input": {"a": 1}}, "input"),
     ("Anthropic temperature 1e400", "/v1/messages",
      b'{"model":"demo","max_tokens":2,"messages":[{"role":"user","content":"hi"}],"temperature":1e400}', None),
+    ("Anthropic without max_tokens", "/v1/messages", {"model": "demo", "messages": MESSAGES}, None),
+    ("Anthropic max_tokens null", "/v1/messages", {"model": "demo", "max_tokens": None, "messages": MESSAGES}, None),
     ("Responses top_p beyond range", "/v1/responses", {"model": "demo", "input": "hi", "top_p": 7}, "top_p"),
     ("Responses max_output_tokens beyond int32", "/v1/responses",
      {"model": "demo", "input": "hi", "max_output_tokens": 2**31}, "max_output_tokens"),

@@ -18,13 +18,13 @@ from __future__ import annotations
 import copy
 from typing import TYPE_CHECKING, Any
 
+from orchestrator.errors import ApiError
 from orchestrator.serve import anthropic
 from orchestrator.serve.adapters.base import Adapter, BodyPlan, Generation, Request, Resend
 from orchestrator.serve.streaming import StreamFlavor
 
 if TYPE_CHECKING:
     from orchestrator.config.schema import ModelConfig
-    from orchestrator.errors import ApiError
     from orchestrator.serve import request_repair as chat
 
 ANTHROPIC_SSE = StreamFlavor(None, b"event: message_stop", anthropic.error_event)
@@ -95,6 +95,9 @@ class Messages(Generation):
     flavor = ANTHROPIC_SSE
 
     def prepare(self, body: dict[str, Any], model: ModelConfig, policy: chat.RepairPolicy) -> BodyPlan:
+        if body.get("max_tokens") is None:
+            # Anthropic's API requires it; without it llama-server answers until the slot's context is full
+            raise ApiError(400, "max_tokens: Field required (the longest answer, in tokens)", param="max_tokens")
         return _repair(body, policy)
 
     def fix(self, req: Request, obj: dict[str, Any]) -> tuple[dict[str, Any], bool] | Resend:
