@@ -150,7 +150,7 @@ def test_upstream_5xx_becomes_502_with_its_message_and_4xx_passes(stack: Stack) 
             else:
                 await fake.write_json(
                     writer,
-                    {"error": {"code": 400, "message": "context too long", "type": "exceed_context_size_error"}},
+                    {"error": {"code": 400, "message": "unknown sampler 'q'", "type": "invalid_request_error"}},
                     status=400,
                 )
 
@@ -164,8 +164,10 @@ def test_upstream_5xx_becomes_502_with_its_message_and_4xx_passes(stack: Stack) 
     assert "template exploded" in r.json()["error"]["message"]
     r = httpx.post(stack.url + "/v1/chat/completions", json=CHAT)
     assert r.status_code == 400
+    # a 4xx that is not a context overflow passes through as it is (overflows get the code agents
+    # act on: tests/serve/test_agent_errors.py)
     assert r.json() == {
-        "error": {"message": "context too long", "type": "exceed_context_size_error", "param": None, "code": None}
+        "error": {"message": "unknown sampler 'q'", "type": "invalid_request_error", "param": None, "code": None}
     }
     # a stream request that fails upstream before streaming gets a plain JSON error too
     r = httpx.post(stack.url + "/v1/chat/completions", json={**CHAT, "stream": True})
