@@ -42,6 +42,7 @@ from orchestrator.serve.request_repair import SYSTEM_AS_USER_PREFIX, SYSTEM_JOIN
 from orchestrator.serve.responses_items import normalize_item
 from orchestrator.serve.responses_tools import map_tools
 from orchestrator.serve.speculative_fields import flatten_speculative
+from orchestrator.serve.thinking import check_effort
 
 ROUTES = ("/v1/responses", "/v1/responses/input_tokens")
 SYSTEM_ROLES = ("system", "developer")
@@ -216,9 +217,7 @@ def _check_types(body: dict[str, Any]) -> None:
     for name in ("text", "reasoning"):
         if body.get(name) is not None and not isinstance(body[name], dict):
             raise _bad(f"{name} must be an object", name)
-    effort = (body.get("reasoning") or {}).get("effort")
-    if effort is not None and not isinstance(effort, str):
-        raise _bad("reasoning.effort must be a string such as 'none', 'low', 'medium' or 'high'", "reasoning.effort")
+    check_effort((body.get("reasoning") or {}).get("effort"), "reasoning.effort")
 
 
 def repair_request(body: dict[str, Any], policy: RepairPolicy) -> RepairResult:

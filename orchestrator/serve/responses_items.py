@@ -76,6 +76,8 @@ def _call(item: dict[str, Any], where: str) -> dict[str, Any]:
     if not isinstance(args, str):
         args = json.dumps(args if args is not None else {})
     args = checked_arguments(args, f"{where}.arguments") or args
+    if "namespace" in item and not isinstance(item["namespace"], str):
+        raise _bad(f"{where}.namespace must be a string", f"{where}.namespace")
     name = joined_name(item)
     if name == item.get("name") and args is item.get("arguments") and "namespace" not in item:
         return item
@@ -100,8 +102,10 @@ def normalize_item(item: Any, where: str) -> dict[str, Any] | None:
         return _call(item, where)
     if itype == "custom_tool_call":
         raw = item.get("input")
+        if not isinstance(raw, str):
+            raise _bad(f"{where}.input must be a string (the custom tool's raw input)", f"{where}.input")
         call = {"type": "function_call", "call_id": item.get("call_id"), "name": item.get("name")}
-        return _call({**call, "arguments": json.dumps({CUSTOM_ARG: raw if isinstance(raw, str) else ""})}, where)
+        return _call({**call, "arguments": json.dumps({CUSTOM_ARG: raw})}, where)
     if not isinstance(item.get("call_id"), str):
         raise _bad(f"{where}.call_id must be a string", f"{where}.call_id")
     output = _output_text(item.get("output"))

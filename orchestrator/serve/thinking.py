@@ -21,9 +21,19 @@ from typing import Any
 
 from orchestrator.errors import ApiError
 
+# The effort values OpenAI accepts (chat ``reasoning_effort``, Responses ``reasoning.effort``); any
+# other string turned thinking on without a word, so it is a 400 naming the field.
+EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
+
 
 def _bad(message: str, param: str) -> ApiError:
     return ApiError(400, message, param=param)
+
+
+def check_effort(effort: Any, param: str) -> None:
+    """400 naming ``param`` unless ``effort`` is None or one of :data:`EFFORTS`."""
+    if effort is not None and (not isinstance(effort, str) or effort not in EFFORTS):
+        raise _bad(f"{param!r} must be one of {', '.join(EFFORTS)} (got {effort!r})", param)
 
 
 def anthropic_enable(ttype: str, default: bool | None, client_thinking: bool) -> bool:
@@ -55,10 +65,9 @@ def chat_thinking(body: dict[str, Any], default: bool | None, add: Callable[[str
             return dict(ctk)  # the client's explicit kwargs win; only the top-level key goes
         return {**ctk, "enable_thinking": top}
     effort = body.get("reasoning_effort")
-    if effort is not None and not isinstance(effort, str):
-        # false or 5 said nothing llama-server reads, and skipping the model's default for it
-        # turned thinking on for a model configured thinking: false
-        raise _bad("'reasoning_effort' must be a string such as 'none', 'low', 'medium' or 'high'", "reasoning_effort")
+    # false, 5 or "ultra" said nothing llama-server reads, and skipping the model's default for it
+    # turned thinking on for a model configured thinking: false
+    check_effort(effort, "reasoning_effort")
     if default is not None and "enable_thinking" not in ctk and effort is None:
         add("thinking_default")
         return {**ctk, "enable_thinking": default}

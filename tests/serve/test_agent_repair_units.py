@@ -15,6 +15,7 @@ from orchestrator.serve.prompt_stability import drop_volatile
 from orchestrator.serve.request_repair import RepairPolicy
 from orchestrator.serve.responses_items import normalize_item
 from orchestrator.serve.responses_tools import client_call, map_tools, remap_output
+from orchestrator.serve.thinking import chat_thinking
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 USER = {"role": "user", "content": "Hi"}
@@ -196,3 +197,33 @@ def test_codex_calls_are_answered_in_its_form_whole_and_streamed() -> None:
     assert answered.kinds == ["tool_calls_mapped"]
     plain = {**ns_call, "name": "exec_command"}
     assert ResponsesStreamFix(request, None).repair(_llama_events(plain)[1])[0]["item"] == plain
+
+
+@pytest.mark.parametrize("effort", ["ultra", "HIGH", ""])
+def test_unknown_efforts_are_a_400_naming_the_field(effort: str) -> None:
+    """An unknown effort string turned thinking on without a word."""
+    body = {"model": "demo", "input": "hi", "reasoning": {"effort": effort}}
+    with pytest.raises(ApiError) as err:
+        responses.repair_request(body, RepairPolicy(thinking_default=False))
+    assert err.value.status == 400 and err.value.param == "reasoning.effort"
+    with pytest.raises(ApiError) as err:
+        chat_thinking({"messages": [USER], "reasoning_effort": effort}, False, lambda kind: None)
+    assert err.value.status == 400 and err.value.param == "reasoning_effort"
+    for known in ("none", "minimal", "low", "medium", "high", "xhigh"):
+        assert chat_thinking({"messages": [USER], "reasoning_effort": known}, False, lambda kind: None) is None
+        responses.repair_request({**body, "reasoning": {"effort": known}}, RepairPolicy())
+
+
+@pytest.mark.parametrize(
+    ("item", "param"),
+    [
+        ({"type": "custom_tool_call", "call_id": "c", "name": "apply_patch", "input": 5}, "input[2].input"),
+        ({"type": "custom_tool_call", "call_id": "c", "name": "apply_patch"}, "input[2].input"),
+        ({"type": "function_call", "call_id": "c", "name": "f", "namespace": 5, "arguments": "{}"},
+         "input[2].namespace"),
+    ],
+)  # fmt: skip
+def test_malformed_call_fields_are_a_400_naming_them(item: dict[str, Any], param: str) -> None:
+    with pytest.raises(ApiError) as err:
+        normalize_item(item, "input[2]")
+    assert err.value.status == 400 and err.value.param == param
