@@ -18,6 +18,8 @@ kind                       what happened
 ``tools_mapped``           ``namespace`` and ``custom`` tools became functions
                            (``orchestrator.serve.responses_tools``)
 ``hosted_tool_skipped``    hosted tools (``web_search``...) were left out: nothing here runs them
+``hosted_item_skipped``    replayed items of hosted tools (``web_search_call``, ``compaction``,
+                           ``item_reference``...) were left out of ``input``
 ``text_format_mapped``     ``text.format`` (structured output) became ``response_format``, which
                            llama-server reads (it ignores ``text``)
 ``thinking_default``       the per-model ``enable_thinking`` default was added (no ``reasoning``)
@@ -39,7 +41,7 @@ from typing import Any
 from orchestrator.errors import ApiError
 from orchestrator.serve.prompt_stability import append_text, reminder
 from orchestrator.serve.request_repair import SYSTEM_AS_USER_PREFIX, SYSTEM_JOINER, RepairPolicy, RepairResult
-from orchestrator.serve.responses_items import normalize_item
+from orchestrator.serve.responses_items import hosted_item, normalize_item
 from orchestrator.serve.responses_tools import map_tools
 from orchestrator.serve.speculative_fields import flatten_speculative
 from orchestrator.serve.thinking import check_effort
@@ -100,6 +102,9 @@ def _repair_input(items: list[Any], policy: RepairPolicy, kinds: list[str]) -> t
     system: list[str] = []
     for i, item in enumerate(items):
         where = f"input[{i}]"
+        if hosted_item(item) is not None:
+            _add(kinds, "hosted_item_skipped")
+            continue
         fixed = normalize_item(item, where)
         if fixed is not item:
             _add(kinds, "items_normalized")

@@ -20,6 +20,13 @@ reasoning with only encrypted content  dropped (nothing a local model can read)
 ``custom_tool_call_output``            a ``function_call_output``
 =====================================  =============================================================
 
+Replayed items of hosted tools (:data:`HOSTED_ITEMS`: ``web_search_call``, ``local_shell_call``,
+``compaction``...), which a session that started on a hosted model carries in its history, are
+skipped like the hosted tools themselves (``responses_tools``): nothing here ran them and the
+model cannot read them. An ``item_reference`` is skipped too: it points into a store this server
+does not have. The same item is skipped on every turn, so the rendered prompt stays a prefix of
+the next one.
+
 Anything else that is not an object, or an item of an unknown ``type``, is a 400 naming
 ``input[i]``.
 """
@@ -42,6 +49,35 @@ _KNOWN = (
     "custom_tool_call",
     "custom_tool_call_output",
 )
+
+HOSTED_ITEMS = (
+    "web_search_call",
+    "file_search_call",
+    "computer_call",
+    "computer_call_output",
+    "code_interpreter_call",
+    "image_generation_call",
+    "local_shell_call",
+    "local_shell_call_output",
+    "shell_call",
+    "shell_call_output",
+    "apply_patch_call",
+    "apply_patch_call_output",
+    "mcp_call",
+    "mcp_list_tools",
+    "mcp_approval_request",
+    "mcp_approval_response",
+    "tool_search_call",
+    "tool_search_output",
+    "compaction",
+    "item_reference",
+)
+
+
+def hosted_item(item: Any) -> str | None:
+    """The type of a replayed hosted-tool item (skipped), or None."""
+    itype = item.get("type") if isinstance(item, dict) else None
+    return itype if itype in HOSTED_ITEMS else None
 
 
 def _bad(message: str, param: str) -> ApiError:
@@ -94,6 +130,8 @@ def normalize_item(item: Any, where: str) -> dict[str, Any] | None:
         if item.get("role") == "assistant" and itype is None:
             return {**item, "type": "message"}
         return item
+    if itype in HOSTED_ITEMS:
+        return None
     if itype not in _KNOWN:
         raise _bad(f"{where}.type {itype!r} is not supported; use one of {', '.join(_KNOWN)}", f"{where}.type")
     if itype == "reasoning":

@@ -122,6 +122,9 @@ def test_every_replayed_codex_item_is_accepted(stack: Stack) -> None:
         {"type": "function_call_output", "call_id": "c1", "output": [{"type": "output_text", "text": "none"}]},
         {"type": "custom_tool_call", "call_id": "c2", "name": "apply_patch", "input": "*** Begin Patch"},
         {"type": "custom_tool_call_output", "call_id": "c2", "output": "Done."},
+        {"type": "web_search_call", "id": "ws_1", "status": "completed", "action": {"type": "search", "query": "x"}},
+        {"type": "compaction", "encrypted_content": "gAAAA-opaque"},
+        {"type": "item_reference", "id": "msg_1"},
         {"role": "assistant", "content": [{"type": "output_text", "text": "Patched."}]},
         {"role": "user", "content": "Thanks. Anything else?"},
     ]  # fmt: skip

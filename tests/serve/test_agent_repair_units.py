@@ -227,3 +227,27 @@ def test_malformed_call_fields_are_a_400_naming_them(item: dict[str, Any], param
     with pytest.raises(ApiError) as err:
         normalize_item(item, "input[2]")
     assert err.value.status == 400 and err.value.param == param
+
+
+def test_replayed_hosted_items_are_skipped_the_same_way_every_turn() -> None:
+    """A session that started on a hosted model replays its hosted-tool items: each was a 400."""
+    hosted = [
+        {"type": "web_search_call", "id": "ws_1", "status": "completed", "action": {"type": "search", "query": "x"}},
+        {"type": "local_shell_call", "id": "ls_1", "call_id": "c9", "status": "completed",
+         "action": {"type": "exec", "command": ["ls"], "env": {}}},
+        {"type": "local_shell_call_output", "call_id": "c9", "output": "a.txt"},
+        {"type": "compaction", "encrypted_content": "gAAAA"},
+        {"type": "item_reference", "id": "msg_1"},
+        {"type": "image_generation_call", "id": "ig_1", "status": "completed", "result": "iVBOR"},
+        {"type": "file_search_call", "id": "fs_1", "status": "completed", "queries": ["q"]},
+    ]  # fmt: skip
+    answer = {"role": "assistant", "content": [{"type": "output_text", "text": "Done."}]}
+    turn1 = {"model": "demo", "input": [USER, *hosted, answer]}
+    turn2 = {**turn1, "input": [*turn1["input"], {"role": "user", "content": "More?"}]}
+    first, second = (responses.repair_request(b, RepairPolicy()) for b in (turn1, turn2))
+    assert first.body["input"] == [USER, {**answer, "type": "message"}]
+    assert second.body["input"][: len(first.body["input"])] == first.body["input"]
+    assert "hosted_item_skipped" in first.repairs and "hosted_item_skipped" in second.repairs
+    with pytest.raises(ApiError) as err:
+        responses.repair_request({"model": "demo", "input": [USER, *hosted, {"type": "telepathy"}]}, RepairPolicy())
+    assert err.value.param == "input[8].type"

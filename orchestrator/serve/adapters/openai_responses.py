@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 from orchestrator.errors import ApiError
 from orchestrator.serve import responses, structured
 from orchestrator.serve.adapters.base import Adapter, BodyPlan, Generation, Request, Resend
+from orchestrator.serve.responses_items import hosted_item
 from orchestrator.serve.responses_tools import ToolMap, client_call, map_tools, remap_output
 from orchestrator.serve.streaming import StreamFlavor
 
@@ -188,7 +189,7 @@ def _repair(body: dict[str, Any], model: ModelConfig, policy: chat.RepairPolicy)
     plan = BodyPlan()
     result = responses.repair_request(body, policy)
     plan.apply(result)
-    if "hosted_tool_skipped" in result.repairs:
+    if "hosted_tool_skipped" in result.repairs or "hosted_item_skipped" in result.repairs:
         _log_skipped_once(model.name, body)
     plan.check_fields(body, openai_tools=False)
     return plan
@@ -204,6 +205,12 @@ def _log_skipped_once(model: str, body: dict[str, Any]) -> None:
             _SKIPPED_LOGGED.add((model, ttype))
             log.warning("%s: Responses tool type %r is not run by this server; skipped (the model answers without it)",
                         model, ttype)  # fmt: skip
+    items = body.get("input")
+    for item in items if isinstance(items, list) else ():
+        itype = hosted_item(item)
+        if itype is not None and (model, itype) not in _SKIPPED_LOGGED:
+            _SKIPPED_LOGGED.add((model, itype))
+            log.warning("%s: replayed Responses item type %r is not read by this server; skipped", model, itype)
 
 
 class Responses(Generation):
