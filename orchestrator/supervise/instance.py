@@ -159,7 +159,8 @@ class Instance:
     # ----------------------------------------------------------------- inputs from the proxy / bench
 
     def record_timings(self, timings: dict[str, Any]) -> None:
-        """Account one response's llama-server ``timings`` (see ``SpecWatch.record_timings``)."""
+        """Account one response's llama-server ``timings`` (``SpecWatch``; an answer for ``responsiveness.watch``)."""
+        self._responsiveness.result_at = time.monotonic()
         self.spec_watch.record_timings(timings)
 
     def record_error(self, kind: str, text: str) -> None:
@@ -258,8 +259,7 @@ class Instance:
             self.lifecycle.transition(ProcessState.LOADING, "loading model")
             try:
                 await self._launch()
-            except OSError as err:
-                # cannot exec at all: retrying cannot help
+            except OSError as err:  # cannot exec at all: retrying cannot help
                 self.lifecycle.transition(ProcessState.FAILED, f"cannot start {self.spec.argv[0]}: {err}")
                 return
             end = await self._wait_ready()

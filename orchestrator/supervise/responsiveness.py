@@ -28,6 +28,9 @@ class Responsiveness:
 
     def __init__(self, warnings: dict[str, str], notify: Callable[[], None]) -> None:
         self.since: float | None = None  # monotonic time of the last answer before the silence
+        # monotonic time the proxy last got a response's ``timings`` (``Instance.record_timings``):
+        # only the main loop writes them, so they are an answer as good as the probe's
+        self.result_at = float("-inf")
         self._warnings = warnings
         self._notify = notify
 
@@ -64,7 +67,7 @@ async def watch(
     Args:
         answers: one probe of the main loop.
         next_event: waits up to the given seconds for a request or the child's exit (None: a tick).
-        mark: the instance's unresponsive mark; always cleared when the watch ends.
+        mark: the instance's unresponsive mark (and ``result_at``); always cleared when the watch ends.
         policy: ``watch_interval``, ``unresponsive_after`` and ``stall_timeout`` (seconds).
         in_flight: requests in flight on the instance (for the stall message).
 
@@ -77,7 +80,9 @@ async def watch(
             event = await next_event(policy.watch_interval)
             if event is not None:
                 return event
-            if await answers() is Health.READY:
+            # a response completed since the last tick: skip the probe (an HTTP request per tick,
+            # which under load would cost the proxy CPU per token for nothing)
+            if time.monotonic() - mark.result_at < policy.watch_interval or await answers() is Health.READY:
                 answered = time.monotonic()
                 mark.mark(None)
                 continue
