@@ -18,6 +18,9 @@ kind                       what happened
 ``tools_mapped``           ``namespace`` and ``custom`` tools became functions
                            (``orchestrator.serve.responses_tools``)
 ``hosted_tool_skipped``    hosted tools (``web_search``...) were left out: nothing here runs them
+``tool_choice_mapped``     a ``tool_choice`` object (which llama-server takes as ``auto``) became
+                           ``required`` over the tool it names, as mapped (``auto`` for a skipped
+                           hosted tool)
 ``hosted_item_skipped``    replayed items of hosted tools (``web_search_call``, ``compaction``,
                            ``item_reference``...) were left out of ``input``
 ``text_format_mapped``     ``text.format`` (structured output) became ``response_format``, which
@@ -42,7 +45,7 @@ from orchestrator.errors import ApiError
 from orchestrator.serve.prompt_stability import append_text, reminder
 from orchestrator.serve.request_repair import SYSTEM_AS_USER_PREFIX, SYSTEM_JOINER, RepairPolicy, RepairResult
 from orchestrator.serve.responses_items import hosted_item, normalize_item
-from orchestrator.serve.responses_tools import map_tools
+from orchestrator.serve.responses_tools import map_choice, map_tools
 from orchestrator.serve.speculative_fields import flatten_speculative
 from orchestrator.serve.thinking import check_effort
 
@@ -204,15 +207,22 @@ def _repair_extras(body: dict[str, Any], policy: RepairPolicy, kinds: list[str],
 
 
 def _repair_tools(body: dict[str, Any], kinds: list[str], new: dict[str, Any]) -> None:
-    """Namespace and custom tools as functions, hosted tools left out (``responses_tools``)."""
+    """Namespace and custom tools as functions, hosted tools left out, ``tool_choice`` onto them
+    (``responses_tools``)."""
     mapped = map_tools(body.get("tools"))
-    if mapped.tools is None:
-        return
     if mapped.namespaced or mapped.custom:
         _add(kinds, "tools_mapped")
     if mapped.skipped:
         _add(kinds, "hosted_tool_skipped")
-    new["tools"] = mapped.tools
+    tools = mapped.tools if mapped.tools is not None else body.get("tools") or []
+    if mapped.tools is not None:
+        new["tools"] = mapped.tools
+    choice, chosen = map_choice(body.get("tool_choice"), mapped, tools)
+    if choice != body.get("tool_choice"):
+        _add(kinds, "tool_choice_mapped")
+        new["tool_choice"] = choice
+    if chosen is not None:
+        new["tools"] = chosen
 
 
 def _check_types(body: dict[str, Any]) -> None:

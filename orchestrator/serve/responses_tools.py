@@ -17,6 +17,8 @@ log line. Codex CLI 0.171 on its default config sends, besides its functions:
   ``code_interpreter``, ``computer_use_preview``, ``mcp``...): this server cannot run them; they are
   skipped (the metric ``orchestrator_repairs_total{kind="hosted_tool_skipped"}`` counts the
   requests) rather than refused, so the client's other tools keep working.
+
+A ``tool_choice`` is mapped onto the same functions (:func:`map_choice`).
 """
 
 from __future__ import annotations
@@ -167,3 +169,66 @@ def remap_output(output: Any, tool_map: ToolMap) -> bool:
                 output[k] = new
                 changed = True
     return changed
+
+
+CHOICE_WORDS = ("auto", "none", "required")
+
+
+def _same_hosted(ctype: str, skipped: list[str]) -> bool:
+    """Whether a choice's type names a skipped hosted tool (``web_search_preview`` names ``web_search``)."""
+    base = ctype.split("_preview")[0]
+    return any(base == s.split("_preview")[0] for s in skipped)
+
+
+def _chosen(spec: Any, tool_map: ToolMap, names: list[Any], where: str) -> str | None:
+    """The function name a tool choice ``spec`` names, or None for a skipped hosted tool."""
+    ctype = spec.get("type") if isinstance(spec, dict) else None
+    if not isinstance(ctype, str) or not ctype:
+        raise _bad(f"{where} must be an object with a 'type'", where)
+    if ctype in ("function", "custom"):
+        name, ns = spec.get("name"), spec.get("namespace")
+        if not isinstance(name, str) or not name or (ns is not None and not isinstance(ns, str)):
+            raise _bad(f"{where} needs a string 'name' (and 'namespace', if any, a string)", where)
+        joined = joined_name(spec) if ctype == "function" else name
+        if joined in names and (ctype == "function") == (joined not in tool_map.custom):
+            return joined
+        raise _bad(f"{where} names the {ctype} tool {joined!r}, which is not in tools", where)
+    if _same_hosted(ctype, tool_map.skipped):
+        return None
+    raise _bad(f"{where} names a {ctype!r} tool, which is not in tools", where)
+
+
+def map_choice(choice: Any, tool_map: ToolMap, tools: list[Any]) -> tuple[Any, list[Any] | None]:
+    """The ``(tool_choice, tools)`` to send for a Responses ``tool_choice``; tools None: unchanged.
+
+    llama-server reads only the words ``auto``, ``none``, ``required`` and takes any object as
+    ``auto`` without a word. A choice naming a function (by its joined name for a namespaced one),
+    a custom tool, or ``allowed_tools`` becomes ``required`` (``auto`` for ``allowed_tools`` in mode
+    auto) over the tools it names, as they were mapped; one naming a skipped hosted tool becomes
+    ``auto``.
+
+    Raises:
+        ApiError: 400 naming ``tool_choice`` for a word or object that is not known, or one naming
+            a tool that is not in ``tools``.
+    """
+    if choice is None or choice in CHOICE_WORDS:
+        return choice, None
+    if isinstance(choice, str):
+        raise _bad(f"tool_choice must be one of {', '.join(CHOICE_WORDS)} or an object (got {choice!r})", "tool_choice")
+    names = [t.get("name") for t in tools if isinstance(t, dict)]
+    if isinstance(choice, dict) and choice.get("type") == "allowed_tools":
+        specs = choice.get("tools")
+        mode = choice.get("mode", "auto")
+        if not isinstance(specs, list) or mode not in ("auto", "required"):
+            raise _bad(
+                "tool_choice of type allowed_tools needs 'tools' (a list) and mode auto or required", "tool_choice"
+            )
+        chosen = [_chosen(s, tool_map, names, f"tool_choice.tools[{j}]") for j, s in enumerate(specs)]
+        kept = {c for c in chosen if c is not None}
+        if not kept:
+            return "auto", None
+        return mode, [t for t in tools if isinstance(t, dict) and t.get("name") in kept]
+    name = _chosen(choice, tool_map, names, "tool_choice")
+    if name is None:
+        return "auto", None
+    return "required", [t for t in tools if isinstance(t, dict) and t.get("name") == name]

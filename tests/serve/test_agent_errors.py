@@ -136,3 +136,24 @@ def test_every_replayed_codex_item_is_accepted(stack: Stack) -> None:
     ]  # fmt: skip
     r = post(stack, "/v1/responses", {"input": items, "tools": tools, "max_output_tokens": 4})
     assert r.status_code == 200, r.text
+
+
+def test_codex_tool_choices_and_efforts_through_the_endpoint(stack: Stack) -> None:
+    """A choice naming a namespaced tool is forced as mapped; unknown tools and efforts are a 400."""
+    tools = [
+        {"type": "namespace", "name": "multi_agent_v1", "description": "Sub-agents.",
+         "tools": [{"type": "function", "name": "list_agents", "parameters": {"type": "object", "properties": {}}}]},
+        {"type": "web_search"},
+    ]  # fmt: skip
+    body = {"input": "Who is there?", "tools": tools, "max_output_tokens": 4}
+    named = {"type": "function", "name": "list_agents", "namespace": "multi_agent_v1"}
+    for choice in (named, {"type": "web_search"}):
+        r = post(stack, "/v1/responses", {**body, "tool_choice": choice})
+        assert r.status_code == 200, r.text
+    r = post(stack, "/v1/responses", {**body, "tool_choice": {"type": "function", "name": "list_agents"}})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "tool_choice"
+    r = post(stack, "/v1/responses", {**body, "reasoning": {"effort": "ultra"}})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "reasoning.effort"
+    chat = {"messages": [{"role": "user", "content": "Hi"}], "reasoning_effort": "ultra", "max_tokens": 4}
+    r = post(stack, "/v1/chat/completions", chat)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "reasoning_effort"

@@ -251,3 +251,54 @@ def test_replayed_hosted_items_are_skipped_the_same_way_every_turn() -> None:
     with pytest.raises(ApiError) as err:
         responses.repair_request({"model": "demo", "input": [USER, *hosted, {"type": "telepathy"}]}, RepairPolicy())
     assert err.value.param == "input[8].type"
+
+
+@pytest.mark.parametrize(
+    ("choice", "expected", "tools"),
+    [
+        ({"type": "function", "name": "spawn_agent", "namespace": "multi_agent_v1"}, "required",
+         ["multi_agent_v1.spawn_agent"]),
+        ({"type": "custom", "name": "apply_patch"}, "required", ["apply_patch"]),
+        ({"type": "function", "name": "exec_command"}, "required", ["exec_command"]),
+        ({"type": "web_search"}, "auto", ["exec_command", "multi_agent_v1.spawn_agent", "apply_patch"]),
+        ({"type": "allowed_tools", "mode": "auto", "tools": [{"type": "custom", "name": "apply_patch"},
+                                                            {"type": "web_search"}]}, "auto", ["apply_patch"]),
+        ("required", "required", ["exec_command", "multi_agent_v1.spawn_agent", "apply_patch"]),
+    ],
+)  # fmt: skip
+def test_tool_choice_names_the_tool_as_mapped(choice: Any, expected: str, tools: list[str]) -> None:
+    """llama-server takes any tool_choice object as auto: a named one forces the tool it was mapped to."""
+    body = {
+        "model": "demo",
+        "input": "hi",
+        "tools": [FN, NAMESPACE, CUSTOM, {"type": "web_search"}],
+        "tool_choice": choice,
+    }
+    result = responses.repair_request(body, RepairPolicy())
+    assert result.body["tool_choice"] == expected
+    assert [t["name"] for t in result.body["tools"]] == tools
+    assert "hosted_tool_skipped" in result.repairs
+
+
+@pytest.mark.parametrize(
+    "choice",
+    [
+        {"type": "function", "name": "spawn_agent"},
+        {"type": "function", "name": "apply_patch"},
+        {"type": "custom", "name": "exec_command"},
+        {"type": "function", "name": "spawn_agent", "namespace": "other"},
+        {"type": "file_search"},
+        {"type": "function"},
+        "sometimes",
+    ],
+)
+def test_tool_choice_naming_a_tool_not_in_tools_is_a_400(choice: Any) -> None:
+    body = {
+        "model": "demo",
+        "input": "hi",
+        "tools": [FN, NAMESPACE, CUSTOM, {"type": "web_search"}],
+        "tool_choice": choice,
+    }
+    with pytest.raises(ApiError) as err:
+        responses.repair_request(body, RepairPolicy())
+    assert err.value.status == 400 and err.value.param == "tool_choice"
