@@ -62,27 +62,32 @@ async def watch(
 
     Progress is the main loop answering (``answers``: ``ChildProbe.main_loop_answers``); log lines
     are not, because llama-server's HTTP threads keep logging (a client's cancel) while the main
-    loop is stuck.
+    loop is stuck. The probe is an HTTP request, so it is skipped when a response's timings came
+    within the last tick (``mark.result_at``), and an idle child (no request in flight) that
+    answered is probed only every ``unresponsive_after / 2`` s: a main loop with no slot busy has
+    nothing to get stuck in, and a frozen idle child is still marked within ``unresponsive_after``.
 
     Args:
         answers: one probe of the main loop.
         next_event: waits up to the given seconds for a request or the child's exit (None: a tick).
         mark: the instance's unresponsive mark (and ``result_at``); always cleared when the watch ends.
         policy: ``watch_interval``, ``unresponsive_after`` and ``stall_timeout`` (seconds).
-        in_flight: requests in flight on the instance (for the stall message).
+        in_flight: requests in flight on the instance (the probe rate, the stall message).
 
     Returns:
         The event, or ``Outcome.STALLED`` (grace 0: a stuck child has nothing to drain).
     """
     answered = time.monotonic()
+    idle_every = max(policy.watch_interval, policy.unresponsive_after / 2)
     try:
         while True:
             event = await next_event(policy.watch_interval)
             if event is not None:
                 return event
-            # a response completed since the last tick: skip the probe (an HTTP request per tick,
-            # which under load would cost the proxy CPU per token for nothing)
-            if time.monotonic() - mark.result_at < policy.watch_interval or await answers() is Health.READY:
+            now = time.monotonic()
+            if in_flight() == 0 and now - answered < idle_every:
+                continue
+            if now - mark.result_at < policy.watch_interval or await answers() is Health.READY:
                 answered = time.monotonic()
                 mark.mark(None)
                 continue
