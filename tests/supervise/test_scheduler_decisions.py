@@ -22,7 +22,7 @@ from orchestrator.supervise.rollout import RestartRequired
 A, B, C = {"name": "a"}, {"name": "b"}, {"name": "c"}
 
 
-def play(make: Callable[[], World], body: Callable[[World], Awaitable[None]]) -> None:
+def assert_plays(make: Callable[[], World], body: Callable[[World], Awaitable[None]]) -> None:
     async def main() -> None:
         world = make()
         try:
@@ -33,12 +33,14 @@ def play(make: Callable[[], World], body: Callable[[World], Awaitable[None]]) ->
     asyncio.run(main())
 
 
-def table(cfg: Any, rows: list[tuple[Any, ...]], specs: Any = None) -> None:
-    play(lambda: World(cfg, specs), lambda w: w.run(rows))
+def assert_table(cfg: Any, rows: list[tuple[Any, ...]], specs: Any = None) -> None:
+    """Play ``rows`` against a fresh world: each expectation row (``state``, ``effects``, ``granted``,
+    ``refused``, ...) asserts, and the first that does not hold fails the test naming its row."""
+    assert_plays(lambda: World(cfg, specs), lambda w: w.run(rows))
 
 
 def test_a_request_loads_its_model_and_is_granted_once_it_serves() -> None:
-    table(config([A, B], budget_gb=2.5), [
+    assert_table(config([A, B], budget_gb=2.5), [
         ("state", {"a": "unloaded", "b": "unloaded"}),
         ("request", "a"), ("waiting", "a"), ("state", {"a": "loading"}), ("effects", [("start", "a")]),
         ("loaded", "a"), ("granted", "a"), ("state", {"a": "ready", "b": "unloaded"}),
@@ -49,7 +51,7 @@ def test_a_request_loads_its_model_and_is_granted_once_it_serves() -> None:
 
 
 def test_an_idle_model_is_evicted_least_recently_used_first() -> None:
-    table(config([A, B, C], budget_gb=2.5), [
+    assert_table(config([A, B, C], budget_gb=2.5), [
         ("request", "a"), ("loaded", "a"), ("granted", "a"), ("finish", "a"),
         ("advance", 1), ("request", "b"), ("loaded", "b"), ("granted", "b"), ("finish", "b"),
         ("advance", 1), ("request", "a"), ("granted", "a"), ("finish", "a"),  # a is now the most recent
@@ -61,7 +63,7 @@ def test_an_idle_model_is_evicted_least_recently_used_first() -> None:
 
 
 def test_a_busy_model_is_closed_not_evicted_and_swapped_once_it_drains() -> None:
-    table(config([A, B], budget_gb=1.5), [
+    assert_table(config([A, B], budget_gb=1.5), [
         ("request", "a"), ("loaded", "a"), ("granted", "a"),  # one request in flight on a
         ("request", "b"), ("waiting", "b"), ("reason", "b", "waiting for a to unload"),
         ("effects", [("start", "a")]), ("state", {"a": "ready", "b": "unloaded"}),
@@ -75,7 +77,7 @@ def test_a_busy_model_is_closed_not_evicted_and_swapped_once_it_drains() -> None
 
 def test_requests_queued_during_a_load_are_all_served_before_the_swap() -> None:
     """Alternating requests for two models that do not fit together take one swap, not one each."""
-    table(config([A, B], budget_gb=1.5), [
+    assert_table(config([A, B], budget_gb=1.5), [
         ("request", "a"), ("request", "b"), ("request", "a"), ("request", "b"),
         ("effects", [("start", "a")]),
         ("loaded", "a"), ("granted", "a"), ("granted", "a"), ("waiting", "b", 2),
@@ -87,7 +89,7 @@ def test_requests_queued_during_a_load_are_all_served_before_the_swap() -> None:
 
 
 def test_the_oldest_demand_is_served_first() -> None:
-    table(config([A, B, C], budget_gb=1.5), [
+    assert_table(config([A, B, C], budget_gb=1.5), [
         ("request", "a"), ("loaded", "a"), ("granted", "a"),
         ("advance", 1), ("request", "b"), ("advance", 1), ("request", "c"),
         ("reason", "c", "waiting for an earlier request's model to load"),
@@ -98,19 +100,19 @@ def test_the_oldest_demand_is_served_first() -> None:
 
 
 def test_a_model_that_can_never_fit_is_refused_at_once_with_the_numbers() -> None:
-    table(config([A], budget_gb=0.5), [
+    assert_table(config([A], budget_gb=0.5), [
         ("request", "a"), ("refused", "a", 503, "model_too_large", "a"), ("effects", []),
         ("state", {"a": "unloaded"}),
     ])  # fmt: skip
 
 
 def test_the_queue_limit_and_when_loading_reject() -> None:
-    table(config([A], queue_limit=2), [
+    assert_table(config([A], queue_limit=2), [
         ("request", "a"), ("request", "a"), ("request", "a"),
         ("refused", "a", 429, "queue_full"),  # the refused one is the third; the others wait
         ("loaded", "a"), ("granted", "a"), ("granted", "a"),
     ])  # fmt: skip
-    table(config([A], when_loading="reject"), [
+    assert_table(config([A], when_loading="reject"), [
         ("request", "a"), ("refused", "a", 503, "model_loading"),
         ("effects", [("start", "a")]),  # the refusal starts the load all the same
         ("loaded", "a"), ("request", "a"), ("granted", "a"),
@@ -125,11 +127,11 @@ def test_a_held_request_times_out_saying_what_it_waited_for() -> None:
         await asyncio.sleep(0.2)  # the queue timeout is real time
         await w.run([("refused", "a", 503, "model_loading", "after waiting 0.05 s", "loading")])
 
-    play(lambda: World(cfg), body)
+    assert_plays(lambda: World(cfg), body)
 
 
 def test_an_idle_model_unloads_after_its_ttl_unless_pinned_or_kept_alive() -> None:
-    table(config([{**A, "ttl": 60}, {**B, "pinned": True, "ttl": 60}, {**C, "ttl": 60}], budget_gb=3.5), [
+    assert_table(config([{**A, "ttl": 60}, {**B, "pinned": True, "ttl": 60}, {**C, "ttl": 60}], budget_gb=3.5), [
         ("request", "a"), ("loaded", "a"), ("granted", "a"),
         ("request", "b"), ("loaded", "b"), ("granted", "b"),
         ("request", "c"), ("loaded", "c"), ("granted", "c"),
@@ -144,7 +146,7 @@ def test_an_idle_model_unloads_after_its_ttl_unless_pinned_or_kept_alive() -> No
 
 
 def test_a_busy_model_never_unloads_for_idleness() -> None:
-    table(config([{**A, "ttl": 10}]), [
+    assert_table(config([{**A, "ttl": 10}]), [
         ("request", "a"), ("loaded", "a"), ("granted", "a"),
         ("advance", 1000), ("effects", [("start", "a")]), ("state", {"a": "ready"}),
         ("finish", "a"), ("advance", 9), ("effects", []), ("advance", 1), ("effects", [("stop", "a", "ttl")]),
@@ -152,7 +154,7 @@ def test_a_busy_model_never_unloads_for_idleness() -> None:
 
 
 def test_a_failed_load_answers_its_held_requests_and_is_not_retried_by_clients() -> None:
-    table(config([A]), [
+    assert_table(config([A]), [
         ("request", "a"), ("request", "a"), ("load_fails", "a", "a-0 exited with status 1 while loading"),
         ("refused", "a", 503, "model_load_failed", "exited with status 1"),
         ("refused", "a", 503, "model_load_failed"),
@@ -164,7 +166,7 @@ def test_a_failed_load_answers_its_held_requests_and_is_not_retried_by_clients()
 
 
 def test_a_crash_of_every_replica_fails_the_model_and_its_next_request() -> None:
-    table(config([A]), [
+    assert_table(config([A]), [
         ("request", "a"), ("loaded", "a"), ("granted", "a"), ("finish", "a"),
         ("crash", "a"), ("state", {"a": "failed"}), ("reason", "a", "exited with status 1"),
         ("request", "a"), ("refused", "a", 503, "model_unavailable"),
@@ -172,11 +174,11 @@ def test_a_crash_of_every_replica_fails_the_model_and_its_next_request() -> None
 
 
 def test_unload_cancels_a_load_and_drains_a_ready_model() -> None:
-    table(config([A], when_loading="reject"), [
+    assert_table(config([A], when_loading="reject"), [
         ("request", "a"), ("refused", "a", 503, "model_loading"), ("effects", [("start", "a")]),
         ("unload", "a"), ("state", {"a": "unloaded"}), ("effects", [("stop_replicas", "a-0")]),
     ])  # fmt: skip
-    table(config([A]), [
+    assert_table(config([A]), [
         ("request", "a"), ("effects", [("start", "a")]),
         ("unload", "a"), ("effects", [("stop_replicas", "a-0"), ("start", "a")]),  # a held request wants it
         ("loaded", "a"), ("state", {"a": "ready"}), ("granted", "a"),
@@ -190,7 +192,7 @@ def test_a_reload_removes_adds_and_restarts_one_replica_at_a_time() -> None:
     specs = [spec("a"), spec("b", 1, 0), spec("b", 1, 1), spec("c")]
     after = config([{**B, "replicas": 2}, {**C, "aliases": ["see"]}, {"name": "d", "load": "on_start"}], budget_gb=5)
     new_specs = [spec("b", 1, 0, "--flag"), spec("b", 1, 1, "--flag"), spec("c"), spec("d")]
-    table(before, [
+    assert_table(before, [
         ("request", "a"), ("loaded", "a"), ("granted", "a"),
         ("request", "b"), ("loaded", "b"), ("granted", "b"),
         ("effects", [("start", "a"), ("start", "b")]),
@@ -215,11 +217,11 @@ def test_a_reload_that_needs_a_restart_changes_nothing() -> None:
         assert set(w.scheduler.models) == {"a"} and w.scheduler.config.models[0].name == "a"
         assert w.effects.log == []
 
-    play(lambda: World(config([A])), body)
+    assert_plays(lambda: World(config([A])), body)
 
 
 def test_a_pinned_model_is_never_evicted_and_what_cannot_fit_beside_it_is_refused() -> None:
-    table(config([{**A, "pinned": True}, B], budget_gb=1.5), [
+    assert_table(config([{**A, "pinned": True}, B], budget_gb=1.5), [
         ("request", "a"), ("loaded", "a"), ("granted", "a"), ("finish", "a"),
         ("request", "b"), ("refused", "b", 503, "model_too_large", "pinned models hold"),
         ("effects", [("start", "a")]), ("state", {"a": "ready", "b": "unloaded"}),
@@ -228,7 +230,7 @@ def test_a_pinned_model_is_never_evicted_and_what_cannot_fit_beside_it_is_refuse
 
 def test_a_restart_rolls_one_replica_at_a_time_after_its_requests_end() -> None:
     specs = [spec("a", 0.5, 0), spec("a", 0.5, 1)]
-    table(config([{**A, "replicas": 2}]), [
+    assert_table(config([{**A, "replicas": 2}]), [
         ("request", "a"), ("loaded", "a"), ("granted", "a"), ("effects", [("start", "a")]),
         ("restart", "a"), ("effects", []),  # the request on a-0 drains first
         ("request", "a"), ("granted", "a"),  # a-1 still serves meanwhile
@@ -249,4 +251,4 @@ def test_a_reload_of_settings_only_restarts_nothing() -> None:
         assert report.summary() == "updated a"
         await w.run([("effects", []), ("state", {"a": "ready"}), ("advance", 6), ("effects", [("stop", "a", "ttl")])])
 
-    play(lambda: World(config([A])), body)
+    assert_plays(lambda: World(config([A])), body)
