@@ -23,7 +23,7 @@ drafter first), so every arm is that combined drafter at its K; ``--classes`` ma
 classes (``cjk-copy``: a passage, then its first tokens again, so the answer repeats context,
 which the n-gram drafter gets right where the head does not).
 
-    python scripts/bench_draft_policy.py [--rounds 8] [--n-predict 32] [--ks 0,1,2,3] [--threads 1]
+    python scripts/bench_draft_policy.py [--rounds 24] [--n-predict 32] [--ks 0,1,2,3] [--threads 1]
         [--spec-type draft-mtp,ngram-mod --classes latin,cjk,cjk-copy]
 """
 
@@ -57,7 +57,7 @@ COPY = "-copy"  # a class suffix: the prompt holds a passage of the kind, then i
 
 def _args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--rounds", type=int, default=8, help="rounds after the warm-up round")
+    p.add_argument("--rounds", type=int, default=24, help="rounds after the warm-up (the policy explores every 16th)")
     p.add_argument("--n-predict", type=int, default=32)
     p.add_argument("--ks", default="0,1,2,3", help="static arms; the largest is the launch n_max")
     p.add_argument("--threads", type=int, default=1)
@@ -180,7 +180,7 @@ class Adaptive:
     def pick(self, prompt: str, counted: bool, name: str) -> tuple[dc.RequestClass, dp.Choice]:
         cls = dc.classify("completions", {"prompt": prompt})
         choice = dp.choose(self.state, cls.key, cls.depth, self.params)
-        self.state = dp.counted(self.state, cls.key)
+        self.state = dp.counted(self.state, cls.key, choice)
         if counted:
             self.chosen[name][f"K={choice.k} {choice.reason}"] += 1
         return cls, choice

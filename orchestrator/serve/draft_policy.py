@@ -15,10 +15,10 @@ predicts it better. Before that, the model
   accepted as a prefix) as ``(1 - a^(K+1)) / (1 - a)``;
 * step time: the mean step time measured at that K and depth (all classes: a step's cost depends
   on the model and the depth, not on the content) once ``min_cost_samples`` answers timed it;
-  otherwise a line ``t0 + t1 * K`` fitted to the K that were timed, with a prior slope
-  ``prior_draft_cost * t0`` while only one K was seen. (A measured point wins over the line
-  because drafting at all has a fixed cost per step, the draft pass: on a CPU, K = 1 costs more
-  than the line through K = 0 and K = 3 says.)
+  otherwise ``StepCost``: the plain step measured at K = 0, and for K > 0 a line fitted to the
+  drafting K that were timed (slope ``prior_draft_cost`` plain steps per draft token while only
+  one was). Two pieces, not one line, because drafting at all has a fixed cost per step (the
+  draft pass): on a CPU, K = 1 costs far more than a line through K = 0 and K = 3 says.
 
 K = 0 is chosen unless the best K beats it by ``margin``, and does so by more than ``sureness``
 (2) standard errors of each figure (the spread of the class's answers' tok/s at that K, or
@@ -28,11 +28,17 @@ been seen.
 
 Exploration is cheap by design: a class never seen drafts once at the largest K (its acceptance
 is unknown; that answer measures it at every draft position, and the step time of the longest
-draft, so the shorter K are interpolated: a line through K = 0 and K = 1 alone would extrapolate
-the draft pass's fixed cost onto every longer K and never try them); afterwards every
-``explore_every``-th request tries a neighbour of the best K, but only when that neighbour is
-expected within ``explore_gap`` of the best (a clearly losing arm, such as drafting on content
-the head always gets wrong, is re-tried only every ``refresh_every``-th request).
+draft, so the shorter K are interpolated, never extrapolated); a depth whose K = 0 step was
+never timed then runs once at K = 0 (the baseline every K must beat: a prior in its place
+once chose a losing K, and an answer at K = 0 costs nothing against K = 0). While the K expected
+best is "unsure" (it wins on its figure but not by more than the noise), that K is tried
+(``confirm``) at once the first time and then every ``explore_every``-th request: only its own
+answers can make it sure, and one answer can mislead both ways (on the test bed one Cyrillic
+answer at K = 3 ran anywhere from 26 to 59 tok/s, and a Latin one measured 65 where its mean is
+75). Otherwise every ``explore_every``-th request tries a neighbour of the best K, but only when
+that neighbour is expected within ``explore_gap`` of the best (a clearly losing arm, such as
+drafting on content the head always gets wrong, is re-tried only every ``refresh_every``-th
+request).
 
 Pure: imports nothing of the package but ``orchestrator.errors``.
 """
@@ -42,6 +48,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
+
+TWO_ANSWERS = 1.5  # an arm's decayed weight once two answers fed it (1 + decay; one alone stays at 1 or below)
 
 
 @dataclass(frozen=True)
@@ -56,7 +64,7 @@ class Params:
     prior_draft_cost: float = 0.25  # a drafted token's cost in steps, until two K were timed
     prior_cv: float = 0.3  # how far one answer's tok/s may be off (a loaded machine), relative
     sureness: float = 2.0  # standard errors by which drafting must beat K = 0
-    explore_every: int = 8
+    explore_every: int = 16  # a trial costs at most explore_gap / explore_every (~1%) when the model is right
     explore_gap: float = 0.15
     refresh_every: int = 64
 
@@ -121,7 +129,7 @@ class Sums:
     def spread(self, prior_cv: float) -> float:
         """Standard error of the mean per-answer tok/s (``prior_cv`` of it from one answer)."""
         mean = self.rate / self.weight if self.weight else 0.0
-        if self.weight < 2.0:
+        if self.weight < TWO_ANSWERS:
             return prior_cv * mean
         var = max(0.0, self.rate_sq / self.weight - mean * mean)
         return float(max(var / self.weight, (0.05 * mean) ** 2 / self.weight) ** 0.5)
@@ -137,11 +145,13 @@ class Sums:
 
 @dataclass(frozen=True)
 class State:
-    """One model's statistics: per (class key, K) and per (depth, K); requests seen per class."""
+    """One model's statistics: per (class key, K) and per (depth, K); requests seen and
+    ``confirm`` trials made per class."""
 
     arms: Mapping[tuple[str, int], Sums] = field(default_factory=dict)
     cost: Mapping[tuple[str, int], Sums] = field(default_factory=dict)
     seen: Mapping[str, int] = field(default_factory=dict)
+    confirmed: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -149,7 +159,7 @@ class Choice:
     """The K for one request, why (``reason``), and the expected decode tok/s per K behind it."""
 
     k: int
-    reason: str  # probe | best | no-gain | unsure | explore | refresh | client | off
+    reason: str  # probe | best | no-gain | unsure | confirm | explore | refresh | client | off
     expected: Mapping[int, float] = field(default_factory=dict)
 
 
@@ -162,9 +172,13 @@ def observe(state: State, cls: str, depth: str, o: Observation, params: Params) 
     return replace(state, arms=arms, cost=cost)
 
 
-def counted(state: State, cls: str) -> State:
-    """``state`` with one more request of ``cls`` seen (the exploration schedule's clock)."""
-    return replace(state, seen={**state.seen, cls: state.seen.get(cls, 0) + 1})
+def counted(state: State, cls: str, choice: Choice | None = None) -> State:
+    """``state`` with one more request of ``cls`` seen (the exploration schedule's clock), made
+    with ``choice`` (a ``confirm`` trial is counted too)."""
+    state = replace(state, seen={**state.seen, cls: state.seen.get(cls, 0) + 1})
+    if choice is not None and choice.reason == "confirm":
+        state = replace(state, confirmed={**state.confirmed, cls: state.confirmed.get(cls, 0) + 1})
+    return state
 
 
 def draft_rate(a: float, k: int) -> float:
@@ -202,29 +216,62 @@ def tokens_per_step(state: State, cls: str, k: int, params: Params) -> float | N
     return sum(a**i for i in range(k + 1))
 
 
-def step_cost(state: State, depth: str, params: Params) -> tuple[float, float] | None:
-    """``(t0, t1)``: step time ``t0 + t1 * K`` in ms at ``depth`` (all depths pooled when this one
-    has no timing yet); None before any answer was timed."""
-    points = [(k, s) for (d, k), s in state.cost.items() if d == depth and s.steps > 0]
-    if not points:
-        pooled: dict[int, Sums] = {}
-        for (_, k), s in state.cost.items():
+@dataclass(frozen=True)
+class StepCost:
+    """Step time in ms at a depth: ``base`` at K = 0, ``draft + slope * K`` at K > 0.
+
+    Two pieces, because drafting at all has a fixed cost per step (the draft pass, a bigger
+    verification batch): on a CPU a K = 1 step costs 1.8x a plain step while each further draft
+    token adds 0.2x, so a line through K = 0 and K = 3 would say K = 1 is cheap."""
+
+    base: float
+    draft: float
+    slope: float
+
+    def at(self, k: int) -> float:
+        return self.base if k <= 0 else self.draft + self.slope * k
+
+
+def _timed(state: State, depth: str) -> dict[int, Sums]:
+    """Step-time sums per K at ``depth``; all depths pooled when this one has no timing yet."""
+    points = {k: s for (d, k), s in state.cost.items() if d == depth and s.steps > 0}
+    if points:
+        return points
+    pooled: dict[int, Sums] = {}
+    for (_, k), s in state.cost.items():
+        if s.steps > 0:
             base = pooled.get(k, Sums())
             pooled[k] = Sums(base.weight + s.weight, base.steps + s.steps, ms=base.ms + s.ms)
-        points = [(k, s) for k, s in pooled.items() if s.steps > 0]
+    return pooled
+
+
+def step_cost(state: State, depth: str, params: Params) -> StepCost | None:
+    """The ``StepCost`` at ``depth`` from what was timed there (pooled over depths before that);
+    None before any answer was timed. K = 0 is its own measurement; the K > 0 line is fitted to
+    the K > 0 that were timed, with slope ``prior_draft_cost`` plain steps per draft token while
+    only one was; what is missing is filled from the prior ``(1 + prior_draft_cost * K)`` plain
+    steps per step."""
+    points = _timed(state, depth)
     if not points:
         return None
-    if len(points) == 1:
-        k, s = points[0]
-        t0 = s.step_ms / (1.0 + params.prior_draft_cost * k)
-        return t0, params.prior_draft_cost * t0
-    w = sum(s.weight for _, s in points)
-    mk = sum(s.weight * k for k, s in points) / w
-    mt = sum(s.weight * s.step_ms for k, s in points) / w
-    var = sum(s.weight * (k - mk) ** 2 for k, s in points)
-    slope = max(0.0, sum(s.weight * (k - mk) * (s.step_ms - mt) for k, s in points) / var)
-    t0 = max(mt - slope * mk, 1e-6)
-    return t0, slope
+    drafting = [(k, s) for k, s in points.items() if k > 0]
+    prior = params.prior_draft_cost
+    if 0 in points:
+        base = points[0].step_ms
+    else:  # only drafting was timed: a plain step from the prior
+        k, s = max(drafting, key=lambda p: p[1].weight)
+        base = s.step_ms / (1.0 + prior * k)
+    if not drafting:
+        return StepCost(base, base, prior * base)
+    if len(drafting) == 1:
+        k, s = drafting[0]
+        return StepCost(base, max(s.step_ms - prior * base * k, 1e-6), prior * base)
+    w = sum(s.weight for _, s in drafting)
+    mk = sum(s.weight * k for k, s in drafting) / w
+    mt = sum(s.weight * s.step_ms for _, s in drafting) / w
+    var = sum(s.weight * (k - mk) ** 2 for k, s in drafting)
+    slope = max(0.0, sum(s.weight * (k - mk) * (s.step_ms - mt) for k, s in drafting) / var)
+    return StepCost(base, max(mt - slope * mk, 1e-6), slope)
 
 
 def expected_speeds(state: State, cls: str, depth: str, params: Params) -> dict[int, float] | None:
@@ -245,7 +292,7 @@ def expected_speeds(state: State, cls: str, depth: str, params: Params) -> dict[
         if tps is None:
             return None
         timed = state.cost.get((depth, k))
-        step = timed.step_ms if timed and timed.weight >= params.min_cost_samples else cost[0] + cost[1] * k
+        step = timed.step_ms if timed and timed.weight >= params.min_cost_samples else cost.at(k)
         out[k] = 1000.0 * tps / step
     return out
 
@@ -257,7 +304,7 @@ def _bound(state: State, cls: str, k: int, speed: float, params: Params, side: f
     time is measured, over every class)."""
     arm = state.arms.get((cls, k))
     unit = max(-1.0, min(1.0, side))  # one error, for a figure from fewer than two answers
-    if arm is not None and arm.weight >= 2.0 and arm.ms > 0:
+    if arm is not None and arm.weight >= TWO_ANSWERS and arm.ms > 0:
         return speed + side * arm.spread(params.prior_cv)
     if arm is not None and arm.weight >= params.min_cost_samples and arm.ms > 0:
         return speed + unit * arm.spread(params.prior_cv)
@@ -272,7 +319,9 @@ def choose(state: State, cls: str, depth: str, params: Params) -> Choice:
     speeds = expected_speeds(state, cls, depth, params)
     if speeds is None:  # the longest draft: acceptance at every position and the cost of the most
         return Choice(drafting[-1], "probe")  # drafting, so shorter K are modelled, never extrapolated
-    best = max(speeds, key=lambda k: (speeds[k], -k))
+    if (depth, 0) not in state.cost:  # the baseline every K must beat, measured at this depth (a
+        return Choice(0, "probe", speeds)  # K = 0 answer costs nothing against K = 0)
+    best = candidate = max(speeds, key=lambda k: (speeds[k], -k))
     reason = "best"
     if best > 0 and speeds[best] < speeds.get(0, 0.0) * (1.0 + params.margin):
         best, reason = 0, "no-gain"
@@ -283,6 +332,8 @@ def choose(state: State, cls: str, depth: str, params: Params) -> Choice:
     n = state.seen.get(cls, 0) + 1
     if n % params.refresh_every == 0:
         return Choice(drafting[0] if best == 0 else 0, "refresh", speeds)
+    if reason == "unsure" and (n % params.explore_every == 0 or not state.confirmed.get(cls)):
+        return Choice(candidate, "confirm", speeds)  # the promising K needs answers, not its neighbour
     if n % params.explore_every == 0:
         i = params.ks.index(best)
         side = (n // params.explore_every) % 2
