@@ -35,6 +35,7 @@ import os
 import random
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from collections import Counter, defaultdict
@@ -264,6 +265,7 @@ def main() -> int:
     }
     ctx["policy"] = Adaptive(ks)
     log = Path(tempfile.mkdtemp(prefix="bench-draft-policy-")) / "llama-server.log"
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the finally below: no orphaned server
     proc, url = _launch(a, max(ks), log)
     ctx["pid"] = proc.pid
     rows: list[dict[str, Any]] = []

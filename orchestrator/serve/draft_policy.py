@@ -28,17 +28,17 @@ been seen.
 
 Exploration is cheap by design: a class never seen drafts once at the largest K (its acceptance
 is unknown; that answer measures it at every draft position, and the step time of the longest
-draft, so the shorter K are interpolated, never extrapolated); a depth whose K = 0 step was
-never timed then runs once at K = 0 (the baseline every K must beat: a prior in its place
-once chose a losing K, and an answer at K = 0 costs nothing against K = 0). While the K expected
-best is "unsure" (it wins on its figure but not by more than the noise), that K is tried
-(``confirm``) at once the first time and then every ``explore_every``-th request: only its own
-answers can make it sure, and one answer can mislead both ways (on the test bed one Cyrillic
-answer at K = 3 ran anywhere from 26 to 59 tok/s, and a Latin one measured 65 where its mean is
-75). Otherwise every ``explore_every``-th request tries a neighbour of the best K, but only when
-that neighbour is expected within ``explore_gap`` of the best (a clearly losing arm, such as
-drafting on content the head always gets wrong, is re-tried only every ``refresh_every``-th
-request).
+draft, so the shorter K are interpolated, never extrapolated). While the K expected best is
+"unsure" (it wins on its figure but not by more than the noise, where a K = 0 never timed at this
+depth counts as a modelled figure too) that K is tried (``confirm``) at once the first time and
+then every ``explore_every``-th request: only its own answers can make it sure, and one answer
+can mislead both ways (on the test bed one Cyrillic answer at K = 3 ran anywhere from 26 to 59
+tok/s, and a Latin one measured 65 where its mean is 75). The plain step is measured by the
+requests that run at K = 0 anyway, never by a probe (one at K = 0 cost content that drafts well
+a third of a request). Otherwise every ``explore_every``-th request tries a neighbour of the best
+K, but only when that neighbour is expected within ``explore_gap`` of the best (a clearly losing
+arm, such as drafting on content the head always gets wrong, is re-tried only every
+``refresh_every``-th request).
 
 Pure: imports nothing of the package but ``orchestrator.errors``.
 """
@@ -297,18 +297,20 @@ def expected_speeds(state: State, cls: str, depth: str, params: Params) -> dict[
     return out
 
 
-def _bound(state: State, cls: str, k: int, speed: float, params: Params, side: float) -> float:
+def _bound(state: State, cls: str, depth: str, k: int, speed: float, params: Params, side: float) -> float:
     """``speed`` plus ``side`` standard errors (``side`` < 0: minus) of the class's answers at
     ``k`` once two answers give a spread; with fewer, one error only (``prior_cv`` of the figure:
-    a trial that its next answers will confirm or not); nothing for a modelled K = 0 (its step
-    time is measured, over every class)."""
+    a trial that its next answers will confirm or not); nothing for a modelled K = 0 whose step
+    was timed at ``depth`` (by any class: a plain step's cost does not depend on the content)."""
     arm = state.arms.get((cls, k))
     unit = max(-1.0, min(1.0, side))  # one error, for a figure from fewer than two answers
     if arm is not None and arm.weight >= TWO_ANSWERS and arm.ms > 0:
         return speed + side * arm.spread(params.prior_cv)
     if arm is not None and arm.weight >= params.min_cost_samples and arm.ms > 0:
         return speed + unit * arm.spread(params.prior_cv)
-    return speed * (1.0 + unit * params.prior_cv) if k > 0 else speed
+    if k == 0 and (depth, 0) in state.cost:
+        return speed
+    return speed * (1.0 + unit * params.prior_cv)
 
 
 def choose(state: State, cls: str, depth: str, params: Params) -> Choice:
@@ -319,14 +321,12 @@ def choose(state: State, cls: str, depth: str, params: Params) -> Choice:
     speeds = expected_speeds(state, cls, depth, params)
     if speeds is None:  # the longest draft: acceptance at every position and the cost of the most
         return Choice(drafting[-1], "probe")  # drafting, so shorter K are modelled, never extrapolated
-    if (depth, 0) not in state.cost:  # the baseline every K must beat, measured at this depth (a
-        return Choice(0, "probe", speeds)  # K = 0 answer costs nothing against K = 0)
     best = candidate = max(speeds, key=lambda k: (speeds[k], -k))
     reason = "best"
     if best > 0 and speeds[best] < speeds.get(0, 0.0) * (1.0 + params.margin):
         best, reason = 0, "no-gain"
-    elif best > 0 and _bound(state, cls, best, speeds[best], params, -params.sureness) < _bound(
-        state, cls, 0, speeds[0], params, params.sureness
+    elif best > 0 and _bound(state, cls, depth, best, speeds[best], params, -params.sureness) < _bound(
+        state, cls, depth, 0, speeds[0], params, params.sureness
     ) * (1.0 + params.margin):
         best, reason = 0, "unsure"  # drafting must beat K = 0 by more than the noise of both figures
     n = state.seen.get(cls, 0) + 1

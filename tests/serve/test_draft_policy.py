@@ -119,13 +119,18 @@ def test_the_draft_pass_fixed_cost_is_not_spread_over_k() -> None:
     assert dp.step_cost(s, "<2K", P).at(2) == pytest.approx(18.0)
 
 
-def test_a_depth_without_a_plain_step_measures_one_after_the_probe() -> None:
-    s = _feed(dp.State(), "c", _obs(3, 10, 30, 20.0))  # probed at K = 3: every draft right
+def test_a_plain_step_never_timed_is_a_modelled_figure() -> None:
+    """Probed at K = 3 only: K = 0 comes from the prior (1 + 0.25 K plain steps per step), so
+    drafting at 1.7x that is not sure (one answer, and a modelled baseline, each +-30%): the next
+    request tries the best K (``confirm``); once K = 0 was timed at the depth, the same figures
+    are sure."""
+    s = _feed(dp.State(), "c", _obs(3, 10, 20, 20.0))  # 3 tokens per 20 ms step = 150 tok/s
     choice = dp.choose(s, "c", "<2K", P)
-    assert (choice.k, choice.reason) == (0, "probe")
-    s = _feed(s, "c", _obs(0, 40, 0, 10.0))
-    assert dp.choose(s, "c", "<2K", P).k == 3
-    assert dp.choose(s, "c", "8K-32K", P) == dp.Choice(0, "probe", dp.choose(s, "c", "8K-32K", P).expected)
+    assert choice.expected[0] == pytest.approx(1000 / (20 / 1.75))  # 87.5 tok/s
+    assert (choice.k, choice.reason) == (3, "confirm")  # 150 - 30% < 87.5 + 30% + 3%
+    s = _feed(s, "other", _obs(0, 40, 0, 20 / 1.75), 3)
+    sure = dp.choose(s, "c", "<2K", P)
+    assert (sure.k, sure.reason) == (3, "best") and sure.expected[0] == pytest.approx(87.5)
 
 
 def _learned(accept_all: bool) -> dp.State:
