@@ -166,6 +166,22 @@ _HINTS: dict[tuple[str, ...], str] = {
     ("gpus",): "write `auto` or a list of GPU indices such as [0] or [0, 1]",
     ("replicas",): "write a count such as 2, or one GPU list per replica such as [[0], [1]]",
     ("port",): "pick a port between 1 and 65535, or leave it out for an OS-picked one",
+    ("speculative", "type"): "use draft-mtp (alias mtp), ngram-mod, a list of both, or none",
+}
+
+#: what to write instead, by pydantic's error type, for a key the table above does not name
+_TYPE_HINTS: dict[str, str] = {
+    "int_parsing": "write a whole number without quotes or units (64k: write 65536)",
+    "int_type": "write a whole number without quotes or units (64k: write 65536)",
+    "int_from_float": "write a whole number",
+    "float_parsing": "write a number without quotes or units, e.g. 0.5",
+    "float_type": "write a number without quotes or units, e.g. 0.5",
+    "bool_parsing": "write true or false",
+    "bool_type": "write true or false",
+    "string_type": "write text (quote it if it looks like a number or a list)",
+    "list_type": "write a list, e.g. [a, b] or one `- item` per line",
+    "dict_type": "write a mapping: `key: value` lines indented under this key",
+    "model_type": "write a mapping: `key: value` lines indented under this key",
 }
 
 
@@ -275,6 +291,8 @@ def _one(src: Source, loc: tuple[str | int, ...], e: Mapping[str, Any]) -> Probl
         near = difflib.get_close_matches(e["input"], expected, n=1)
         if near:
             hint = f"did you mean {near[0]!r}?"
+    if hint is None:
+        hint = _TYPE_HINTS.get(kind)
     if kind not in ("orchestrator", "value_error") and "input" in e and not isinstance(e["input"], (dict, list)):
         msg += f" (got {e['input']!r})"
     return Problem(src.file, nearest_line(src.lines, loc), format_loc(loc), msg, hint)

@@ -9,11 +9,10 @@ from the head elsewhere.
 
 from __future__ import annotations
 
+import difflib
 from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
-
-from orchestrator.config.problems import located
 
 #: Drafters the plan may launch, in the order ``--spec-type`` lists them.
 DRAFTERS = ("draft-mtp", "ngram-mod")
@@ -34,7 +33,10 @@ def normalise_spec_type(value: Any) -> Any:
         return "none"
     unknown = [x for x in names if x not in _ALIASES]
     if unknown:
-        raise located("type", f"unknown drafter {unknown[0]!r}: use draft-mtp (alias mtp), ngram-mod, or none")
+        # located at the field itself: this validator already runs at ``speculative.type``
+        near = difflib.get_close_matches(unknown[0], [*_ALIASES, "none"], n=1)
+        guess = f" (did you mean {_ALIASES.get(near[0], near[0])!r}?)" if near else ""
+        raise ValueError(f"unknown drafter {unknown[0]!r}{guess}")
     wanted = {_ALIASES[x] for x in names}
     return ",".join(d for d in DRAFTERS if d in wanted)
 

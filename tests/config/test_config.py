@@ -398,3 +398,29 @@ def test_deeply_nested_yaml_is_a_located_error_not_a_recursion_traceback(tmp_pat
     err = problems(path)
     assert str(err) == f"{path}: YAML nested too deeply to read"
     assert err.hint
+
+
+@pytest.mark.parametrize(
+    ("value_line", "key", "fix"),
+    [
+        ("    ctx_size: 64k\n", "models[0].ctx_size", "whole number"),
+        ("    parallel: 1.5\n", "models[0].parallel", "whole number"),
+        ("    thinking: nope\n", "models[0].thinking", "true or false"),
+        ("    aliases: tiny\n", "models[0].aliases", "a list"),
+        ("    speculative: {type: draft-mpt}\n", "models[0].speculative", "draft-mtp"),
+    ],
+)
+def test_a_value_of_the_wrong_type_says_what_to_write(tmp_path: Path, value_line: str, key: str, fix: str) -> None:
+    # what a person gets at the terminal: the file, line and key, what is wrong, and what to write instead
+    path = tmp_path / "models.yaml"
+    path.write_text("models:\n  - name: a\n    path: a.gguf\n" + value_line)
+    err = problems(path)
+    [problem] = err.problems
+    assert str(problem).startswith(f"{path}:4: {key}") and fix in (problem.hint or ""), (str(problem), problem.hint)
+
+
+def test_an_unknown_drafter_is_named_once_at_its_key_with_the_nearest_spelling(tmp_path: Path) -> None:
+    path = tmp_path / "models.yaml"
+    path.write_text("models:\n  - name: a\n    path: a.gguf\n    speculative:\n      type: draft-mpt\n")
+    text = str(problems(path))
+    assert text == f"{path}:5: models[0].speculative.type: unknown drafter 'draft-mpt' (did you mean 'draft-mtp'?)"
