@@ -9,8 +9,13 @@ import psutil
 
 from orchestrator.errors import UserError
 
+#: what to do about a model's fixed port that is taken (``models[i].port``: absent means OS-picked)
+MODEL_PORT_FIX = "stop that process, choose another port, or leave the port out to get an OS-picked one"
+#: the same for the endpoint's own port, which is 8080 when absent
+SERVER_PORT_FIX = "stop that process, or set server.port in models.yaml to a free port (0: an OS-picked one)"
 
-def check_port_free(host: str, port: int, *, where: str | None = None) -> None:
+
+def check_port_free(host: str, port: int, *, where: str | None = None, fix: str = MODEL_PORT_FIX) -> None:
     """Refuse a fixed port that something else already holds.
 
     Binding is the test (SO_REUSEADDR on, so sockets in TIME_WAIT do not count); psutil names
@@ -21,6 +26,7 @@ def check_port_free(host: str, port: int, *, where: str | None = None) -> None:
         host: address to bind, e.g. ``"127.0.0.1"``.
         port: TCP port.
         where: the models.yaml location of the port for the message, e.g. ``"models.yaml:9: models[0].port"``.
+        fix: what to do when the port is taken (``SERVER_PORT_FIX`` for ``server.port``).
     Raises:
         UserError: ``"port 8080 on 127.0.0.1 is in use by pid 4242 (python3 -m http.server)"``.
     """
@@ -43,7 +49,7 @@ def check_port_free(host: str, port: int, *, where: str | None = None) -> None:
         if err.errno == errno.EADDRINUSE:
             raise UserError(
                 f"{prefix}port {port} on {host} is already in use by {port_holder(port)}",
-                hint="stop that process, choose another port, or leave the port out to get an OS-picked one",
+                hint=fix,
             ) from None
         if err.errno == errno.EACCES:
             raise UserError(f"{prefix}port {port} needs privileges to bind", hint="use a port above 1023") from None

@@ -31,7 +31,7 @@ from orchestrator.config.spec_types import drafters
 from orchestrator.errors import UserError
 from orchestrator.host import disk
 from orchestrator.host.gpus import GPU
-from orchestrator.host.ports import check_port_free
+from orchestrator.host.ports import SERVER_PORT_FIX, check_port_free
 from orchestrator.launch.argv import ServerArgs, Speculation
 from orchestrator.launch.files import check_not_fork, facts_at, model_files
 from orchestrator.launch.fit import FitRequest, check_fit_per_model, estimate_bytes, gpu_overhead, instance_memory
@@ -380,7 +380,8 @@ def _check_ports(config: Config, specs: list[InstanceSpec], check: bool) -> None
     if not check:
         return
     if config.server.port:
-        check_port_free(config.server.host, config.server.port, where=config.where("server", "port"))
+        where = config.where("server", "port")
+        check_port_free(config.server.host, config.server.port, where=where, fix=SERVER_PORT_FIX)
     for spec in specs:
         if spec.port:
             i = next(n for n, m in enumerate(config.models) if m.name == spec.model)

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from orchestrator.errors import UserError
 from orchestrator.host import statefile
-from orchestrator.host.ports import check_port_free
+from orchestrator.host.ports import SERVER_PORT_FIX, check_port_free
 from orchestrator.serve.app import create_app
 from orchestrator.serve.http_limits import uvicorn_config
 from orchestrator.serve.reload import ConfigReloader, Prepare, Reloading
@@ -132,7 +132,7 @@ def _bind_proxy_socket(config: Config) -> socket.socket:
         sock.bind((host, port))
     except OSError as err:
         sock.close()
-        check_port_free(host, port, where=config.where("server", "port"))  # names the holder
+        check_port_free(host, port, where=config.where("server", "port"), fix=SERVER_PORT_FIX)  # names the holder
         raise UserError(f"{config.where('server', 'port')}: cannot bind {host}:{port}: {err}") from None
     sock.listen(2048)
     sock.set_inheritable(False)

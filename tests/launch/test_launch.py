@@ -301,6 +301,21 @@ def test_port_conflict_names_the_port_and_the_holder(tmp_path: Path, native: bui
     assert "leave the port out" in (info.value.hint or "")
 
 
+def test_a_taken_server_port_says_to_set_server_port(tmp_path: Path, native: build_mod.BuildInfo) -> None:
+    # leaving server.port out means 8080, not an OS-picked port: the fix must say what to set
+    write_gguf(tmp_path / "m.gguf")
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        path = tmp_path / "models.yaml"
+        path.write_text(f"server:\n  port: {port}\nmodels:\n  - name: m\n    path: m.gguf\n")
+        with pytest.raises(UserError) as info:
+            plan_launch(load_config(path), gpus=[], build=native, capabilities=caps(native))
+    assert str(info.value).startswith(f"{path}:2: server.port: port {port} on 127.0.0.1 is already in use by pid ")
+    assert "set server.port" in (info.value.hint or "") and "leave the port out" not in (info.value.hint or "")
+
+
 def test_port_conflict_held_by_another_process(tmp_path: Path) -> None:
     code = (
         "import socket, sys; s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen();"
