@@ -120,7 +120,8 @@ def continue_dev(ep: Endpoint, m: Model, key: str, shown: str) -> ClientConfig:
 
     path = Path.home() / ".continue" / "config.yaml"
     top = {"name": "Local Assistant", "version": "1.0.0", "schema": "v1"}
-    lines = [f"Continue: a models entry in {path}:"] + [f"  {k}: {v}" for k, v in item(shown).items()]
+    # printed as the YAML it writes (a Python repr of the nested options would not paste)
+    lines = [f"Continue: a models entry in {path}:"] + ["  " + x for x in files.yaml_lines({"models": [item(shown)]})]
     return ClientConfig("continue", lines, path, lambda p: files.merge_yaml_list(p, top, "models", item(key), "name"))
 
 

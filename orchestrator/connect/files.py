@@ -95,6 +95,13 @@ def merge_toml(path: Path, top: Mapping[str, object], tables: Mapping[str, Mappi
     _write(path, tomlkit.dumps(doc))
 
 
+def yaml_lines(data: Mapping[str, Any]) -> list[str]:
+    """``data`` as the YAML lines ``merge_yaml_list`` would write, to print for pasting."""
+    out = StringIO()
+    YAML().dump(dict(data), out)
+    return out.getvalue().splitlines()
+
+
 def merge_yaml_list(path: Path, top: dict[str, Any], list_key: str, item: dict[str, Any], match: str) -> None:
     """In the YAML mapping in ``path`` (created when missing): set ``top`` keys that are absent,
     and put ``item`` in the list ``list_key``, replacing the entry with the same ``match`` value."""

@@ -104,6 +104,10 @@ def test_opencode_and_continue_writes(tmp_path: Path, home: Path) -> None:
     assert data["name"] == "mine" and [m["name"] for m in data["models"]] == ["other", "chat (orchestrator)"]
     assert data["models"][1]["apiBase"] == "http://127.0.0.1:8123/v1"
     assert data["models"][1]["defaultCompletionOptions"]["contextLength"] == 8192
+    # what it prints pastes into that file as the same entry
+    printed = [line[2:] for line in client_config("continue", ep, "chat").lines[1:] if line.startswith("  ")]
+    pasted = YAML(typ="safe").load("\n".join(printed))
+    assert pasted["models"] == [data["models"][1]]
 
 
 def test_a_broken_file_is_left_alone_and_openwebui_has_none(tmp_path: Path, home: Path) -> None:
