@@ -171,8 +171,8 @@ _HINTS: dict[tuple[str, ...], str] = {
 
 #: what to write instead, by pydantic's error type, for a key the table above does not name
 _TYPE_HINTS: dict[str, str] = {
-    "int_parsing": "write a whole number without quotes or units (64k: write 65536)",
-    "int_type": "write a whole number without quotes or units (64k: write 65536)",
+    "int_parsing": "write a whole number without quotes or units: 65536, not 64k",
+    "int_type": "write a whole number without quotes or units: 65536, not 64k",
     "int_from_float": "write a whole number",
     "float_parsing": "write a number without quotes or units, e.g. 0.5",
     "float_type": "write a number without quotes or units, e.g. 0.5",
