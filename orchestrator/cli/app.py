@@ -225,7 +225,7 @@ def reload() -> None:
 
 @app.command()
 def logs(
-    name: str = typer.Argument(..., help="instance name, e.g. demo-0"),
+    name: str = typer.Argument(..., help="instance name, e.g. demo-0 (or the model name when it has one replica)"),
     follow: bool = typer.Option(False, "--follow", "-f"),
     lines: int = typer.Option(50, "--lines", "-n"),
 ) -> None:

@@ -226,6 +226,9 @@ def logs(name: str, follow: bool = False, lines: int = 50) -> int:
         raise UserError(f"--lines must be >= 0, got {lines}", hint="e.g. -n 100 (0 prints nothing before --follow)")
     known = _log_paths()
     path = known.get(name)
+    replicas = [n for n in known if n.startswith(f"{name}-") and n[len(name) + 1 :].isdigit()]
+    if path is None and len(replicas) == 1:
+        path = known[replicas[0]]  # a model name with one replica: its one log (`logs demo` is `logs demo-0`)
     if path is None or not path.is_file():
         names = ", ".join(sorted(known)) or "none (no orchestrator has run yet)"
         raise UserError(

@@ -106,6 +106,14 @@ def test_control_commands_without_an_orchestrator(state: Path, capsys) -> None:
     assert control.down(timeout=1) == 1
     with pytest.raises(UserError, match="no log for instance 'nope'"):
         control.logs("nope")
+    # the logs of the last run stay readable, by instance or by a model's name when it had one replica
+    (state / "logs").mkdir(parents=True)
+    (state / "logs" / "demo-0.log").write_text("served by demo-0\n")
+    capsys.readouterr()
+    assert control.logs("demo") == 0 and capsys.readouterr().out == "served by demo-0\n"
+    (state / "logs" / "demo-1.log").write_text("served by demo-1\n")
+    with pytest.raises(UserError, match="known instances: demo-0, demo-1"):
+        control.logs("demo")  # two replicas: which one is for the user to say
 
 
 @pytest.mark.server
@@ -135,6 +143,8 @@ def test_up_serves_chat_status_logs_drain_and_down(tmp_path: Path, bin_info, dem
         assert logs.returncode == 0 and "listening on" in logs.stdout
         unknown = up.cli("logs", "nope")
         assert unknown.returncode == 2 and "demo-0" in unknown.stderr
+        by_model = up.cli("logs", "demo", "-n", "400")  # a model with one replica: its log
+        assert by_model.returncode == 0 and "listening on" in by_model.stdout
 
         # drain: a long stream in flight, then SIGTERM
         children = [psutil.Process(p) for p in up.instance_pids()]
