@@ -34,9 +34,11 @@ Refused with 400 (the field named in the message): a role other than user/assist
 developer, moved as above), a content block type llama-server does not convert (it would drop it),
 image blocks for a model without a vision projector, structured output (``output_format``,
 ``output_config.format``: llama-server's conversion drops them, so the output would not be
-constrained), ``tools`` that is not a list of tools with a ``name`` and an ``input_schema`` object,
-a ``tool_choice`` with an unknown type or ``type: tool`` without ``name``, and a conversation with
-no user text (template: ``No user query found in messages.``).
+constrained), a per-request draft length (``speculative``, ``speculative.n_max``/``n_min``: the
+conversion keeps only a fixed list of fields, so it would never reach the slot), ``tools`` that
+is not a list of tools with a ``name`` and an ``input_schema`` object, a ``tool_choice`` with an
+unknown type or ``type: tool`` without ``name``, and a conversation with no user text (template:
+``No user query found in messages.``).
 
 Errors on these routes use Anthropic's shape: ``{"type": "error", "error": {"type", "message"}}``
 (:func:`error_body`); in a stream, an ``event: error`` event (:func:`error_event`).
@@ -291,7 +293,19 @@ def _repair_tools(body: dict[str, Any], kinds: list[str]) -> list[Any] | None:
     return None
 
 
+# Per-request draft-length fields: server_chat_convert_anthropic_to_oai copies only a fixed list of
+# keys (temperature, top_p, top_k, stream, chat_template_kwargs...), so these would be dropped.
+SPECULATIVE_FIELDS = ("speculative", "speculative.n_max", "speculative.n_min")
+
+
 def _refuse_unsupported(body: dict[str, Any]) -> None:
+    for key in SPECULATIVE_FIELDS:
+        if key in body:
+            raise _bad(
+                f"{key} (the draft length per request) is not applied on /v1/messages: llama-server's "
+                "Anthropic conversion drops it; use /v1/chat/completions to set it",
+                key,
+            )
     if body.get("output_format") is not None:
         raise _bad(
             "output_format (structured output) is not supported on /v1/messages by this server; "

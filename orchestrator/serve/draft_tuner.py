@@ -25,7 +25,10 @@ from orchestrator.config.running import RunningConfig
 from orchestrator.config.schema import Config, ModelConfig
 from orchestrator.serve import draft_classes, draft_policy
 
-GENERATING = frozenset({"chat", "completions", "messages", "responses", "infill"})  # route kinds that decode
+# Route kinds that decode and pass speculative.n_max on to the slot. Not "messages": llama-server's
+# Anthropic conversion (server_chat_convert_anthropic_to_oai) keeps only a fixed list of fields, so
+# a K chosen for /v1/messages never applied, and its answers carry no timings to learn from.
+GENERATING = frozenset({"chat", "completions", "responses", "infill"})
 RECENT = 50  # choices kept per model for /status and the console
 FLAT = "speculative.n_max"
 

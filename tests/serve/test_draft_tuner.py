@@ -64,3 +64,29 @@ def test_a_model_without_adaptive_is_left_alone(tmp_path: Path, bin_info, demo_m
         assert httpx.get(f"{stack.url}/status", timeout=30, trust_env=False).json()["draft_policy"] == {}
     finally:
         stack.close()
+
+
+def test_messages_draft_length_is_refused_not_ignored(tmp_path: Path, bin_info, demo_model) -> None:
+    """llama-server's Anthropic conversion keeps a fixed list of fields: a K sent on /v1/messages
+    never reached the slot. The policy leaves those requests alone (no choice shown that did not
+    apply) and a client's own draft length there is a 400 in Anthropic's shape, not a silent no-op."""
+    spec = {"type": "draft-mtp", "n_max": 3, "adaptive": True}
+    models = [{"name": "demo", "parallel": 1, "ctx_size": 2048, "speculative": spec}]
+    stack = real_stack(tmp_path, demo_model, bin_info, models=models)
+    try:
+        client = httpx.Client(base_url=stack.url, timeout=120, trust_env=False)
+        body = {"model": "demo", "max_tokens": 8, "messages": [{"role": "user", "content": "hello"}]}
+        assert client.post("/v1/messages", json=body).status_code == 200
+        assert "speculative.n_max" not in stack.recorder.bodies("/v1/messages")[0]
+        assert client.get("/status").json()["draft_policy"]["demo"]["recent"] == []
+        for own in ({"speculative": {"n_max": 0}}, {"speculative.n_max": 1}, {"speculative.n_max": -1}):
+            resp = client.post("/v1/messages", json={**body, **own})
+            assert resp.status_code == 400, resp.text
+            err = resp.json()
+            assert err["type"] == "error" and err["error"]["type"] == "invalid_request_error"
+            assert "/v1/chat/completions" in err["error"]["message"] or "speculative" in err["error"]["message"]
+        assert len(stack.recorder.bodies("/v1/messages")) == 1  # none of them reached llama-server
+        assert client.get("/status").json()["draft_policy"]["demo"]["recent"] == []
+        assert 'class="messages/' not in client.get("/metrics").text
+    finally:
+        stack.close()
