@@ -134,7 +134,7 @@ class _Walk:
     def visit(self, value: Any, shape: Shape, path: str) -> None:
         kind = _kind(value)
         if kind not in shape.kinds and not (kind == "integer" and "number" in shape.kinds):
-            got = _NAMES[kind].split(" ", 1)[-1]
+            got = "a boolean" if kind == "boolean" else _NAMES[kind]  # not "or false" from "true or false"
             raise ApiError(400, f"{path}: must be {_expected(shape.kinds)}, not {got}", param=path)
         if kind == "string":
             self.chars += len(value)

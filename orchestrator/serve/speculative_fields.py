@@ -57,6 +57,7 @@ def flat_speculative_fields(body: dict[str, Any]) -> dict[str, Any] | None:
         if flat in body:
             _check_speculative_value(flat, body[flat])
     if "speculative" not in body:
+        _check_order(body.get("speculative.n_max"), body.get("speculative.n_min"))
         return None
     spec = body["speculative"]
     if not isinstance(spec, dict):
@@ -72,8 +73,13 @@ def flat_speculative_fields(body: dict[str, Any]) -> dict[str, Any] | None:
         flat_fields[name] = value
     n_max = flat_fields.get("speculative.n_max", body.get("speculative.n_max"))
     n_min = flat_fields.get("speculative.n_min", body.get("speculative.n_min"))
+    _check_order(n_max, n_min)
+    return flat_fields
+
+
+def _check_order(n_max: Any, n_min: Any) -> None:
+    # flat or nested alike: llama-server would take n_min > n_max without a word
     if n_max is not None and n_min is not None and n_min > n_max:
         raise _bad_field(
             f"speculative.n_min ({n_min}) must not exceed speculative.n_max ({n_max})", "speculative.n_min"
         )
-    return flat_fields

@@ -275,6 +275,15 @@ def test_limits_name_their_key_and_count_the_whole_history() -> None:
     assert err.status == 413 and err.param == "input"
 
 
+def test_a_wrong_type_names_what_was_sent() -> None:
+    # a boolean read "must be null or an array, not or false" (the tail of "true or false")
+    assert refused("/v1/chat/completions", {"messages": [], "tools": True}).message == (
+        "tools: must be null or an array, not a boolean"
+    )
+    assert refused("/v1/chat/completions", {"messages": [], "stop": 5}).message.endswith("not an integer")
+    assert refused("/v1/messages", {"messages": "hi"}).message.endswith("not a string")
+
+
 def test_huge_integers_anywhere_are_found_and_digit_runs_in_text_are_not() -> None:
     body = {"messages": [{"role": "user", "content": "9" * 400}], "x": {"y": [1, 2, -(2**64)]}}
     err = refused("/v1/chat/completions", body)
