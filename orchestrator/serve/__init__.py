@@ -23,7 +23,8 @@ Concern -> file:
 - API keys: ``auth.py`` (loopback and ``Host`` names, pure: ``hosts.py``);
   model name or alias -> model -> replica, hold or 503: ``routing.py``;
   peers (models.yaml ``peers:``), spillover, where requests went, ``GET /peers``: ``peers.py``
-- request repair for the Qwen3.5 template (pure): ``request_repair.py`` (OpenAI chat),
+- request repair for the Qwen3.5 template (pure): ``request_repair.py`` (OpenAI chat; an object
+  ``tool_choice``: ``chat_tool_choice.py``),
   ``anthropic.py`` (Messages), ``responses.py`` (Responses); the per-request draft length fields
   (pure): ``speculative_fields.py``; structured output honoured or refused (pure): ``structured.py``;
   per-token probabilities complete with drafting on (pure): ``token_probs.py``; every field

@@ -41,6 +41,8 @@ kind                        what happened
 ``thinking_moved``          a top-level ``enable_thinking`` moved into ``chat_template_kwargs``
 ``thinking_default``        the per-model ``enable_thinking`` default was added
 ``speculative_flattened``   ``"speculative": {"n_max": K}`` became llama-server's ``"speculative.n_max": K``
+``tool_choice_named``       an object ``tool_choice`` became ``required`` (or its ``allowed_tools`` mode),
+                            ``tools`` cut to its functions (``chat_tool_choice``; llama-server: ``auto``)
 ==========================  ======================================================================
 
 Everything else (``tool`` messages, ``tool_calls``, ``tool_call_id``, ``name``,
@@ -53,6 +55,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from orchestrator.errors import ApiError
+from orchestrator.serve import chat_tool_choice
 from orchestrator.serve.agent_errors import checked_calls
 from orchestrator.serve.prompt_stability import append_text, reminder
 from orchestrator.serve.speculative_fields import flat_speculative_fields
@@ -379,6 +382,7 @@ def repair_request(body: dict[str, Any], policy: RepairPolicy) -> RepairResult:
     spec = flat_speculative_fields(body)
     if spec is not None:
         kinds.add("speculative_flattened")
+    named = chat_tool_choice.resolve(body, kinds.add)
     if not kinds.items:
         return RepairResult(body=body, changed=False, repairs=[], thinking=chat_thinking_on(body))
     new = dict(body)
@@ -389,4 +393,5 @@ def repair_request(body: dict[str, Any], policy: RepairPolicy) -> RepairResult:
     if spec is not None:
         del new["speculative"]
         new.update(spec)
+    new.update(named)
     return RepairResult(body=new, changed=True, repairs=kinds.items, thinking=chat_thinking_on(new))

@@ -52,6 +52,10 @@ CASES: list[tuple[str, str, bytes | dict[str, Any], str | None]] = [
      "speculative.n_min"),
     ("flat speculative n_min above n_max, completions", "/v1/completions",
      {"model": "demo", "prompt": "hi", "speculative.n_max": 0, "speculative.n_min": 2}, "speculative.n_min"),
+    ("tool_choice naming a function not in tools", CHAT,
+     chat(tools=[{"type": "function", "function": {"name": "f"}}],
+          tool_choice={"type": "function", "function": {"name": "g"}}), "tool_choice"),
+    ("tool_choice custom", CHAT, chat(tool_choice={"type": "custom", "custom": {"name": "f"}}), "tool_choice.type"),
     ("samplers i", CHAT, chat(samplers="i"), "samplers"),
     ("samplers assistant", CHAT, chat(samplers="assistant"), "samplers"),
     ("samplers infill unbounded", CHAT, chat(samplers=["top_k", "infill"], top_k=0), "samplers"),
@@ -100,6 +104,25 @@ def test_client_mistake_is_a_400_naming_the_field(
         # the connection and the model are fine afterwards (a surrogate once reset the next keep-alive request)
         after = client.post(stack.url + CHAT, json=chat())
         assert after.status_code == 200, after.text
+
+
+@pytest.mark.server
+def test_a_tool_choice_object_reaches_llama_server_as_a_string(stack: Stack) -> None:
+    """llama-server reads tool_choice as a string: an object was taken as "auto" (a warning in its
+    log), so a forced function could come back as text."""
+    tools = [{"type": "function", "function": {"name": n, "parameters": {"type": "object"}}} for n in "fgh"]
+    allowed = {"mode": "auto", "tools": [{"type": "function", "function": {"name": n}} for n in "gh"]}
+    sent = []
+    for choice in (
+        {"type": "function", "function": {"name": "g"}},
+        {"type": "allowed_tools", "allowed_tools": allowed},
+    ):
+        stack.recorder.clear()
+        answer = httpx.post(stack.url + CHAT, json=chat(tools=tools, tool_choice=choice), timeout=60)
+        assert answer.status_code == 200, answer.text
+        (body,) = stack.recorder.bodies(CHAT)
+        sent.append((body["tool_choice"], [t["function"]["name"] for t in body["tools"]]))
+    assert sent == [("required", ["g"]), ("auto", ["g", "h"])]
 
 
 @pytest.mark.server
