@@ -69,7 +69,8 @@ def to_api_error(exc: BaseException) -> ApiError:
     Returns:
         ``ApiError`` 504 ``upstream_timeout`` for timeouts; 503 ``upstream_unavailable`` with
         ``Retry-After`` when the instance refused the connection (it died or is restarting);
-        502 ``upstream_disconnected`` for a connection lost or broken mid-exchange; 502
+        502 ``upstream_disconnected`` (also with ``Retry-After``) for a connection lost or broken
+        mid-exchange; 502
         ``upstream_error`` for any other transport error.
 
     Raises:
@@ -87,7 +88,10 @@ def to_api_error(exc: BaseException) -> ApiError:
         )
     if isinstance(exc, (NoResponse, Broken)):
         return ApiError(
-            502, "llama-server closed the connection before the response was complete", code="upstream_disconnected"
+            502,
+            "llama-server closed the connection before the response was complete",
+            code="upstream_disconnected",
+            retry_after=UNREACHABLE_RETRY_AFTER,  # it died or was killed: the supervisor restarts it
         )
     if isinstance(exc, TransportFailure):
         return ApiError(502, f"error talking to llama-server ({exc})", code="upstream_error")
@@ -105,7 +109,7 @@ def stalled_error(new_stalls: int, warnings: list[str]) -> ApiError | None:
         return None
     stall = next((w for w in warnings if w.startswith("stalled")), "stalled")
     message = f"llama-server stopped making progress on this request and was restarted ({stall})"
-    return ApiError(502, message, code="upstream_stalled")
+    return ApiError(502, message, code="upstream_stalled", retry_after=UNREACHABLE_RETRY_AFTER)  # restarting
 
 
 def from_upstream_status(status: int, body: bytes) -> ApiError:

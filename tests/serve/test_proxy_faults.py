@@ -85,6 +85,7 @@ def test_a_fresh_connection_closed_unanswered_is_retried_once_then_502(stack: St
     assert r.status_code == 502
     assert r.json()["error"]["code"] == "upstream_disconnected"
     assert r.json()["error"]["type"] == "upstream_error"
+    assert r.headers["retry-after"] == "5"  # upstream trouble: the replica is being restarted
     assert fake.connections == 2  # one try and exactly one retry
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import concurrent.futures
 import os
 import signal
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -101,6 +102,32 @@ def test_sigstop_mid_request_fails_the_request_and_the_next_one_succeeds(
         assert '"error"' in rest and "upstream_stalled" in rest, rest[-500:]
         assert STALL <= failed_after < STALL + 30
         assert inst.stalls == 1
+        stack.wait_serving(120)
+        assert served(stack).status_code == 200
+    finally:
+        stack.close()
+
+
+def test_sigstop_mid_whole_answer_is_a_502_with_retry_after(tmp_path: Path, bin_info: Any, echo_model: Path) -> None:
+    """Upstream trouble: the replica is being restarted, so the client is told when to retry."""
+    stack = real_stack(tmp_path, echo_model, bin_info, policy=stall_policy())
+    try:
+        inst = stack.supervisor.instances[0]
+        assert inst.pid is not None
+        pid = inst.pid
+        result: list[httpx.Response] = []
+        worker = threading.Thread(
+            target=lambda: result.append(
+                httpx.post(stack.url + "/v1/chat/completions", json=dict(CHAT, max_tokens=3000), timeout=120)
+            )
+        )
+        worker.start()
+        wait_for(lambda: inst.in_flight == 1, 30, "the request reached the replica")
+        os.kill(pid, signal.SIGSTOP)
+        worker.join(120)
+        (response,) = result
+        assert response.status_code == 502 and response.json()["error"]["code"] == "upstream_stalled", response.text
+        assert int(response.headers["retry-after"]) >= 1
         stack.wait_serving(120)
         assert served(stack).status_code == 200
     finally:
