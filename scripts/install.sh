@@ -40,6 +40,9 @@ if [ ${#need[@]} -gt 0 ]; then
   fi
 fi
 
+# setuptools warns on every editable install that a folder named like the package may shadow it;
+# here that folder is the package itself, so the warning (a boxed page on each run) only alarms
+export PYTHONWARNINGS="ignore:Editable installation"
 PY=${PYTHON:-python3}
 "$PY" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' || {
   echo "error: Python 3.11+ is required (found $("$PY" --version))" >&2; exit 1; }
