@@ -198,6 +198,7 @@ FIELDS: dict[str, Check] = {
                      "sse_ping_interval", "reasoning_budget_tokens"), integer(-1)),
     **dict.fromkeys(("n_indent", "n_discard", "n_cache_reuse", "repeat_last_n", "dry_allowed_length",
                      "dry_penalty_last_n", "min_keep", "top_k", "n_probs", "top_logprobs"), integer(0)),
+    "logprobs": lambda param, value: None if isinstance(value, bool) else integer(0)(param, value),
     "n": integer(1),
     "n_cmpl": integer(1),
     "t_max_predict_ms": integer(-1, INT64_MAX),
@@ -278,6 +279,9 @@ def check(body: dict[str, Any], *, openai_tools: bool = True) -> dict[str, Any] 
         _tools(body)
     if openai_tools and body.get("tool_choice") is not None:
         _tool_choice("tool_choice", body["tool_choice"])
+    if "messages" in body and body.get("logprobs") is not None and not isinstance(body["logprobs"], bool):
+        # chat reads it as a flag (a number was taken as true or false by its size); completions' is a count
+        raise _bad("logprobs", "must be true or false on chat; top_logprobs sets the number of candidates")
     spec = body.get("speculative")
     if isinstance(spec, dict):
         for key in ("n_max", "n_min"):

@@ -186,6 +186,11 @@ def test_field_ranges_follow_llama_server() -> None:
     assert refused({"lora": [{"id": 0, "scale": "x"}]}) == "lora[0].scale"
     assert refused({"dry_sequence_breakers": []}) == "dry_sequence_breakers"
     assert refused({"speculative": {"n_max": -1}}) == "speculative.n_max"
+    # chat's logprobs is a flag: 2.5 came back with logprobs and 1e30 without, both as 200
+    for bad in (2.5, 1e30, 5, -1, "yes", {}):
+        assert refused({"messages": [], "logprobs": bad}) == "logprobs", bad
+    assert refused({"messages": [], "logprobs": True, "top_logprobs": 2}) is None
+    assert refused({"prompt": "x", "logprobs": 3}) is None and refused({"prompt": "x", "logprobs": -1}) == "logprobs"
     assert refused({"tool_choice": "xyz"}) == "tool_choice"
     assert refused({"top_p": None, "stop": None}) is None  # null = the server's default
 
