@@ -8,6 +8,7 @@ from pathlib import Path
 from orchestrator.errors import UserError
 from orchestrator.models.shaped import disk_usage, write_shaped_model
 from orchestrator.models.tiny import draft_path, write_tiny_model
+from orchestrator.native.build import locate
 
 
 def run(out: Path, *, mode: str = "echo", q: float = 0.0, seed: int = 0, variant: str = "embedded") -> int:
@@ -22,11 +23,23 @@ def run(out: Path, *, mode: str = "echo", q: float = 0.0, seed: int = 0, variant
     for p in written:
         print(f"wrote {p} ({p.stat().st_size / 1e6:.1f} MB)")
     extra = ["-md", str(draft_path(out))] if variant == "separate" else []
-    hint = " ".join(["llama-server", "-m", str(out), *extra, "--spec-type", "draft-mtp", "--spec-draft-n-max", "3"])
+    server, note = _server()
+    hint = " ".join([server, "-m", str(out), *extra, "--spec-type", "draft-mtp", "--spec-draft-n-max", "3"]) + note
     print(
-        f"mode {mode}, q {q}, seed {seed}, variant {variant}; {time.monotonic() - t0:.1f} s. Serve it with:\n  {hint}"
+        f"mode {mode}, q {q}, seed {seed}, variant {variant}; {time.monotonic() - t0:.1f} s. Serve it with:\n  {hint}\n"
+        f"or behind the endpoint: `- {{name: tiny, path: {Path(out).resolve()}}}` under models: in models.yaml,"
+        " then `orchestrator up`"
     )
     return 0
+
+
+def _server() -> tuple[str, str]:
+    """The built llama-server's path and a note: ``orchestrator build`` puts none on PATH, so a
+    bare ``llama-server`` would not run; before a build, the bare name and how to get one."""
+    try:
+        return str(locate().server), ""
+    except UserError:
+        return "llama-server", "\n  (`orchestrator build` first: it builds one; `orchestrator build --show` says where)"
 
 
 def run_shaped(out: Path, *, shape: str, quant: str, q: float, seed: int, scale: str, profile: str = "plain") -> int:

@@ -165,12 +165,15 @@ def test_demo_model_is_cached_and_versioned(
     assert tm.demo_model() != path  # a new generator writes a new file
 
 
-def test_cli_make_tiny_model(tmp_path: Path, pinned_source: Path) -> None:
+def test_cli_make_tiny_model(tmp_path: Path, pinned_source: Path, bin_info: Any) -> None:
     out = tmp_path / "cli.gguf"
     res = CliRunner().invoke(app, ["make-tiny-model", str(out), "--q", "0.2", "--variant", "separate"])
     assert res.exit_code == 0, res.output
     assert out.is_file() and tm.draft_path(out).is_file()
     assert "-md" in res.output  # prints how to serve it
+    served_by = res.output.split("Serve it with:\n  ", 1)[1].split(" -m ", 1)[0]
+    assert served_by == str(bin_info.server) and os.access(served_by, os.X_OK)  # the built one: none is on PATH
+    assert f"path: {out.resolve()}" in res.output  # or through `orchestrator up`
     bad = CliRunner().invoke(app, ["make-tiny-model", str(tmp_path / "bad.gguf"), "--q", "1.5"])
     assert bad.exit_code == 2
     assert "q must be in [0, 1)" in bad.output and "Traceback" not in bad.output
