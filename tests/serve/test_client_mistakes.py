@@ -56,6 +56,8 @@ CASES: list[tuple[str, str, bytes | dict[str, Any], str | None]] = [
      chat(tools=[{"type": "function", "function": {"name": "f"}}],
           tool_choice={"type": "function", "function": {"name": "g"}}), "tool_choice"),
     ("tool_choice custom", CHAT, chat(tool_choice={"type": "custom", "custom": {"name": "f"}}), "tool_choice.type"),
+    ("completions without a prompt", "/v1/completions", {"model": "demo", "max_tokens": 2}, "prompt"),
+    ("completions with a null prompt", "/v1/completions", {"model": "demo", "prompt": None}, "prompt"),
     ("samplers i", CHAT, chat(samplers="i"), "samplers"),
     ("samplers assistant", CHAT, chat(samplers="assistant"), "samplers"),
     ("samplers infill unbounded", CHAT, chat(samplers=["top_k", "infill"], top_k=0), "samplers"),

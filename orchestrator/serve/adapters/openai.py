@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from orchestrator.errors import ApiError
 from orchestrator.serve import llama_fields, structured
 from orchestrator.serve import request_repair as chat
 from orchestrator.serve import response_repair as reasoning
@@ -69,6 +70,9 @@ class Completions(Generation):
     kind = "completions"
 
     def prepare(self, body: dict[str, Any], model: ModelConfig, policy: chat.RepairPolicy) -> BodyPlan:
+        if self.kind == "completions" and body.get("prompt") is None:
+            # llama-server answered "[json.exception.out_of_range.403] key 'prompt' not found"
+            raise ApiError(400, "prompt is required: the text (or token ids) to continue", param="prompt")
         structured.check(body)
         plan = BodyPlan()
         plan.apply(flatten(body, policy))
