@@ -87,11 +87,12 @@ class DraftTuner:
         self.params = params
 
     def decide(
-        self, kind: str, model: ModelConfig, body: dict[str, Any]
+        self, kind: str, model: ModelConfig, body: dict[str, Any], drafting_off: str | None = None
     ) -> tuple[dict[str, Any] | None, Ticket | None]:
         """``(new body or None, ticket or None)`` for a request of route ``kind`` to ``model``:
         the body with the chosen ``speculative.n_max`` when the policy chose; a ticket whenever
-        the answer should be learned from."""
+        the answer should be learned from. ``drafting_off``: why the proxy itself set K = 0
+        (``token_probs``), shown as the reason instead of ``client``."""
         self._sync()
         params = self.params.get(model.name)
         if params is None or kind not in GENERATING:
@@ -99,7 +100,7 @@ class DraftTuner:
         cls = draft_classes.classify(kind, body)
         own = body.get(FLAT)
         if isinstance(own, int) and not isinstance(own, bool):
-            return None, self._record(model.name, cls, min(own, params.ks[-1]), "client", None)
+            return None, self._record(model.name, cls, min(own, params.ks[-1]), drafting_off or "client", None)
         state = self.states[model.name]
         choice = draft_policy.choose(state, cls.key, cls.depth, params)
         self.states[model.name] = draft_policy.counted(state, cls.key, choice)

@@ -115,6 +115,7 @@ class ProxyRequest:
         self.instance: Instance | Peer | None = None
         self.timings: dict[str, Any] | None = None  # the answer's llama-server timings, once known
         self.ticket: Ticket | None = None  # the draft-length policy's choice for this request
+        self.drafting_off: str | None = None  # why the proxy set K = 0 itself (token probabilities)
         # the disconnect watch: the answer is complete / the client left / a (held) stream's head is out
         self.finished = self.disconnected = self.head_sent = False
 
@@ -168,6 +169,7 @@ class ProxyRequest:
         plan = internal.route.prepare(internal.body, self.model, self.settings.policy(self.model.name))
         for kind in plan.repairs:
             self.mm.repair(kind)
+        self.drafting_off = plan.drafting_off
         if plan.drafting_off is not None:
             self.mm.drafting_off(plan.drafting_off)
         if plan.body is not None:
@@ -183,7 +185,7 @@ class ProxyRequest:
         """Per-request speculation fields: the draft-length policy (``serve.draft_tuner``) sets this
         request's ``speculative.n_max`` on an adaptive model, unless the client set one or drafting
         is off for it (token probabilities); its ticket learns from the answer's timings."""
-        tuned, self.ticket = self.fwd.tuner.decide(self.route.kind, self.model, self.out.body)
+        tuned, self.ticket = self.fwd.tuner.decide(self.route.kind, self.model, self.out.body, self.drafting_off)
         if tuned is not None:
             self.out = Outgoing(self.out.path, tuned, dump_body(tuned))
 

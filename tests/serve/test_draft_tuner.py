@@ -90,3 +90,24 @@ def test_messages_draft_length_is_refused_not_ignored(tmp_path: Path, bin_info, 
         assert 'class="messages/' not in client.get("/metrics").text
     finally:
         stack.close()
+
+
+def test_drafting_off_for_token_probabilities_is_not_shown_as_the_clients_choice(
+    tmp_path: Path, bin_info, demo_model
+) -> None:
+    """logprobs turns drafting off (K = 0) by the proxy's own rule; /status and /metrics said the
+    client chose K = 0."""
+    spec = {"type": "draft-mtp", "n_max": 3, "adaptive": True}
+    models = [{"name": "demo", "parallel": 1, "ctx_size": 2048, "speculative": spec}]
+    stack = real_stack(tmp_path, demo_model, bin_info, models=models)
+    try:
+        client = httpx.Client(base_url=stack.url, timeout=120, trust_env=False)
+        body = {"model": "demo", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 6}
+        assert client.post("/v1/chat/completions", json={**body, "logprobs": True}).status_code == 200
+        assert client.post("/v1/chat/completions", json={**body, "speculative": {"n_max": 1}}).status_code == 200
+        assert [b["speculative.n_max"] for b in stack.recorder.bodies()] == [0, 1]
+        recent = client.get("/status").json()["draft_policy"]["demo"]["recent"]
+        assert [(r["k"], r["reason"]) for r in recent] == [(1, "client"), (0, "token_probs")]
+        assert 'k="0",model="demo",reason="token_probs"' in client.get("/metrics").text
+    finally:
+        stack.close()
