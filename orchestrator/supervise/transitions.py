@@ -42,6 +42,7 @@ class ModelTransitions:
     swaps: int
     config_error: str | None
     _tasks: set[asyncio.Task[Any]]
+    _closed: bool
 
     @property
     def config(self) -> Config:
@@ -85,6 +86,10 @@ class ModelTransitions:
             self._set(m, ModelState.UNLOADED, "load cancelled")
             raise
         m.load_started = None
+        if problem is not None and self._closed:
+            # shutdown stopped its replicas mid-load (Ctrl-C during `up`): the model did not fail
+            self._set(m, ModelState.UNLOADED, "load cancelled (shutting down)")
+            return
         if problem is not None:
             await self.effects.stop_replicas(m.instances, 0.0)
             m.failed_at = self.effects.now()

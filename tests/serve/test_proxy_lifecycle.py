@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
+import logging
 import os
 import signal
 import time
@@ -26,6 +27,7 @@ from proxy_harness import Stack, real_stack
 from supervision_helpers import fake_spec, fast_policy
 
 from orchestrator.config.schema import Config, ModelConfig, ServerConfig, Timeouts
+from orchestrator.supervise.model_state import ModelState
 from orchestrator.supervise.status import status_row
 from orchestrator.supervise.supervisor import ProcessState
 
@@ -142,5 +144,25 @@ def test_kill_9_mid_stream_gives_an_error_event_then_recovers(tmp_path: Path, bi
             for n, _chunk in enumerate(stream):
                 if n == 2:
                     os.kill(pid, signal.SIGKILL)
+    finally:
+        stack.close()
+
+
+def test_shutdown_during_a_load_is_not_a_failed_load(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Ctrl-C while `up` still loads: the stop is the user's, so no 'failed to load' is logged or
+    shown and the model ends unloaded, not failed (the load is slow by fault: --load-seconds -1)."""
+    config = Config(models=[ModelConfig(name="demo", path="/unused.gguf")])
+    stack = Stack(config, [fake_spec("--load-seconds", "-1")], tmp_path / "logs", policy=fast_policy())
+    try:
+        stack.run(stack.scheduler.start())
+        model = stack.scheduler.models["demo"]
+        deadline = time.monotonic() + 30
+        while not (model.state is ModelState.LOADING and stack.supervisor.instances[0].pid):
+            assert time.monotonic() < deadline, (model.state, stack.supervisor.snapshot())
+            time.sleep(0.05)
+        with caplog.at_level(logging.WARNING):
+            stack.run(stack.scheduler.close(3.0))
+        assert not [r for r in caplog.records if "failed to load" in r.getMessage()]
+        assert model.state is ModelState.UNLOADED and "shutting down" in (model.reason or ""), model.state
     finally:
         stack.close()
