@@ -66,6 +66,7 @@ class DraftTuner:
             ["model", "class", "k"],
             registry=registry,
         )
+        self._expected_labels: set[tuple[str, str, str]] = set()  # the (model, class, k) series set
         self._sync()
 
     def _sync(self) -> None:
@@ -81,6 +82,10 @@ class DraftTuner:
         }
         self.states = {n: s for n, s in self.states.items() if n in params and params[n] == self.params.get(n)}
         self.recent = {n: r for n, r in self.recent.items() if n in self.states}
+        # statistics dropped: so are their expectations (a K no longer launched kept its last figure)
+        for labels in [lb for lb in self._expected_labels if lb[0] not in self.states]:
+            self.expected.remove(*labels)
+            self._expected_labels.discard(labels)
         for name in params:
             self.states.setdefault(name, draft_policy.State())
             self.recent.setdefault(name, deque(maxlen=RECENT))
@@ -111,6 +116,7 @@ class DraftTuner:
         self.choices.labels(model, cls.key, str(k), reason).inc()
         for kk, tps in (expected or {}).items():
             self.expected.labels(model, cls.key, str(kk)).set(round(tps, 3))
+            self._expected_labels.add((model, cls.key, str(kk)))
         row = {"at": time.time(), "class": cls.key, "k": k, "reason": reason}
         if expected:
             row["expected"] = {str(kk): round(v, 2) for kk, v in expected.items()}

@@ -231,15 +231,24 @@ def test_the_tuner_follows_a_reload_of_the_adaptive_switch() -> None:
         return Config(models=[ModelConfig(name="m", path="m.gguf", speculative=spec)])  # type: ignore[arg-type]
 
     running = RunningConfig(config(True))
-    tuner = DraftTuner(running, CollectorRegistry())
+    registry = CollectorRegistry()
+    tuner = DraftTuner(running, registry)
     body = {"prompt": "The quick brown fox"}
     new, ticket = tuner.decide("completions", running.current.models[0], body)
     assert new == {**body, "speculative.n_max": 3} and ticket is not None and ticket.reason == "probe"
     tuner.learn(ticket, {"predicted_n": 32, "predicted_ms": 400.0, "draft_n": 16, "draft_n_accepted": 16})
     assert tuner.status()["m"]["recent"][0]["accepted"] == "16/16"
+    tuner.decide("completions", running.current.models[0], body)  # chosen from what was learned
+
+    def expected_ks() -> set[str]:
+        gauge = "orchestrator_draft_policy_expected_tokens_per_second"
+        return {s.labels["k"] for m in registry.collect() if m.name == gauge for s in m.samples}
+
+    assert expected_ks() == {"0", "1", "2", "3"}
     running.swap(config(False))
     assert tuner.decide("completions", running.current.models[0], body) == (None, None)
     assert tuner.status() == {}
+    assert expected_ks() == set()  # the expectations went with the statistics (K = 3 stayed at its last figure)
     running.swap(config(True, n_max=2))
     assert tuner.status()["m"] == {"ks": [0, 1, 2], "recent": []}
     assert tuner.decide("chat", running.current.models[0], {"messages": [], "speculative.n_max": 0})[0] is None
