@@ -102,10 +102,12 @@ def _parse(name: str, text: str) -> Any:
     except MarkedYAMLError as err:
         mark = err.problem_mark or err.context_mark
         line = mark.line + 1 if mark is not None else None
-        what = " ".join(x for x in (err.context, err.problem) if x)
-        _fail(
-            name, line, f"YAML syntax error: {what}", "fix the YAML at that line (indentation, quotes, ':' after keys)"
-        )
+        # an unclosed `[`, `{` or quote is found lines later: name the line where it opened too
+        opened = err.context_mark.line + 1 if err.context_mark is not None else None
+        where = f" (started on line {opened})" if err.context and opened and opened != line else ""
+        what = " ".join(x for x in (f"{err.context}{where}" if err.context else None, err.problem) if x)
+        hint = "fix the YAML at that line" + (f" or on line {opened}" if where else "")
+        _fail(name, line, f"YAML syntax error: {what}", hint + " (indentation, quotes, ':' after keys, closing ] or })")
     except YAMLError as err:
         _fail(name, None, f"YAML error: {err}", "fix the YAML syntax")
     except RecursionError:

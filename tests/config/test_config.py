@@ -263,6 +263,13 @@ def test_yaml_syntax_error_has_its_line(tmp_path: Path) -> None:
     assert err.problems[0].line in (3, 4, 5)
 
 
+def test_an_unclosed_bracket_names_the_line_it_started_on(tmp_path: Path) -> None:
+    path = write(tmp_path, "models:\n  - name: demo\n    aliases: [tiny\n    ctx_size: 2048\n")
+    err = problems(path)
+    assert err.problems[0].line == 4  # where the parser noticed
+    assert "(started on line 3)" in str(err) and "on line 3" in (err.hint or ""), (str(err), err.hint)
+
+
 def test_duplicate_yaml_key_is_located(tmp_path: Path) -> None:
     path = write(tmp_path, "models:\n  - name: a\n    path: a.gguf\n    path: b.gguf\n")
     err = problems(path)
