@@ -47,6 +47,13 @@ FEATURES: tuple[Feature, ...] = (
         "back 516 tokens or to the last user message instead of 16",
     ),
     Feature(
+        "anthropic",
+        "llama.cpp's own fields and timings on /v1/messages",
+        "llama-server's Anthropic conversion drops the draft length per request and the slot the proxy "
+        "picks, and its answers carry no timings: Claude Code's requests draft at the launch K, lose slot "
+        "affinity, and are missing from the decode and acceptance figures and the adaptive policy",
+    ),
+    Feature(
         "checkpoint",
         "slot checkpoints",
         "what the checkpoint patch keeps of a hybrid model's slot is not kept: more of a long prompt is "

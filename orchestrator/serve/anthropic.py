@@ -34,11 +34,12 @@ Refused with 400 (the field named in the message): a role other than user/assist
 developer, moved as above), a content block type llama-server does not convert (it would drop it),
 image blocks for a model without a vision projector, structured output (``output_format``,
 ``output_config.format``: llama-server's conversion drops them, so the output would not be
-constrained), a per-request draft length (``speculative``, ``speculative.n_max``/``n_min``: the
-conversion keeps only a fixed list of fields, so it would never reach the slot), ``tools`` that
-is not a list of tools with a ``name`` and an ``input_schema`` object, a ``tool_choice`` with an
-unknown type or ``type: tool`` without ``name``, and a conversation with no user text (template:
-``No user query found in messages.``).
+constrained), ``tools`` that is not a list of tools with a ``name`` and an ``input_schema``
+object, a ``tool_choice`` with an unknown type or ``type: tool`` without ``name``, a bad draft
+length (``speculative``, as on every route), and a conversation with no user text (template:
+``No user query found in messages.``). A draft length (``"speculative": {"n_max": K}``) is
+flattened as on the chat route; llama.cpp's own fields reach the slot through native patch 0005
+(upstream's Anthropic conversion keeps only a fixed list of keys).
 
 Errors on these routes use Anthropic's shape: ``{"type": "error", "error": {"type", "message"}}``
 (:func:`error_body`); in a stream, an ``event: error`` event (:func:`error_event`).
@@ -57,6 +58,7 @@ from orchestrator.serve.request_repair import (
     RepairPolicy,
     RepairResult,
 )
+from orchestrator.serve.speculative_fields import flat_speculative_fields
 from orchestrator.serve.thinking import anthropic_enable
 
 ROUTES = ("/v1/messages", "/v1/messages/count_tokens")
@@ -293,19 +295,7 @@ def _repair_tools(body: dict[str, Any], kinds: list[str]) -> list[Any] | None:
     return None
 
 
-# Per-request draft-length fields: server_chat_convert_anthropic_to_oai copies only a fixed list of
-# keys (temperature, top_p, top_k, stream, chat_template_kwargs...), so these would be dropped.
-SPECULATIVE_FIELDS = ("speculative", "speculative.n_max", "speculative.n_min")
-
-
 def _refuse_unsupported(body: dict[str, Any]) -> None:
-    for key in SPECULATIVE_FIELDS:
-        if key in body:
-            raise _bad(
-                f"{key} (the draft length per request) is not applied on /v1/messages: llama-server's "
-                "Anthropic conversion drops it; use /v1/chat/completions to set it",
-                key,
-            )
     if body.get("output_format") is not None:
         raise _bad(
             "output_format (structured output) is not supported on /v1/messages by this server; "
@@ -337,6 +327,9 @@ def repair_request(body: dict[str, Any], policy: RepairPolicy) -> RepairResult:
     """
     kinds: list[str] = []
     _refuse_unsupported(body)
+    spec = flat_speculative_fields(body)  # reaches the slot through native patch 0005
+    if spec is not None:
+        _add(kinds, "speculative_flattened")
     turns, merged = _repair_turns(body.get("messages"), policy, kinds)
     new: dict[str, Any] = {}
     system = body.get("system")
@@ -354,6 +347,9 @@ def repair_request(body: dict[str, Any], policy: RepairPolicy) -> RepairResult:
     if not kinds:
         return RepairResult(body=body, changed=False, repairs=[], thinking=_thinking_on(body))
     out = {**body, **new, "messages": turns}
+    if spec is not None:
+        out.pop("speculative", None)
+        out.update(spec)
     if tools:
         out["tools"] = tools
     elif tools is not None:

@@ -25,10 +25,10 @@ from orchestrator.config.running import RunningConfig
 from orchestrator.config.schema import Config, ModelConfig
 from orchestrator.serve import draft_classes, draft_policy
 
-# Route kinds that decode and pass speculative.n_max on to the slot. Not "messages": llama-server's
-# Anthropic conversion (server_chat_convert_anthropic_to_oai) keeps only a fixed list of fields, so
-# a K chosen for /v1/messages never applied, and its answers carry no timings to learn from.
-GENERATING = frozenset({"chat", "completions", "responses", "infill"})
+# Route kinds that decode and pass speculative.n_max on to the slot ("messages" through native
+# patch 0005: upstream's Anthropic conversion keeps only a fixed list of fields, and its answers
+# carried no timings to learn from).
+GENERATING = frozenset({"chat", "completions", "messages", "responses", "infill"})
 RECENT = 50  # choices kept per model for /status and the console
 FLAT = "speculative.n_max"
 

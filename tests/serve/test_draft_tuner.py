@@ -66,28 +66,37 @@ def test_a_model_without_adaptive_is_left_alone(tmp_path: Path, bin_info, demo_m
         stack.close()
 
 
-def test_messages_draft_length_is_refused_not_ignored(tmp_path: Path, bin_info, demo_model) -> None:
-    """llama-server's Anthropic conversion keeps a fixed list of fields: a K sent on /v1/messages
-    never reached the slot. The policy leaves those requests alone (no choice shown that did not
-    apply) and a client's own draft length there is a 400 in Anthropic's shape, not a silent no-op."""
+def test_messages_get_a_draft_length_and_teach_the_policy(tmp_path: Path, bin_info, demo_model) -> None:
+    """/v1/messages (Claude Code's API) is tuned like the other routes: native patch 0005 passes the
+    chosen ``speculative.n_max`` through llama-server's Anthropic conversion and puts ``timings`` on
+    the answer, whole or streamed, so the policy learns from it. A client's own nested draft length
+    is flattened and applied (no drafts at K = 0); a bad one is a 400 in Anthropic's shape."""
     spec = {"type": "draft-mtp", "n_max": 3, "adaptive": True}
     models = [{"name": "demo", "parallel": 1, "ctx_size": 2048, "speculative": spec}]
     stack = real_stack(tmp_path, demo_model, bin_info, models=models)
     try:
         client = httpx.Client(base_url=stack.url, timeout=120, trust_env=False)
-        body = {"model": "demo", "max_tokens": 8, "messages": [{"role": "user", "content": "hello"}]}
-        assert client.post("/v1/messages", json=body).status_code == 200
-        assert "speculative.n_max" not in stack.recorder.bodies("/v1/messages")[0]
-        assert client.get("/status").json()["draft_policy"]["demo"]["recent"] == []
-        for own in ({"speculative": {"n_max": 0}}, {"speculative.n_max": 1}, {"speculative.n_max": -1}):
-            resp = client.post("/v1/messages", json={**body, **own})
+        body = {"model": "demo", "max_tokens": 16, "messages": [{"role": "user", "content": "hello there"}]}
+        whole = client.post("/v1/messages", json=body)
+        assert whole.status_code == 200 and whole.json()["timings"]["draft_n"] > 0  # the probe at K = 3
+        with client.stream("POST", "/v1/messages", json={**body, "stream": True}) as resp:
+            assert resp.status_code == 200 and "message_stop" in resp.read().decode()
+        sent = stack.recorder.bodies("/v1/messages")
+        assert sent[0]["speculative.n_max"] == 3 and isinstance(sent[1]["speculative.n_max"], int)
+        recent = client.get("/status").json()["draft_policy"]["demo"]["recent"]
+        assert [r["class"] for r in recent] == ["messages/no-tools/<2K/latin"] * 2
+        assert all("tokens_per_second" in r for r in recent), recent  # learned from both answers
+
+        own = client.post("/v1/messages", json={**body, "speculative": {"n_max": 0}})
+        assert own.status_code == 200 and own.json()["timings"].get("draft_n", 0) == 0
+        assert stack.recorder.bodies("/v1/messages")[-1]["speculative.n_max"] == 0
+        assert "speculative" not in stack.recorder.bodies("/v1/messages")[-1]
+        assert client.get("/status").json()["draft_policy"]["demo"]["recent"][0]["reason"] == "client"
+        for bad in ({"speculative": {"n_max": -1}}, {"speculative.n_max": "3"}):
+            resp = client.post("/v1/messages", json={**body, **bad})
             assert resp.status_code == 400, resp.text
-            err = resp.json()
-            assert err["type"] == "error" and err["error"]["type"] == "invalid_request_error"
-            assert "/v1/chat/completions" in err["error"]["message"] or "speculative" in err["error"]["message"]
-        assert len(stack.recorder.bodies("/v1/messages")) == 1  # none of them reached llama-server
-        assert client.get("/status").json()["draft_policy"]["demo"]["recent"] == []
-        assert 'class="messages/' not in client.get("/metrics").text
+            assert resp.json()["type"] == "error" and resp.json()["error"]["type"] == "invalid_request_error"
+        assert len(stack.recorder.bodies("/v1/messages")) == 3  # the bad ones never reached llama-server
     finally:
         stack.close()
 
