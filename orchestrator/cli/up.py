@@ -259,6 +259,9 @@ class UpDisplay:
             return
         for inst in self.supervisor.instances:
             text = inst.state.value + (f" ({inst.message.splitlines()[0]})" if inst.message else "")
+            if inst.name not in self._seen and text == "stopped":
+                self._seen[inst.name] = text  # not launched yet: "stopped" before "loading" only confuses
+                continue
             if self._seen.get(inst.name) != text:
                 self._seen[inst.name] = text
                 port = inst.base_url.rsplit(":", 1)[1] if inst.base_url else "-"

@@ -128,6 +128,7 @@ def test_up_serves_chat_status_logs_drain_and_down(tmp_path: Path, bin_info, dem
         assert (up.state / "run.json").stat().st_mode & 0o777 == 0o600
         banner = up.out.read_text()
         assert f"{endpoint}/v1" in banner and "curl -N" in banner and "from openai import OpenAI" in banner
+        assert "demo-0: " in banner and "demo-0: stopped" not in banner  # states, but no "stopped" before the launch
 
         body = {"model": "demo", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 8, "temperature": 0}
         resp = httpx.post(f"{endpoint}/v1/chat/completions", json=body, timeout=120, trust_env=False)
