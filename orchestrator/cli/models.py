@@ -109,6 +109,8 @@ def _bytes(n: Any) -> str:
 
 def load(name: str, timeout: float = 900.0) -> int:
     """Load model ``name`` (evicting idle ones when memory is short) and wait until it serves."""
+    if statefile.read_live() is None:
+        return _fail(0, NOT_RUNNING)  # before "loading ...": nothing is loading
     print(f"loading {name} ...", flush=True)
     status, doc = _request("POST", "/models/load", {"model": name}, timeout=timeout)
     if status != 200:

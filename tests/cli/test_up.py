@@ -22,6 +22,7 @@ from supervision_helpers import (
 )
 
 from orchestrator.cli import control
+from orchestrator.cli import models as models_cli
 from orchestrator.cli.up import run_up
 from orchestrator.errors import UserError
 from orchestrator.host import statefile
@@ -104,6 +105,10 @@ def test_control_commands_without_an_orchestrator(state: Path, capsys) -> None:
     assert control.status(json_out=False) == 1
     assert "no orchestrator is running" in capsys.readouterr().err
     assert control.down(timeout=1) == 1
+    capsys.readouterr()
+    assert models_cli.load("demo") == 1
+    out = capsys.readouterr()
+    assert "no orchestrator is running" in out.err and "loading" not in out.out
     with pytest.raises(UserError, match="no log for instance 'nope'"):
         control.logs("nope")
     # the logs of the last run stay readable, by instance or by a model's name when it had one replica
