@@ -120,7 +120,8 @@ def from_upstream_status(status: int, body: bytes) -> ApiError:
         body: its body; llama-server sends ``{"error": {"code", "message", "type"}}``.
 
     Returns:
-        For a 500 that is a client's mistake (``llama_fields.client_mistake``: a template
+        For a 501 (the model's launch does not serve the route), a 400 ``not_supported``. For a
+        500 that is a client's mistake (``llama_fields.client_mistake``: a template
         exception, malformed tools...), a 400 naming the field. For other 5xx, ``ApiError`` 502
         ``upstream_error`` carrying llama-server's message. For 4xx, the same status, message and (string)
         ``type``/``code`` in the OpenAI shape.
@@ -139,9 +140,10 @@ def from_upstream_status(status: int, body: bytes) -> ApiError:
     if message is None:
         message = body[:500].decode("utf-8", errors="replace").strip() or f"HTTP {status}"
     if status == 501:
-        # llama-server's "not supported" (e.g. /v1/embeddings without --embeddings): a fact about
-        # the model's launch, not an upstream failure
-        return ApiError(501, f"llama-server: {message}", code="not_implemented", type_="invalid_request_error")
+        # llama-server's "not supported" (/v1/embeddings without --embeddings, /infill on a model
+        # without FIM tokens): the client asked this model for what it does not serve (its
+        # /v1/models capabilities say so), a client's mistake and a 400, not a server fault
+        return ApiError(400, f"llama-server: {message}", code="not_supported", type_="invalid_request_error")
     if status == 500 and (mistake := llama_fields.client_mistake(message)) is not None:
         return mistake  # the exception came from parsing the client's body, not from a fault
     if status >= 500:

@@ -63,11 +63,7 @@ def assert_error_shape(path: str, status: int, doc: Any) -> None:
 def check_answer(path: str, response: httpx.Response, elapsed: float, content: bytes) -> None:
     COUNTS[response.status_code] += 1
     assert elapsed < TIME_BOUND, f"{path} took {elapsed:.1f} s for {content[:300]!r}"
-    # 501: llama-server's "not supported" (no infill tokens in the tiny model, no --reranking): a fact, not a fault
-    not_supported = response.status_code == 501 and path in ("/infill", "/v1/rerank")
-    assert response.status_code < 500 or not_supported, (
-        f"{path} {response.status_code} {response.text[:300]} for {content[:300]!r}"
-    )
+    assert response.status_code < 500, f"{path} {response.status_code} {response.text[:300]} for {content[:300]!r}"
     if response.status_code >= 400:
         assert_error_shape(path, response.status_code, response.json())
 

@@ -49,11 +49,14 @@ def test_apply_template_and_input_tokens_get_the_chat_repair(stack: Stack) -> No
     [
         ("/v1/rerank", {"model": "demo", "query": "a", "documents": ["b"]}),
         ("/infill", {"model": "demo", "input_prefix": "def f(", "input_suffix": "):"}),
+        ("/v1/embeddings", {"model": "demo", "input": "a"}),
     ],
 )
-def test_unsupported_by_the_launch_is_501_from_llama_server(stack: Stack, path: str, body: dict[str, Any]) -> None:
+def test_unsupported_by_the_launch_is_a_400_not_llama_servers_501(
+    stack: Stack, path: str, body: dict[str, Any]
+) -> None:
     r = post(stack, path, body)
-    assert r.status_code == 501 and r.json()["error"]["code"] == "not_implemented"
+    assert r.status_code == 400 and r.json()["error"]["code"] == "not_supported", r.text
 
 
 def test_unknown_model_and_unknown_route(stack: Stack) -> None:

@@ -210,8 +210,9 @@ def test_nan_and_deep_nesting_are_400_invalid_json() -> None:
         assert info.value.status == 400 and info.value.code == "invalid_json"
 
 
-def test_upstream_501_is_passed_on_as_501_not_502() -> None:
+def test_upstream_501_is_a_400_not_a_5xx() -> None:
+    """A route the model's launch does not serve is the client's mistake (capabilities say so)."""
     from orchestrator.serve.upstream_errors import from_upstream_status
 
     err = from_upstream_status(501, b'{"error":{"message":"This server does not support embeddings."}}')
-    assert err.status == 501 and "embeddings" in err.message
+    assert err.status == 400 and err.code == "not_supported" and "embeddings" in err.message
