@@ -43,6 +43,10 @@ def resolve_file(text: str, config_dir: Path) -> Path:
 
 HF_PREFIX = "hf:"
 _REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
+#: a hub page's address: the repository, then optionally /blob|resolve/REVISION/FILE
+_WEB = re.compile(
+    r"^https?://(?:www\.)?(?:hf\.co|huggingface\.co)/([^/?#]+/[^/?#]+)(?:/(?:blob|resolve)/([^/]+)/([^?#]+))?"
+)
 
 
 @dataclass(frozen=True)
@@ -70,6 +74,11 @@ def parse_hf_source(text: str) -> HfSource:
         ValueError: not of that form (the message says what is wrong).
     """
     body = text.removeprefix(HF_PREFIX).strip()
+    web = _WEB.match(body)
+    if web:  # a page's address pasted from the browser: say what to write instead
+        repo, rev, file = web.group(1), web.group(2), web.group(3)
+        spec = repo + (f":{file}" if file else "") + (f"@{rev}" if rev and rev != "main" else "")
+        raise ValueError(f"{text!r} is a web address; write the repository id: {spec}")
     revision = None
     if "@" in body:
         body, revision = body.rsplit("@", 1)

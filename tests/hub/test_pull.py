@@ -74,6 +74,11 @@ def test_hf_sources_parse_and_bad_ones_are_config_errors(tmp_path: Path) -> None
         "unsloth/Qwen3.6-35B-A3B-GGUF", "UD-Q4_K_XL"
     )
     assert parse_hf_source("o/n@v1").spec == "o/n@v1"
+    # a browser address names the id to write instead of "'https' is not a repository id"
+    with pytest.raises(ValueError, match=r"web address; write the repository id: unsloth/Q-GGUF$"):
+        parse_hf_source("https://huggingface.co/unsloth/Q-GGUF")
+    with pytest.raises(ValueError, match=r"repository id: unsloth/Q-GGUF:UD-Q4_K_XL/q-00001-of-00002\.gguf@v2$"):
+        parse_hf_source("https://huggingface.co/unsloth/Q-GGUF/blob/v2/UD-Q4_K_XL/q-00001-of-00002.gguf?download=1")
     from orchestrator.config.load import load_config
 
     bad = tmp_path / "models.yaml"
