@@ -201,6 +201,7 @@ FIELDS: dict[str, Check] = {
     "logprobs": lambda param, value: None if isinstance(value, bool) else integer(0)(param, value),
     "n": integer(1),
     "n_cmpl": integer(1),
+    "prompt": lambda param, value: _token_ids(param, value),
     "t_max_predict_ms": integer(-1, INT64_MAX),
     "mirostat": integer(0, 2),
     "seed": integer(-1, 2**32 - 1),  # uint32 there; -1 = random
@@ -292,6 +293,17 @@ def check(body: dict[str, Any], *, openai_tools: bool = True) -> dict[str, Any] 
     return None
 
 
+def _token_ids(param: str, value: Any) -> None:
+    """Token ids in a prompt (``[1, 2]``, ``[[1, 2], "text"]``...): llama-server reads them as int32,
+    so 2**40 wrapped to token 0 and was answered as if sent; beyond the vocabulary it refuses."""
+    items = value if isinstance(value, list) else []
+    for i, item in enumerate(items):
+        for j, token in enumerate(item if isinstance(item, list) else [item]):
+            if isinstance(token, int) and not isinstance(token, bool) and not 0 <= token <= INT32_MAX:
+                where = f"{param}[{i}][{j}]" if isinstance(item, list) else f"{param}[{i}]"
+                raise _bad(where, f"a token id must be between 0 and {INT32_MAX} (got {token})")
+
+
 def check_embedding_input(body: dict[str, Any]) -> None:
     """``input`` of ``/v1/embeddings``: text, a list of texts, token ids, or lists of token ids.
 
@@ -312,6 +324,7 @@ def check_embedding_input(body: dict[str, Any]) -> None:
     )
     if not ok:
         raise _bad("input", "must be a string, a list of strings, a list of token ids, or a list of such lists")
+    _token_ids("input", value)
 
 
 # llama-server's 500 answers that are a client's mistake: (start of its message, the field, where).

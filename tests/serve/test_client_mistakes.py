@@ -58,6 +58,10 @@ CASES: list[tuple[str, str, bytes | dict[str, Any], str | None]] = [
     ("tool_choice custom", CHAT, chat(tool_choice={"type": "custom", "custom": {"name": "f"}}), "tool_choice.type"),
     ("completions without a prompt", "/v1/completions", {"model": "demo", "max_tokens": 2}, "prompt"),
     ("completions with a null prompt", "/v1/completions", {"model": "demo", "prompt": None}, "prompt"),
+    ("prompt token id beyond int32", "/v1/completions", {"model": "demo", "prompt": [2**40], "max_tokens": 2},
+     "prompt[0]"),
+    ("nested prompt token id beyond int32", "/v1/completions",
+     {"model": "demo", "prompt": ["a", [1, 2**32]], "max_tokens": 2}, "prompt[1][1]"),
     ("samplers i", CHAT, chat(samplers="i"), "samplers"),
     ("samplers assistant", CHAT, chat(samplers="assistant"), "samplers"),
     ("samplers infill unbounded", CHAT, chat(samplers=["top_k", "infill"], top_k=0), "samplers"),
@@ -192,6 +196,7 @@ def test_field_ranges_follow_llama_server() -> None:
     for bad in (2.5, 1e30, 5, -1, "yes", {}):
         assert refused({"messages": [], "logprobs": bad}) == "logprobs", bad
     assert refused({"messages": [], "logprobs": True, "top_logprobs": 2}) is None
+    assert refused({"prompt": [1, [2, 3], "a"]}) is None and refused({"prompt": [[1, -5]]}) == "prompt[0][1]"
     assert refused({"prompt": "x", "logprobs": 3}) is None and refused({"prompt": "x", "logprobs": -1}) == "logprobs"
     assert refused({"tool_choice": "xyz"}) == "tool_choice"
     assert refused({"top_p": None, "stop": None}) is None  # null = the server's default
