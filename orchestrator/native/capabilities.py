@@ -103,7 +103,14 @@ def _run_help(build: BuildInfo, server: Path) -> str:
     if out.returncode != 0:
         message, hint = start_failure(server, out.returncode, out.stdout + out.stderr)
         raise UserError(message, hint=hint)
-    return out.stdout + out.stderr
+    text = out.stdout + out.stderr
+    if (build.manifest or {}).get("adopted") and not all(flag in text for flag in ("--model", "--port")):
+        # `up --llama-server` at another program: say so, not "does not support --spec-type draft-mtp"
+        raise UserError(
+            f"{server} is not a llama-server: its --help lists no --model and --port",
+            hint="point build.llama_server (or up --llama-server) at the llama-server binary of your llama.cpp",
+        )
+    return text
 
 
 def build_backend(build: BuildInfo) -> str:

@@ -97,6 +97,26 @@ def test_a_path_that_is_not_a_llama_server_is_refused(tmp_path: Path) -> None:
         done.returncode == 2 and f"{tmp_path / 'bin' / 'llama-server'}: not an executable llama-server" in done.stderr
     )
     assert "Traceback" not in done.stderr
+    # an executable that is another program: named as such, not "does not support --spec-type draft-mtp"
+    other = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "orchestrator.cli.app",
+            "up",
+            "-c",
+            str(config),
+            "--dry-run",
+            "--llama-server",
+            "/bin/ls",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert other.returncode == 2 and "/bin/ls is not a llama-server" in other.stderr, other.stderr
+    assert "Traceback" not in other.stderr
 
 
 @pytest.mark.server
