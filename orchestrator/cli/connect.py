@@ -11,7 +11,8 @@ def run(
     client: str, config: Path, *, model: str | None, write: bool, show_key: bool, max_output: int | None = None
 ) -> int:
     """Print ``client``'s settings (the running ``up``'s address when there is one); with ``write``
-    update the client's config file after a backup. The key is printed only with ``show_key``."""
+    update the client's config file after a backup. The key is printed only with ``show_key``.
+    Without ``config`` on disk, a running ``up``'s models.yaml serves."""
     from orchestrator.config.load import load_config
     from orchestrator.connect.clients import client_config
     from orchestrator.connect.clients import write as write_config
@@ -19,6 +20,8 @@ def run(
     from orchestrator.host import statefile
 
     live = statefile.read_live()
+    if live is not None and not config.exists() and live.get("config") and Path(str(live["config"])).is_file():
+        config = Path(str(live["config"]))  # run outside up's folder: the running up's models.yaml
     same = live is not None and Path(str(live.get("config", ""))) == config.resolve()
     ep = endpoint_of(load_config(config), live if same else None)
     settings = client_config(client, ep, model, show_key, max_output)

@@ -4,6 +4,7 @@ and ``--write`` editing the client's own file (a backup first, the rest of the f
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import tomllib
@@ -130,3 +131,22 @@ def test_the_cli_prints_and_refuses_an_unknown_client(tmp_path: Path, home: Path
     assert done.returncode == 0 and "wire_api" in done.stdout and SECRET not in done.stdout
     done = subprocess.run([*cli, "cursor", "-c", str(config)], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "unknown client 'cursor'" in done.stderr and "claude-code" in done.stderr
+
+
+def test_outside_the_folder_of_a_running_up_its_models_yaml_is_used(
+    tmp_path: Path, home: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `orchestrator connect codex` from another folder while `up` runs: not "models.yaml: no such file"
+    from orchestrator.cli import connect
+    from orchestrator.host import statefile
+
+    config = _config(tmp_path)
+    monkeypatch.setenv("ORCHESTRATOR_STATE", str(tmp_path / "state"))
+    me = os.getpid()
+    started = statefile.process_start_time(me)
+    statefile.write({"pid": me, "pid_started": started, "endpoint": "http://127.0.0.1:8123", "config": str(config)})
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert connect.run("codex", Path("models.yaml"), model=None, write=False, show_key=False) == 0
+    assert 'base_url = "http://127.0.0.1:8123/v1"' in capsys.readouterr().out
