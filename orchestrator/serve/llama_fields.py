@@ -157,6 +157,8 @@ def _logit_bias(param: str, value: Any) -> None:
     bias_ok = (int, float)
     if isinstance(value, dict):
         for key, bias in value.items():
+            if key.lstrip("-").isdigit() and not 0 <= int(key) <= INT32_MAX:  # wrapped to another token there
+                raise _bad(f"{param}.{key}", f"a token id must be between 0 and {INT32_MAX}")
             if bias is not False and (isinstance(bias, bool) or not isinstance(bias, bias_ok)):
                 raise _bad(f"{param}.{key}", "a bias must be a number, or false to ban the token")
         return
@@ -166,6 +168,8 @@ def _logit_bias(param: str, value: Any) -> None:
         ok = isinstance(pair, list) and len(pair) == 2 and isinstance(pair[0], (int, str))
         if not ok or isinstance(pair[0], bool) or (pair[1] is not False and not isinstance(pair[1], bias_ok)):
             raise _bad(f"{param}[{i}]", "must be a [token id or text, bias number or false] pair")
+        if isinstance(pair[0], int) and not 0 <= pair[0] <= INT32_MAX:
+            raise _bad(f"{param}[{i}]", f"a token id must be between 0 and {INT32_MAX}")
 
 
 def _lora(param: str, value: Any) -> None:
@@ -201,7 +205,7 @@ FIELDS: dict[str, Check] = {
     "logprobs": lambda param, value: None if isinstance(value, bool) else integer(0)(param, value),
     "n": integer(1),
     "n_cmpl": integer(1),
-    "prompt": lambda param, value: _token_ids(param, value),
+    "prompt": lambda param, value: check_token_ids(param, value),
     "t_max_predict_ms": integer(-1, INT64_MAX),
     "mirostat": integer(0, 2),
     "seed": integer(-1, 2**32 - 1),  # uint32 there; -1 = random
@@ -293,7 +297,7 @@ def check(body: dict[str, Any], *, openai_tools: bool = True) -> dict[str, Any] 
     return None
 
 
-def _token_ids(param: str, value: Any) -> None:
+def check_token_ids(param: str, value: Any) -> None:
     """Token ids in a prompt (``[1, 2]``, ``[[1, 2], "text"]``...): llama-server reads them as int32,
     so 2**40 wrapped to token 0 and was answered as if sent; beyond the vocabulary it refuses."""
     items = value if isinstance(value, list) else []
@@ -324,7 +328,7 @@ def check_embedding_input(body: dict[str, Any]) -> None:
     )
     if not ok:
         raise _bad("input", "must be a string, a list of strings, a list of token ids, or a list of such lists")
-    _token_ids("input", value)
+    check_token_ids("input", value)
 
 
 # llama-server's 500 answers that are a client's mistake: (start of its message, the field, where).

@@ -196,6 +196,10 @@ def test_field_ranges_follow_llama_server() -> None:
     for bad in (2.5, 1e30, 5, -1, "yes", {}):
         assert refused({"messages": [], "logprobs": bad}) == "logprobs", bad
     assert refused({"messages": [], "logprobs": True, "top_logprobs": 2}) is None
+    # logit_bias token ids beyond int32 wrapped to another token (2**32 biased token 0)
+    assert refused({"logit_bias": {str(2**32): -100}}) == f"logit_bias.{2**32}"
+    assert refused({"logit_bias": [[2**32, -100]]}) == "logit_bias[0]"
+    assert refused({"logit_bias": {"15": 1, "hello": 2}}) is None
     assert refused({"prompt": [1, [2, 3], "a"]}) is None and refused({"prompt": [[1, -5]]}) == "prompt[0][1]"
     assert refused({"prompt": "x", "logprobs": 3}) is None and refused({"prompt": "x", "logprobs": -1}) == "logprobs"
     assert refused({"tool_choice": "xyz"}) == "tool_choice"

@@ -7,8 +7,8 @@ route                                       before forwarding
 ``/apply-template``                         the count and the template are those of the prompt a chat would get
 ``/infill``                                 as ``/v1/completions`` (``speculative`` flattened, structured
                                             output mapped, drafting off for token probabilities)
-``/v1/rerank``, ``/tokenize``,              nothing: body and answer pass untouched
-``/detokenize``
+``/v1/rerank``, ``/tokenize``               nothing: body and answer pass untouched
+``/detokenize``                             token ids within int32 (llama-server read 2**32 as token 0)
 ==========================================  ================================================================
 """
 
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from orchestrator.serve import llama_fields
 from orchestrator.serve import request_repair as chat
 from orchestrator.serve.adapters.base import Adapter, BodyPlan
 from orchestrator.serve.adapters.openai import Completions
@@ -34,6 +35,14 @@ class ChatPrompt(Adapter):
         return plan
 
 
+class Detokenize(Adapter):
+    """``POST /detokenize``: token ids within int32 (beyond it llama-server wraps them to a valid id)."""
+
+    def prepare(self, body: dict[str, Any], model: ModelConfig, policy: chat.RepairPolicy) -> BodyPlan:
+        llama_fields.check_token_ids("tokens", body.get("tokens"))
+        return BodyPlan()
+
+
 class Infill(Completions):
     """``POST /infill``: llama-server's fill-in-the-middle, with the fields of a completion."""
 
@@ -49,5 +58,5 @@ def native_routes() -> tuple[Adapter, ...]:
         Infill(),
         Adapter("/v1/rerank", "rerank"),
         Adapter("/tokenize", "tokenize"),
-        Adapter("/detokenize", "detokenize"),
+        Detokenize("/detokenize", "detokenize"),
     )
