@@ -296,6 +296,11 @@ def _repair_tools(body: dict[str, Any], kinds: list[str]) -> list[Any] | None:
 
 
 def _refuse_unsupported(body: dict[str, Any]) -> None:
+    thinking = body.get("thinking")
+    budget = thinking.get("budget_tokens") if isinstance(thinking, dict) else None
+    if isinstance(budget, int) and not 0 <= budget <= 2**31 - 1:
+        # llama-server reads it as an int (the reasoning budget): 2**32 became 0, no thinking at all
+        raise _bad(f"thinking.budget_tokens must be between 0 and 2147483647 (got {budget})", "thinking.budget_tokens")
     if body.get("output_format") is not None:
         raise _bad(
             "output_format (structured output) is not supported on /v1/messages by this server; "
