@@ -85,6 +85,7 @@ def require_cached(source: HfSource) -> Pulled:
     if found is None:
         raise UserError(
             f"hf:{source.spec} is not downloaded yet (hub cache {cache_dir()})",
-            hint=f"run `{pull_command(source)}`, or `orchestrator up` without --offline to pull it",
+            # reached from --dry-run, bench and --offline alike: only a plain `up` pulls by itself
+            hint=f"run `{pull_command(source)}` first (`orchestrator up` pulls it, not with --dry-run or --offline)",
         )
     return found

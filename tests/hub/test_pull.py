@@ -69,6 +69,13 @@ def test_a_missing_quant_lists_the_ones_there_are() -> None:
         select(_files(QWEN), None, "unsloth/Qwen3.6-35B-A3B-GGUF")
 
 
+def test_a_source_not_downloaded_names_the_pull_to_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-hub"))
+    with pytest.raises(UserError, match="hf:o/n:Q8_0 is not downloaded yet") as info:
+        cache.require_cached(HfSource("o/n", "Q8_0"))
+    assert "`orchestrator pull o/n:Q8_0` first" in (info.value.hint or "") and "--dry-run" in (info.value.hint or "")
+
+
 def test_hf_sources_parse_and_bad_ones_are_config_errors(tmp_path: Path) -> None:
     assert parse_hf_source("hf:unsloth/Qwen3.6-35B-A3B-GGUF:UD-Q4_K_XL") == HfSource(
         "unsloth/Qwen3.6-35B-A3B-GGUF", "UD-Q4_K_XL"
