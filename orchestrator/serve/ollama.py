@@ -60,6 +60,18 @@ OPTION_FIELDS = {
     "mirostat_eta": "mirostat_eta",
     "num_keep": "n_keep",
 }
+#: The request field -> the Ollama option it came from (an error names what the client sent).
+OPTION_OF = {field: option for option, field in OPTION_FIELDS.items()}
+
+
+def error_message(err: ApiError) -> str:
+    """``err``'s message, naming ``options.num_predict`` where it said ``max_tokens`` (and so on)."""
+    option = OPTION_OF.get(err.param or "")
+    if option is None or not err.message.startswith(f"{err.param}:"):
+        return err.message
+    return f"options.{option}:{err.message[len(err.param or '') + 1 :]}"
+
+
 #: Options that size or place the model: models.yaml decides them for every client.
 LOAD_OPTIONS = (
     "num_ctx",
@@ -381,4 +393,4 @@ class StreamTranslator:
 
 def error_line(err: ApiError) -> bytes:
     """One NDJSON line carrying ``err`` in Ollama's shape (``{"error": "..."}``)."""
-    return json.dumps({"error": err.message}).encode() + b"\n"
+    return json.dumps({"error": error_message(err)}).encode() + b"\n"

@@ -135,6 +135,15 @@ def test_a_tool_choice_object_reaches_llama_server_as_a_string(stack: Stack) -> 
 
 
 @pytest.mark.server
+def test_an_ollama_option_error_names_the_option_sent(stack: Stack) -> None:
+    """num_predict travels as max_tokens: its error said "max_tokens: ...", a field the client never sent."""
+    for option, value in (("num_predict", 2**32), ("num_keep", -5), ("top_k", "x")):
+        body = {"model": "demo", "prompt": "hi", "stream": False, "options": {option: value}}
+        r = httpx.post(stack.url + "/api/generate", json=body, timeout=60)
+        assert r.status_code == 400 and r.json()["error"].startswith(f"options.{option}: "), r.text
+
+
+@pytest.mark.server
 def test_null_reasoning_format_means_the_default(stack: Stack) -> None:
     response = httpx.post(stack.url + CHAT, json=chat(reasoning_format=None), timeout=60)
     assert response.status_code == 200, response.text

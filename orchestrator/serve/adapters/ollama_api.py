@@ -162,7 +162,7 @@ class OllamaAdapter(Generation):
         return NdjsonCodec(ollama.StreamTranslator(req.model.name, req.started, generate=self.generate), repair)
 
     def error_body(self, err: ApiError) -> dict[str, Any]:
-        return {"error": err.message}
+        return {"error": ollama.error_message(err)}
 
     def stream_error(self, err: ApiError) -> bytes:
         return ollama.error_line(err)
