@@ -47,6 +47,8 @@ def run_shaped(out: Path, *, shape: str, quant: str, q: float, seed: int, scale:
     shape and the time taken. Returns 0."""
     if Path(out).is_dir():
         raise UserError(f"{out} is a directory", hint=f"give a file name, e.g. {Path(out) / 'shaped.gguf'}")
+    if not Path(out).parent.is_dir():  # as for the tiny model: a typo in the folder creates no folders
+        raise UserError(f"{Path(out).parent} does not exist", hint="create the folder first or pick another path")
     t0 = time.monotonic()
     sh = write_shaped_model(out, shape=shape, quant=quant, q=q, seed=seed, scale=scale, profile=profile)
     size, used = disk_usage(out)

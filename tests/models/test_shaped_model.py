@@ -156,6 +156,9 @@ def test_cli_writes_a_sparse_small_model_that_inspect_reads_back(tmp_path: Path,
     sh = shaped.resolve_shape("qwen3.6-35b-a3b", "small")
     assert_dims(inspect_json(out), out, sh)
     assert read_header(out).data_end == out.stat().st_size
+    typo = tmp_path / "no-such-folder" / "small.gguf"  # refused, as for the tiny model: no folder made
+    result = CliRunner().invoke(app, ["make-tiny-model", str(typo), "--shape", "qwen3.6-35b-a3b", "--scale", "small"])
+    assert result.exit_code == 2 and "does not exist" in result.output and not typo.parent.exists()
 
 
 @pytest.mark.parametrize(
