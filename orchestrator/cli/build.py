@@ -7,6 +7,7 @@ import os
 import shutil
 import time
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.progress import (
@@ -128,8 +129,17 @@ def _build(plan: BuildPlan, root: Path, force: bool, jobs: int | None, console: 
         set_current(bin_dir)
     manifest = json.loads((bin_dir / "manifest.json").read_text())
     console.print(f"built llama-server in {manifest['build_seconds']:.0f} s: {bin_dir}")
-    console.print(f"  {manifest['version'].splitlines()[0] if manifest['version'] else '(no --version output)'}")
+    console.print(f"  {built_line(manifest)}", markup=False, highlight=False)
     return 0
+
+
+def built_line(manifest: dict[str, Any]) -> str:
+    """``"llama.cpp b11312 (0c1e57098), 5 patches, cpu"``: what was built, as upstream names it.
+    Not llama-server's ``--version`` alone: built from the PyPI sdist it says ``build 0``."""
+    patches = manifest.get("patches") or []
+    release = manifest.get("upstream_build") or "(unknown release)"
+    what = f"llama.cpp {release} ({manifest.get('upstream_commit', '?')}), {len(patches)} patches, "
+    return what + str(manifest.get("backend", "?"))
 
 
 class RichBuildProgress:

@@ -305,6 +305,17 @@ def test_the_build_runs_and_reports_the_pinned_commit(real_build: build.BuildInf
     assert re.fullmatch(r"\d+\.\d+\.\d+", manifest["rpc_protocol"])
 
 
+def test_the_built_line_names_the_upstream_release_not_the_sdists_build_0() -> None:
+    manifest = {
+        "upstream_build": "b11312",
+        "upstream_commit": "0c1e57098",
+        "patches": [{"name": "0001-x.patch"}, {"name": "0002-y.patch"}],
+        "backend": "cpu",
+        "version": "version: 0.5.0-dev (build 0, commit 0c1e570)\nbuilt with GNU 12.2.0 for Linux x86_64",
+    }
+    assert build_cli.built_line(manifest) == "llama.cpp b11312 (0c1e57098), 2 patches, cpu"
+
+
 def test_rpc_protocol_version_is_read_from_the_header(tmp_path: Path) -> None:
     header = tmp_path / build.RPC_HEADER
     header.parent.mkdir(parents=True)
