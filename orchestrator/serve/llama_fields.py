@@ -181,6 +181,12 @@ def _lora(param: str, value: Any) -> None:
         number()(f"{param}[{i}].scale", entry.get("scale"))
 
 
+def _token_limit(param: str, value: Any) -> None:
+    integer(-1)(param, value)
+    if value == 0:  # llama-server generates one token for a limit of 0, answered as "length"
+        raise _bad(param, "must be at least 1, or -1 for no limit (0 still generated one token)")
+
+
 def _dry_breakers(param: str, value: Any) -> None:
     _string_list(param, value)
     if not value:
@@ -198,8 +204,8 @@ FIELDS: dict[str, Check] = {
     ),
     # max_output_tokens: llama-server's Responses conversion reads it as max_tokens, as an int
     # (2**63 - 1 wrapped to -1: an answer without a limit)
-    **dict.fromkeys(("n_predict", "max_tokens", "max_completion_tokens", "max_output_tokens", "n_keep",
-                     "sse_ping_interval", "reasoning_budget_tokens"), integer(-1)),
+    **dict.fromkeys(("n_predict", "max_tokens", "max_completion_tokens", "max_output_tokens"), _token_limit),
+    **dict.fromkeys(("n_keep", "sse_ping_interval", "reasoning_budget_tokens"), integer(-1)),
     **dict.fromkeys(("n_indent", "n_discard", "n_cache_reuse", "repeat_last_n", "dry_allowed_length",
                      "dry_penalty_last_n", "min_keep", "top_k", "n_probs", "top_logprobs"), integer(0)),
     "logprobs": lambda param, value: None if isinstance(value, bool) else integer(0)(param, value),

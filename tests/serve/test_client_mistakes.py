@@ -74,6 +74,10 @@ CASES: list[tuple[str, str, bytes | dict[str, Any], str | None]] = [
     ("Anthropic temperature 1e400", "/v1/messages",
      b'{"model":"demo","max_tokens":2,"messages":[{"role":"user","content":"hi"}],"temperature":1e400}', None),
     ("Anthropic without max_tokens", "/v1/messages", {"model": "demo", "messages": MESSAGES}, None),
+    ("Anthropic max_tokens 0", "/v1/messages", {"model": "demo", "max_tokens": 0, "messages": MESSAGES}, None),
+    ("chat max_tokens 0", CHAT, chat(max_tokens=0), "max_tokens"),
+    ("Ollama num_predict 0", "/api/generate", {"model": "demo", "prompt": "hi", "stream": False,
+                                               "options": {"num_predict": 0}}, None),
     ("Anthropic thinking budget beyond int32", "/v1/messages",
      {"model": "demo", "max_tokens": 2, "messages": MESSAGES, "thinking": {"type": "enabled", "budget_tokens": 2**32}},
      None),
@@ -195,6 +199,9 @@ def test_field_ranges_follow_llama_server() -> None:
     for bad in (2**63 - 1, 2**31, -2, True, 1.5, "8"):
         assert refused({"max_output_tokens": bad}) == "max_output_tokens", bad
     assert refused({"max_output_tokens": 16}) is None
+    # a limit of 0 came back as one generated token, finish_reason "length"
+    for key in ("max_tokens", "max_completion_tokens", "max_output_tokens", "n_predict"):
+        assert refused({key: 0}) == key and refused({key: -1}) is None and refused({key: 1}) is None
     assert refused({"temperature": -0.1}) == "temperature"
     assert refused({"adaptive_decay": 0.995}) == "adaptive_decay"
     assert refused({"cache_prompt": "yes"}) == "cache_prompt"
