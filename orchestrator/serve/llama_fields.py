@@ -33,6 +33,7 @@ from orchestrator.errors import ApiError
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 INT64_MAX = 2**63 - 1
 FLOAT32_MAX = 3.4028234663852886e38
+MAX_CANDIDATES = 100  # n_probs / top_logprobs / completions' logprobs
 
 Check = Callable[[str, Any], None]  # (param, value) -> None, raises ApiError
 
@@ -207,8 +208,11 @@ FIELDS: dict[str, Check] = {
     **dict.fromkeys(("n_predict", "max_tokens", "max_completion_tokens", "max_output_tokens"), _token_limit),
     **dict.fromkeys(("n_keep", "sse_ping_interval", "reasoning_budget_tokens"), integer(-1)),
     **dict.fromkeys(("n_indent", "n_discard", "n_cache_reuse", "repeat_last_n", "dry_allowed_length",
-                     "dry_penalty_last_n", "min_keep", "top_k", "n_probs", "top_logprobs"), integer(0)),
-    "logprobs": lambda param, value: None if isinstance(value, bool) else integer(0)(param, value),
+                     "dry_penalty_last_n", "min_keep", "top_k"), integer(0)),
+    # candidates per generated token: llama-server lists up to the whole vocabulary (14 MB of JSON per
+    # token at 151936), so one request for all of them could exhaust memory; OpenAI allows 20
+    **dict.fromkeys(("n_probs", "top_logprobs"), integer(0, MAX_CANDIDATES)),
+    "logprobs": lambda param, value: None if isinstance(value, bool) else integer(0, MAX_CANDIDATES)(param, value),
     "n": integer(1),
     "n_cmpl": integer(1),
     "prompt": lambda param, value: check_token_ids(param, value),

@@ -62,6 +62,7 @@ CASES: list[tuple[str, str, bytes | dict[str, Any], str | None]] = [
      "prompt[0]"),
     ("nested prompt token id beyond int32", "/v1/completions",
      {"model": "demo", "prompt": ["a", [1, 2**32]], "max_tokens": 2}, "prompt[1][1]"),
+    ("the whole vocabulary as candidates", CHAT, chat(logprobs=True, top_logprobs=10**6), "top_logprobs"),
     ("samplers i", CHAT, chat(samplers="i"), "samplers"),
     ("samplers assistant", CHAT, chat(samplers="assistant"), "samplers"),
     ("samplers infill unbounded", CHAT, chat(samplers=["top_k", "infill"], top_k=0), "samplers"),
@@ -220,6 +221,10 @@ def test_field_ranges_follow_llama_server() -> None:
     assert refused({"logit_bias": [[2**32, -100]]}) == "logit_bias[0]"
     assert refused({"logit_bias": {"15": 1, "hello": 2}}) is None
     assert refused({"prompt": [1, [2, 3], "a"]}) is None and refused({"prompt": [[1, -5]]}) == "prompt[0][1]"
+    # all the vocabulary's candidates per token: 14 MB of JSON per generated token
+    for key in ("n_probs", "top_logprobs"):
+        assert refused({key: 101}) == key and refused({key: 100}) is None
+    assert refused({"prompt": "x", "logprobs": 101}) == "logprobs"
     assert refused({"prompt": "x", "logprobs": 3}) is None and refused({"prompt": "x", "logprobs": -1}) == "logprobs"
     assert refused({"tool_choice": "xyz"}) == "tool_choice"
     assert refused({"top_p": None, "stop": None}) is None  # null = the server's default
