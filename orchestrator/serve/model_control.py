@@ -100,7 +100,10 @@ def add_restart_route(
     @app.post("/models/restart", include_in_schema=False)
     async def restart(request: Request) -> JSONResponse:
         keys.check(request.scope["headers"])
-        model = router.resolve(await read_model_name(request))
+        name = await read_model_name(request)
+        if not isinstance(name, str) or not name:  # no default for a restart: {} restarted the only model
+            raise ApiError(400, "'model' is required: the model to restart", param="model", code="model_required")
+        model = router.resolve(name)
         replicas = restarts.begin(model.name)
         return JSONResponse(
             {"model": model.name, "status": "restarting", "replicas": [i.name for i in replicas]}, status_code=202

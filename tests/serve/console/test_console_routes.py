@@ -143,6 +143,9 @@ def test_restart_route_input_errors(client: TestClient) -> None:
     assert r.status_code == 400
     r = client.post("/models/restart", json={"model": "nope"})
     assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found"
+    for body in ({}, {"model": ""}, {"model": 5}):  # {} restarted the only model, as load/unload do not
+        r = client.post("/models/restart", json=body)
+        assert r.status_code == 400 and r.json()["error"]["code"] == "model_required", body
 
 
 def test_log_route_follows_by_offset(client: TestClient, tmp_path: Path) -> None:
