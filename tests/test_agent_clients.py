@@ -5,7 +5,9 @@ The served model is the demo echo model made to finish its answers (``stopping_m
 Code treats an answer cut at ``max_tokens`` as an error. The context is 32,768 tokens with
 ``allow_ctx_beyond_trained`` (Claude Code's first request alone is about 19K tokens; the GGUF's
 trained context is 4,096). Each client must exit 0, print the model's answer, and get no non-2xx
-answer from the endpoint (read from ``/metrics``).
+answer from the endpoint (read from ``/metrics``); the model is ``speculative.adaptive``, and
+every request of the client's API must show in the policy's ``/status`` rows with the figures
+learned from its answer (on Claude Code's ``/v1/messages`` through native patch 0005).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ def served(tmp_path_factory: pytest.TempPathFactory, demo_model: Path, bin_info:
         "server:\n  port: 0\nmodels:\n"
         f"  - name: demo\n    path: {model}\n    ctx_size: 32768\n    allow_ctx_beyond_trained: true\n"
         "    parallel: 1\n    threads: 2\n    thinking: false\n    extra_args: ['-n', '64']\n"
+        "    speculative: {type: draft-mtp, n_max: 3, adaptive: true}\n"
     )
     (work / "state").mkdir()
     up = Up(config, work / "state")
@@ -79,6 +82,10 @@ def _check(up: Up, answer: str, done: subprocess.CompletedProcess[str], route: s
     statuses = _statuses(up.url)
     assert any(f'endpoint="{route}"' in k and 'status="200"' in k for k in statuses), statuses
     assert not [k for k in statuses if 'status="2' not in k], statuses
+    # The draft length was chosen per request on this client's API and learned from its answers' timings.
+    recent = httpx.get(up.url + "/status", timeout=30).json()["draft_policy"]["demo"]["recent"]
+    mine = [r for r in recent if r["class"].startswith(f"{route}/")]
+    assert mine and all("tokens_per_second" in r and "/" in r["accepted"] for r in mine), recent
 
 
 def test_claude_code_print_mode(agent_clients: Any, served: tuple[Up, str], tmp_path: Path) -> None:
