@@ -20,7 +20,7 @@ from orchestrator.errors import ApiError
 from orchestrator.host import disk
 from orchestrator.serve.auth import ApiKeys
 from orchestrator.serve.metrics import CONTENT_TYPE, ProxyMetrics
-from orchestrator.serve.routing import RETRY_AFTER
+from orchestrator.serve.routing import RETRY_AFTER, shown
 from orchestrator.supervise.supervisor import SERVING
 
 if TYPE_CHECKING:
@@ -109,7 +109,9 @@ def _add_model_list(
             if entry["id"] == model_id:
                 return entry
         names = ", ".join(e["id"] for e in entries)
-        raise ApiError(404, f"model {model_id!r} not found; available: {names}", param="model", code="model_not_found")
+        raise ApiError(
+            404, f"model {shown(model_id)} not found; available: {names}", param="model", code="model_not_found"
+        )
 
 
 def model_entries(

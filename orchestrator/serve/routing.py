@@ -41,6 +41,14 @@ RETRY_AFTER = SCHEDULER_RETRY_AFTER
 REFUSED_WAIT = 1.0
 
 
+SHOWN_CHARS = 120  # of an unknown model name in an error: a 2 MB name came back whole in the 404
+
+
+def shown(name: str) -> str:
+    """``name`` quoted for an error message, cut to ``SHOWN_CHARS`` characters."""
+    return repr(name) if len(name) <= SHOWN_CHARS else repr(name[:SHOWN_CHARS]) + f"... ({len(name)} characters)"
+
+
 class Router:
     """Resolves model names and picks replicas.
 
@@ -98,7 +106,7 @@ class Router:
         if model is None:
             raise ApiError(
                 404,
-                f"model {name!r} does not exist; available: {', '.join(self.names())}",
+                f"model {shown(name)} does not exist; available: {', '.join(self.names())}",
                 param="model",
                 code="model_not_found",
             )

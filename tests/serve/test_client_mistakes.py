@@ -149,6 +149,18 @@ def test_an_ollama_option_error_names_the_option_sent(stack: Stack) -> None:
 
 
 @pytest.mark.server
+def test_an_unknown_model_name_is_not_echoed_whole(stack: Stack) -> None:
+    """A 2 MB model name came back whole in the 404 (and /v1/models/{id} did the same)."""
+    name = "m" * 2_000_000
+    for r in (
+        httpx.post(stack.url + CHAT, json=chat(model=name), timeout=60),
+        httpx.get(stack.url + "/v1/models/" + "m" * 5000, timeout=60),
+    ):
+        assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found", r.text[:200]
+        assert len(r.content) < 2000 and "characters)" in r.json()["error"]["message"]
+
+
+@pytest.mark.server
 def test_null_reasoning_format_means_the_default(stack: Stack) -> None:
     response = httpx.post(stack.url + CHAT, json=chat(reasoning_format=None), timeout=60)
     assert response.status_code == 200, response.text
