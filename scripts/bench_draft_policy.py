@@ -18,6 +18,11 @@ time, summed over the counted rounds) per class and overall for every arm, the a
 against the best static K overall, against the best K of each class and against K = 0, and
 the K it chose per class.
 
+``--replay RUN.json`` (a run written with ``--json``) evaluates the current policy offline on
+that run's recorded answers: at each adaptive turn it gets the answer the static arm at the K it
+chose got for the same prompt and round, so policy changes are compared without the machine's
+noise (a live run still decides).
+
 With ``--spec-type draft-mtp,ngram-mod`` the server drafts with both (the pin asks the n-gram
 drafter first), so every arm is that combined drafter at its K; ``--classes`` may add copy
 classes (``cjk-copy``: a passage, then its first tokens again, so the answer repeats context,
@@ -70,6 +75,7 @@ def _args() -> argparse.Namespace:
     p.add_argument("--spec-type", default="draft-mtp", help="the server's drafters, e.g. draft-mtp,ngram-mod")
     p.add_argument("--ngram", default="4,1,16", help="ngram-mod n_match,n_min,n_max (with ngram-mod)")
     p.add_argument("--json", type=Path, help="also write every answer's figures here")
+    p.add_argument("--replay", type=Path, help="no server: the current policy on a --json run's recorded answers")
     return p.parse_args()
 
 
@@ -181,7 +187,7 @@ class Adaptive:
     def pick(self, prompt: str, counted: bool, name: str) -> tuple[dc.RequestClass, dp.Choice]:
         cls = dc.classify("completions", {"prompt": prompt})
         choice = dp.choose(self.state, cls.key, cls.depth, self.params)
-        self.state = dp.counted(self.state, cls.key, choice)
+        self.state = dp.counted(self.state, cls.key)
         if counted:
             self.chosen[name][f"K={choice.k} {choice.reason}"] += 1
         return cls, choice
@@ -208,8 +214,35 @@ def _round(client: httpx.Client, a: argparse.Namespace, r: int, ctx: dict[str, A
         t = _complete(client, ctx["pid"], prompt, k, a.n_predict)
         if arm == "adaptive" or a.learn_from == "all":
             pol.learn(cls, k, t)
-        rows.append({"round": r, "class": cls_name, "arm": arm, "k": k, **t})
+        rows.append({"round": r, "class": cls_name, "key": cls.key, "arm": arm, "k": k, **t})
     return rows
+
+
+def _replay(path: Path) -> int:
+    """The current policy on a recorded run (``--json``), counterfactually: at each of the
+    adaptive arm's turns it chooses K and gets the answer the static arm at that K got for the
+    same prompt in the same round. No server; every figure is a recorded one."""
+    rows = [x for x in json.loads(path.read_text()) if x["arm"] != "adaptive"]
+    recorded = [x for x in json.loads(path.read_text()) if x["arm"] == "adaptive"]
+    ks = tuple(sorted({x["k"] for x in rows}))
+    static = {(x["round"], x["class"], x["k"]): x for x in rows}
+    pol = Adaptive(ks)
+    for turn in recorded:
+        key = turn.get("key", turn["class"])
+        choice = dp.choose(pol.state, key, "<2K", pol.params)
+        pol.state = dp.counted(pol.state, key)
+        if turn["round"] > 0:
+            pol.chosen[turn["class"]][f"K={choice.k} {choice.reason}"] += 1
+        answer = static[(turn["round"], turn["class"], choice.k)]
+        obs = dp.observation(choice.k, answer)
+        if obs is not None:
+            pol.state = dp.observe(pol.state, key, "<2K", obs, pol.params)
+        rows.append({**answer, "arm": "adaptive"})
+    classes = list(dict.fromkeys(x["class"] for x in rows))
+    print(f"replay of {path} ({len(recorded)} adaptive turns): the current policy on the recorded answers")
+    _report(rows, ks, pol, classes, cpu=False)
+    _report(rows, ks, pol, classes, cpu=True)
+    return 0
 
 
 def _tps(rows: list[dict[str, Any]], cpu: bool = False) -> float:
@@ -254,6 +287,8 @@ def _acc(rows: list[dict[str, Any]], c: str, k: int) -> str:
 
 def main() -> int:
     a = _args()
+    if a.replay:
+        return _replay(a.replay)
     ks = tuple(sorted({int(k) for k in a.ks.split(",")} | {0}))
     if not a.model.exists():
         write_shaped_model(a.model, quant="f16", q=0.1, scale="bed", profile="kinds")  # F16: see shapes.py

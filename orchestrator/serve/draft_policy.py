@@ -30,10 +30,11 @@ Exploration is cheap by design: a class never seen drafts once at the largest K 
 is unknown; that answer measures it at every draft position, and the step time of the longest
 draft, so the shorter K are interpolated, never extrapolated). While the K expected best is
 "unsure" (it wins on its figure but not by more than the noise, where a K = 0 never timed at this
-depth counts as a modelled figure too) that K is tried (``confirm``) at once the first time and
-then every ``explore_every``-th request: only its own answers can make it sure, and one answer
-can mislead both ways (on the test bed one Cyrillic answer at K = 3 ran anywhere from 26 to 59
-tok/s, and a Latin one measured 65 where its mean is 75). The plain step is measured by the
+depth counts as a modelled figure too), a drafting K that beats K = 0 on one answer of its own is
+tried again at once (``confirm``: one answer can mislead both ways; on the test bed one Cyrillic
+answer at K = 3 ran anywhere from 26 to 59 tok/s, and a Latin one measured 65 where its mean is
+75), and the K expected best every ``explore_every``-th request: only its own answers can make it
+sure, never its neighbour's. The plain step is measured by the
 requests that run at K = 0 anyway, never by a probe (one at K = 0 cost content that drafts well
 a third of a request). Otherwise every ``explore_every``-th request tries a neighbour of the best
 K, but only when that neighbour is expected within ``explore_gap`` of the best (a clearly losing
@@ -145,13 +146,11 @@ class Sums:
 
 @dataclass(frozen=True)
 class State:
-    """One model's statistics: per (class key, K) and per (depth, K); requests seen and
-    ``confirm`` trials made per class."""
+    """One model's statistics: per (class key, K) and per (depth, K); requests seen per class."""
 
     arms: Mapping[tuple[str, int], Sums] = field(default_factory=dict)
     cost: Mapping[tuple[str, int], Sums] = field(default_factory=dict)
     seen: Mapping[str, int] = field(default_factory=dict)
-    confirmed: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -172,13 +171,9 @@ def observe(state: State, cls: str, depth: str, o: Observation, params: Params) 
     return replace(state, arms=arms, cost=cost)
 
 
-def counted(state: State, cls: str, choice: Choice | None = None) -> State:
-    """``state`` with one more request of ``cls`` seen (the exploration schedule's clock), made
-    with ``choice`` (a ``confirm`` trial is counted too)."""
-    state = replace(state, seen={**state.seen, cls: state.seen.get(cls, 0) + 1})
-    if choice is not None and choice.reason == "confirm":
-        state = replace(state, confirmed={**state.confirmed, cls: state.confirmed.get(cls, 0) + 1})
-    return state
+def counted(state: State, cls: str) -> State:
+    """``state`` with one more request of ``cls`` seen (the exploration schedule's clock)."""
+    return replace(state, seen={**state.seen, cls: state.seen.get(cls, 0) + 1})
 
 
 def draft_rate(a: float, k: int) -> float:
@@ -313,6 +308,14 @@ def _bound(state: State, cls: str, depth: str, k: int, speed: float, params: Par
     return speed * (1.0 + unit * params.prior_cv)
 
 
+def _answers(state: State, cls: str, k: int) -> int:
+    """How many answers of class ``cls`` timed ``k``: 0, 1, or 2 (two or more)."""
+    arm = state.arms.get((cls, k))
+    if arm is None or arm.ms <= 0:
+        return 0
+    return 1 if arm.weight < TWO_ANSWERS else 2
+
+
 def choose(state: State, cls: str, depth: str, params: Params) -> Choice:
     """The K for the next request of ``cls`` (call ``counted`` after it, ``observe`` on its answer)."""
     drafting = [k for k in params.ks if k > 0]
@@ -332,8 +335,12 @@ def choose(state: State, cls: str, depth: str, params: Params) -> Choice:
     n = state.seen.get(cls, 0) + 1
     if n % params.refresh_every == 0:
         return Choice(drafting[0] if best == 0 else 0, "refresh", speeds)
-    if reason == "unsure" and (n % params.explore_every == 0 or not state.confirmed.get(cls)):
-        return Choice(candidate, "confirm", speeds)  # the promising K needs answers, not its neighbour
+    if reason == "unsure":  # a promising K needs answers of its own, not its neighbour's
+        once = [k for k in drafting if _answers(state, cls, k) == 1 and speeds[k] > speeds[0] * (1 + params.margin)]
+        if once:  # one answer can mislead both ways: a second one, at once
+            return Choice(max(once, key=lambda k: speeds[k]), "confirm", speeds)
+        if n % params.explore_every == 0:
+            return Choice(candidate, "confirm", speeds)
     if n % params.explore_every == 0:
         i = params.ks.index(best)
         side = (n // params.explore_every) % 2

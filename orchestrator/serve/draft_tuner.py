@@ -108,7 +108,7 @@ class DraftTuner:
             return None, self._record(model.name, cls, min(own, params.ks[-1]), drafting_off or "client", None)
         state = self.states[model.name]
         choice = draft_policy.choose(state, cls.key, cls.depth, params)
-        self.states[model.name] = draft_policy.counted(state, cls.key, choice)
+        self.states[model.name] = draft_policy.counted(state, cls.key)
         ticket = self._record(model.name, cls, choice.k, choice.reason, choice.expected)
         return {**body, FLAT: choice.k}, ticket
 
