@@ -47,6 +47,9 @@ def test_copy_signal_marks_a_tail_seen_before() -> None:
     assert dc.content_signal("Write a function that adds one to x, please") == "latin"
     assert dc.content_signal("short") == "latin"
     assert dc.classify("completions", {"prompt": "我们的问题是什么呢。" * 3}).content == "cjk+copy"
+    passage = "我们今天讨论的问题是模型怎样预测下一个词"
+    assert dc.content_signal(passage + "。再说一遍" + passage[:7]) == "cjk+copy"  # 7 characters, about 7 tokens
+    assert dc.content_signal(passage + "。再说一遍模型") == "cjk"
 
 
 @pytest.mark.parametrize(
