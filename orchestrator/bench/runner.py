@@ -56,6 +56,7 @@ class SweepRun:
     together: bool
     instances: list[dict[str, Any]]
     warnings: list[str] = field(default_factory=list)
+    interrupted: bool = False  # Ctrl-C: the results are those measured before it
 
 
 class Sweep:
@@ -287,10 +288,21 @@ class Sweep:
         if self.together:
             await self._start(variants)
         results: list[RequestResult] = []
-        for task in tasks:
-            results.append(await self._measure(task, variants[task.variant]))
-            if self.progress is not None:
-                self.progress.advance()
+        interrupted = False
+        try:
+            for task in tasks:
+                results.append(await self._measure(task, variants[task.variant]))
+                if self.progress is not None:
+                    self.progress.advance()
+        except asyncio.CancelledError:  # Ctrl-C (asyncio.run cancels this task): keep what was measured
+            current = asyncio.current_task()
+            if current is None or len({r.k for r in results}) < len(self.ks):
+                raise  # not every K measured yet: nothing to compare
+            current.uncancel()
+            interrupted = True
+            self.warnings.append(
+                f"interrupted (Ctrl-C) after {len(results)} of {len(tasks)} requests: the figures are of those only"
+            )
         self._check(results, mode)
         for name, (_, inst) in self._running.items():
             self._seen[name] = status_row(inst)
@@ -303,6 +315,7 @@ class Sweep:
             together=self.together,
             instances=list(self._seen.values()),
             warnings=self.warnings,
+            interrupted=interrupted,
         )
 
     async def _decide_mode(self, variants: list[Variant]) -> tuple[list[Variant], str]:

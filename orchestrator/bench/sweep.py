@@ -322,6 +322,7 @@ def results_payload(
             "seeds": options.seeds,
             "temperature": options.temperature,
             "mode": run.mode,
+            "interrupted": run.interrupted,
             "instances_together": run.together,
             "config": str(target.config.path or target.config_file),
         },

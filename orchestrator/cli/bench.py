@@ -94,6 +94,18 @@ def run_bench(
     if unsaved:  # a full or read-only disk: the numbers are printed below, not saved
         run.warnings.append(f"could not write {', '.join(unsaved)} into {out} (disk full, read-only or forbidden)")
     _print_results(stdout, sweep.title(target, options, run), outcome, run.warnings, out)
+    return _finish(stdout, target, outcome, apply=apply, interrupted=run.interrupted)
+
+
+def _finish(
+    stdout: Console, target: sweep.BenchTarget, outcome: sweep.Outcome, *, apply: bool, interrupted: bool
+) -> int:
+    """Apply the best K when asked; the exit code. 130 (the shell's code for Ctrl-C) for an
+    interrupted sweep, which never rewrites models.yaml."""
+    if interrupted:
+        if apply:
+            stdout.print("--apply: not applied, the sweep was interrupted", markup=False, highlight=False)
+        return 130
     if apply:
         _apply(stdout, target, outcome.best)
     return 0

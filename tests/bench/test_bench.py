@@ -6,7 +6,10 @@ from __future__ import annotations
 import csv
 import json
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -433,3 +436,54 @@ def test_sweep_script_is_valid_bash_and_runs_the_whole_pipeline() -> None:
         "--apply",
     ):
         assert step in text
+
+
+@pytest.mark.server
+@pytest.mark.slow
+def test_ctrl_c_keeps_what_was_measured(tmp_path: Path, bin_info, echo_model, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Ctrl-C during a sweep (SIGINT, raised right after the 4th measured request, so the 5th is
+    cut): the 4 requests measured (every K at least once) are analysed, printed and saved,
+    --apply does not touch models.yaml, and the exit code is 130. Ctrl-C before every K was
+    measured leaves nothing to compare: no results, the interrupt goes on."""
+    import signal
+
+    from orchestrator.cli import bench as bench_cli
+    from orchestrator.cli.bench import run_bench
+
+    real = bench_cli._progress_bar
+
+    def interrupting(after: int) -> Any:
+        @contextmanager
+        def bar() -> Iterator[Any]:
+            with real() as progress:
+                advance, done = progress.advance, [0]
+
+                def advance_then_interrupt() -> None:
+                    advance()
+                    done[0] += 1
+                    if done[0] == after:
+                        signal.raise_signal(signal.SIGINT)  # what Ctrl-C sends
+
+                progress.advance = advance_then_interrupt
+                yield progress
+
+        return bar
+
+    cfg = tmp_path / "models.yaml"
+    cfg.write_text(f"models:\n  - name: echo\n    path: {echo_model}\n    ctx_size: 1024\n    threads: 2\n")
+    before = cfg.read_text()
+    monkeypatch.setenv("ORCHESTRATOR_BIN_DIR", str(bin_info.bin_dir))
+    args = {"config": cfg, "k": "0,2", "prompts": "math", "prompts_file": None, "n_predict": 16, "reps": 1,
+            "seeds": "0", "temperature": 0.0, "apply": True}  # fmt: skip
+    monkeypatch.setattr(bench_cli, "_progress_bar", interrupting(4))
+    assert run_bench(None, out=tmp_path / "partial", **args) == 130
+    data = json.loads((tmp_path / "partial" / "results.json").read_text())
+    assert len(data["requests"]) == 4 and {r["k"] for r in data["requests"]} == {0, 2}
+    assert data["settings"]["interrupted"] is True
+    assert any(w.startswith("interrupted (Ctrl-C) after 4 of") for w in data["warnings"])
+    assert cfg.read_text() == before  # --apply skipped
+
+    monkeypatch.setattr(bench_cli, "_progress_bar", interrupting(1))
+    with pytest.raises(KeyboardInterrupt):
+        run_bench(None, out=tmp_path / "early", **args)
+    assert not (tmp_path / "early" / "results.json").exists()
