@@ -186,16 +186,22 @@ class Adaptive:
 
     def pick(self, prompt: str, counted: bool, name: str) -> tuple[dc.RequestClass, dp.Choice]:
         cls = dc.classify("completions", {"prompt": prompt})
-        choice = dp.choose(self.state, cls.key, cls.depth, self.params)
-        self.state = dp.counted(self.state, cls.key)
+        return cls, self.choose(cls.key, cls.depth, counted, name)
+
+    def choose(self, key: str, depth: str, counted: bool, name: str) -> dp.Choice:
+        choice = dp.choose(self.state, key, depth, self.params)
+        self.state = dp.counted(self.state, key)
         if counted:
             self.chosen[name][f"K={choice.k} {choice.reason}"] += 1
-        return cls, choice
+        return choice
 
     def learn(self, cls: dc.RequestClass, k: int, timings: dict[str, Any]) -> None:
+        self.learn_key(cls.key, cls.depth, k, timings)
+
+    def learn_key(self, key: str, depth: str, k: int, timings: dict[str, Any]) -> None:
         obs = dp.observation(k, timings)
         if obs is not None:
-            self.state = dp.observe(self.state, cls.key, cls.depth, obs, self.params)
+            self.state = dp.observe(self.state, key, depth, obs, self.params)
 
 
 def _round(client: httpx.Client, a: argparse.Namespace, r: int, ctx: dict[str, Any]) -> list[dict[str, Any]]:
@@ -229,14 +235,9 @@ def _replay(path: Path) -> int:
     pol = Adaptive(ks)
     for turn in recorded:
         key = turn.get("key", turn["class"])
-        choice = dp.choose(pol.state, key, "<2K", pol.params)
-        pol.state = dp.counted(pol.state, key)
-        if turn["round"] > 0:
-            pol.chosen[turn["class"]][f"K={choice.k} {choice.reason}"] += 1
+        choice = pol.choose(key, "<2K", turn["round"] > 0, turn["class"])
         answer = static[(turn["round"], turn["class"], choice.k)]
-        obs = dp.observation(choice.k, answer)
-        if obs is not None:
-            pol.state = dp.observe(pol.state, key, "<2K", obs, pol.params)
+        pol.learn_key(key, "<2K", choice.k, answer)
         rows.append({**answer, "arm": "adaptive"})
     classes = list(dict.fromkeys(x["class"] for x in rows))
     print(f"replay of {path} ({len(recorded)} adaptive turns): the current policy on the recorded answers")

@@ -3,8 +3,8 @@
 For each model the proxy keeps a ``PolicyState``: per (request class, K), decayed sums of what
 answers' ``timings`` said (steps, tokens, drafted, accepted, decode ms); per (depth bucket, K)
 the same sums for the cost of a step. ``observe`` adds one answer; ``choose`` picks K for the
-next request of a class. The expected decode speed of K in a class is what the class measured at K (tokens over decode
-time, decayed sums) once an answer timed it: a step's cost depends on the content too (a
+next request of a class. The expected decode speed of K in a class is what the class measured
+at K (tokens over decode time, decayed sums) once an answer timed it: a step's cost depends on the content too (a
 rejected draft makes a hybrid model restore its recurrent state and decode again), so nothing
 predicts it better. Before that, the model
 
@@ -34,9 +34,9 @@ depth counts as a modelled figure too), a drafting K that beats K = 0 on one ans
 tried again at once (``confirm``: one answer can mislead both ways; on the test bed one Cyrillic
 answer at K = 3 ran anywhere from 26 to 59 tok/s, and a Latin one measured 65 where its mean is
 75), and the K expected best every ``explore_every``-th request: only its own answers can make it
-sure, never its neighbour's. The plain step is measured by the
-requests that run at K = 0 anyway, never by a probe (one at K = 0 cost content that drafts well
-a third of a request). Otherwise every ``explore_every``-th request tries a neighbour of the best
+sure, never its neighbour's. The plain step is measured by the requests that run at K = 0
+anyway, never by a probe (one at K = 0 cost content that drafts well a third of a request).
+Otherwise every ``explore_every``-th request tries a neighbour of the best
 K, but only when that neighbour is expected within ``explore_gap`` of the best (a clearly losing
 arm, such as drafting on content the head always gets wrong, is re-tried only every
 ``refresh_every``-th request).
@@ -297,15 +297,13 @@ def _bound(state: State, cls: str, depth: str, k: int, speed: float, params: Par
     ``k`` once two answers give a spread; with fewer, one error only (``prior_cv`` of the figure:
     a trial that its next answers will confirm or not); nothing for a modelled K = 0 whose step
     was timed at ``depth`` (by any class: a plain step's cost does not depend on the content)."""
-    arm = state.arms.get((cls, k))
-    unit = max(-1.0, min(1.0, side))  # one error, for a figure from fewer than two answers
-    if arm is not None and arm.weight >= TWO_ANSWERS and arm.ms > 0:
-        return speed + side * arm.spread(params.prior_cv)
-    if arm is not None and arm.weight >= params.min_cost_samples and arm.ms > 0:
-        return speed + unit * arm.spread(params.prior_cv)
+    answers = _answers(state, cls, k)
+    if answers:  # one answer: one error (``spread`` is ``prior_cv`` of it), a trial to confirm
+        errors = side if answers == 2 else max(-1.0, min(1.0, side))
+        return speed + errors * state.arms[(cls, k)].spread(params.prior_cv)
     if k == 0 and (depth, 0) in state.cost:
         return speed
-    return speed * (1.0 + unit * params.prior_cv)
+    return speed * (1.0 + max(-1.0, min(1.0, side)) * params.prior_cv)
 
 
 def _answers(state: State, cls: str, k: int) -> int:

@@ -284,16 +284,25 @@ def test_cpu_only_build_runs_on_cpu_and_says_so(tmp_path: Path, native: build_mo
     assert any("cpu-only" in n for n in spec.notes)
 
 
-def test_port_conflict_names_the_port_and_the_holder(tmp_path: Path, native: build_mod.BuildInfo) -> None:
+def _plan_while_a_port_is_held(
+    tmp_path: Path, native: build_mod.BuildInfo, yaml: str
+) -> tuple[Path, int, pytest.ExceptionInfo[UserError]]:
+    """Plan ``yaml`` (``{port}``: a port this process holds) into the UserError it must raise."""
     write_gguf(tmp_path / "m.gguf")
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", 0))
         holder.listen()
         port = holder.getsockname()[1]
         path = tmp_path / "models.yaml"
-        path.write_text(f"server:\n  port: 0\nmodels:\n  - name: m\n    path: m.gguf\n    port: {port}\n")
+        path.write_text(yaml.format(port=port))
         with pytest.raises(UserError) as info:
             plan_launch(load_config(path), gpus=[], build=native, capabilities=caps(native))
+    return path, port, info
+
+
+def test_port_conflict_names_the_port_and_the_holder(tmp_path: Path, native: build_mod.BuildInfo) -> None:
+    yaml = "server:\n  port: 0\nmodels:\n  - name: m\n    path: m.gguf\n    port: {port}\n"
+    path, port, info = _plan_while_a_port_is_held(tmp_path, native, yaml)
     text = str(info.value)
     assert text.startswith(
         f"{path}:6: models[0].port (m-0): port {port} on 127.0.0.1 is already in use by pid {os.getpid()} ("
@@ -303,15 +312,8 @@ def test_port_conflict_names_the_port_and_the_holder(tmp_path: Path, native: bui
 
 def test_a_taken_server_port_says_to_set_server_port(tmp_path: Path, native: build_mod.BuildInfo) -> None:
     # leaving server.port out means 8080, not an OS-picked port: the fix must say what to set
-    write_gguf(tmp_path / "m.gguf")
-    with socket.socket() as holder:
-        holder.bind(("127.0.0.1", 0))
-        holder.listen()
-        port = holder.getsockname()[1]
-        path = tmp_path / "models.yaml"
-        path.write_text(f"server:\n  port: {port}\nmodels:\n  - name: m\n    path: m.gguf\n")
-        with pytest.raises(UserError) as info:
-            plan_launch(load_config(path), gpus=[], build=native, capabilities=caps(native))
+    yaml = "server:\n  port: {port}\nmodels:\n  - name: m\n    path: m.gguf\n"
+    path, port, info = _plan_while_a_port_is_held(tmp_path, native, yaml)
     assert str(info.value).startswith(f"{path}:2: server.port: port {port} on 127.0.0.1 is already in use by pid ")
     assert "set server.port" in (info.value.hint or "") and "leave the port out" not in (info.value.hint or "")
 
