@@ -448,7 +448,6 @@ def test_ctrl_c_keeps_what_was_measured(tmp_path: Path, bin_info, echo_model, mo
     import signal
 
     from orchestrator.cli import bench as bench_cli
-    from orchestrator.cli.bench import run_bench
 
     real = bench_cli._progress_bar
 
@@ -468,6 +467,19 @@ def test_ctrl_c_keeps_what_was_measured(tmp_path: Path, bin_info, echo_model, mo
                 yield progress
 
         return bar
+
+    # A terminal's Ctrl-C meets Python's own SIGINT handler (asyncio.run then cancels the sweep);
+    # a job started in the background by a non-interactive shell inherits SIGINT ignored instead.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        _interrupt_sweeps(tmp_path, echo_model, bin_info, monkeypatch, interrupting)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _interrupt_sweeps(tmp_path: Path, echo_model: Path, bin_info: Any, monkeypatch: Any, interrupting: Any) -> None:
+    from orchestrator.cli import bench as bench_cli
+    from orchestrator.cli.bench import run_bench
 
     cfg = tmp_path / "models.yaml"
     cfg.write_text(f"models:\n  - name: echo\n    path: {echo_model}\n    ctx_size: 1024\n    threads: 2\n")
