@@ -1,7 +1,8 @@
 """The recorded agent sessions replayed through the proxy against a real llama-server: on every turn
 after the first, the processed prompt tokens (read from each API's usage: Anthropic
 ``cache_read_input_tokens``, Responses ``input_tokens_details.cached_tokens``, chat
-``prompt_tokens_details.cached_tokens``) are at most the turn's new tokens plus 64.
+``prompt_tokens_details.cached_tokens``) are at most the turn's new tokens plus 64, with the
+draft length chosen per request (``speculative.adaptive``) on every turn.
 
 The same replay is ``scripts/bench_agent.py``, which also prints TTFT and goes straight to
 llama-server for comparison.
@@ -27,6 +28,9 @@ SLACK = 64  # tokens: llama-server resumes from its last checkpoint near the end
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory, bin_info: Any, echo_model: Path) -> Iterator[Stack]:
     model = {"name": "demo", "parallel": 1, "ctx_size": 32768, "allow_ctx_beyond_trained": True, "thinking": False}
+    # adaptive: each turn also gets its own draft length (the policy on the request path), which
+    # must not cost the prompt cache anything
+    model["speculative"] = {"type": "draft-mtp", "n_max": 3, "adaptive": True}
     s = real_stack(tmp_path_factory.mktemp("agent-cache"), echo_model, bin_info, models=[{**model, "threads": 2}])
     yield s
     s.close()
@@ -59,3 +63,5 @@ def test_every_turn_processes_only_its_new_tokens(stack: Stack, name: str) -> No
             new = total - previous
             assert total - cached <= new + SLACK, f"turn {n}: processed {total - cached} of {total}, new {new}"
         previous = total
+    recent = httpx.get(stack.url + "/status", timeout=30).json()["draft_policy"]["demo"]["recent"]
+    assert len([r for r in recent if "tokens_per_second" in r]) >= min(len(session["requests"]), 50)
