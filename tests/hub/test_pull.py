@@ -172,7 +172,15 @@ def test_an_interrupted_pull_resumes_where_it_stopped(hub: FakeHub, tmp_path: Pa
     partial = cache.repo_dir(REPO) / "blobs" / (hub.sha256(hub.repos[REPO][name]) + ".partial")
     # a long read timeout: huggingface_hub would otherwise resume by itself after 10 s of stall
     env = {**os.environ, "HF_HUB_DOWNLOAD_TIMEOUT": "600"}
-    first = subprocess.Popen(_cli("pull", f"{REPO}:Q8_0"), env=env, stderr=subprocess.PIPE, text=True)
+    # SIGINT as a terminal leaves it: a job a non-interactive shell started in the background
+    # (CI, a loop) inherits it ignored, and the Ctrl-C below would do nothing
+    first = subprocess.Popen(
+        _cli("pull", f"{REPO}:Q8_0"),
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     try:
         deadline = time.monotonic() + 60
         while not (partial.exists() and partial.stat().st_size >= CHUNK):  # one chunk is on disk
