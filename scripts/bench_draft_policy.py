@@ -10,8 +10,8 @@ same moment of machine load.
 
 Each round sends, for every class and every arm in a shuffled order, one completion of the
 class's prompt for that round: the static arms at their K, the adaptive arm at the K the
-policy (``orchestrator/serve/draft_policy.py``, the proxy's own code) chooses for the request's
-class (``orchestrator/serve/draft_classes.py``). The policy learns only from its own answers
+policy (``orchestrator/serve/drafting/policy.py``, the proxy's own code) chooses for the request's
+class (``orchestrator/serve/drafting/classes.py``). The policy learns only from its own answers
 (``--learn-from all`` lets it see the static arms' answers too, as the proxy sees every
 client's). Round 0 is a warm-up and not counted. Printed: decode tok/s (tokens over decode
 time, summed over the counted rounds) per class and overall for every arm, the adaptive arm
@@ -54,8 +54,8 @@ from orchestrator.models import content_kinds as ck
 from orchestrator.models import tiny
 from orchestrator.models.shaped import write_shaped_model
 from orchestrator.native.build import locate
-from orchestrator.serve import draft_classes as dc
-from orchestrator.serve import draft_policy as dp
+from orchestrator.serve.drafting import classes as dc
+from orchestrator.serve.drafting import policy as dp
 
 CLASSES = ("latin", "cjk", "cyrillic")
 COPY = "-copy"  # a class suffix: the prompt holds a passage of the kind, then its start again

@@ -4,7 +4,7 @@
 A benchmark, not a test. It starts one llama-server on the tiny demo model and, in rounds with a
 rotating order (so drift and other load hit every client alike), has each client make
 ``--requests`` sequential 1-token requests and ``--streams`` concurrent streams of ``--tokens``
-tokens, the way ``orchestrator.serve.upstream`` does (keep-alive pool, raw body chunks). It
+tokens, the way ``orchestrator.serve.upstream.client`` does (keep-alive pool, raw body chunks). It
 prints, per client, the median 1-token latency and this process's CPU time (``time.process_time``:
 the client's work, llama-server excluded) per request and per streamed chunk.
 

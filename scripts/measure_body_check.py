@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The cost of the body check (``orchestrator/serve/body_shapes.py``) against parsing the body, in one run.
+"""The cost of the body check (``orchestrator/serve/http/shapes.py``) against parsing the body, in one run.
 
 Every request body passes ``json.loads`` and then the check of what it may hold; both run here,
 interleaved, on the last recorded request of each real agent session (``tests/data/agent_sessions``:
@@ -20,7 +20,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from orchestrator.errors import ApiError
-from orchestrator.serve import body_shapes
+from orchestrator.serve.http import shapes as body_shapes
+from orchestrator.serve.registry import adapter_for
 
 SESSIONS = Path(__file__).resolve().parents[1] / "tests" / "data" / "agent_sessions"
 
@@ -38,7 +39,7 @@ def measure(name: str, route: str, raw: bytes, rounds: int) -> None:
     parse, check = [], []
     for _ in range(rounds):  # interleaved: machine noise hits both
         parse.append(_timed(lambda: json.loads(raw)))
-        check.append(_timed(lambda: body_shapes.check(body, raw, route, limits)))
+        check.append(_timed(lambda: body_shapes.check(body, raw, getattr(adapter_for(route), "shape", None), limits)))
     p, c = statistics.median(parse) * 1e6, statistics.median(check) * 1e6
     print(f"{name:<24} {len(raw):>10} bytes  json.loads {p:>9.0f} us  check {c:>7.0f} us  check/parse {c / p:.2f}")
 

@@ -26,7 +26,7 @@ import uvicorn
 from orchestrator.config.schema import Config
 from orchestrator.launch.spec import InstanceSpec
 from orchestrator.serve.app import create_app
-from orchestrator.serve.http_limits import uvicorn_config
+from orchestrator.serve.http.limits import uvicorn_config
 from orchestrator.supervise.budget import budget_for
 from orchestrator.supervise.model_state import SchedulerPolicy
 from orchestrator.supervise.scheduler import ModelScheduler

@@ -42,13 +42,13 @@ def _load_messages(path: Path) -> dict[str, Any]:
 
 def render_prompt(model: Path, messages_file: Path) -> str:
     """The prompt text llama-server will see for the request in ``messages_file`` after the
-    proxy's request repair (``orchestrator.serve.request_repair``), rendered with the model's own template.
+    proxy's request repair (``orchestrator.serve.repair.chat``), rendered with the model's own template.
 
     Raises ``UserError`` for unreadable JSON, a request the proxy would refuse, or a template
     error (the message quotes the template's rule).
     """
     from orchestrator.models.runtime import render_chat
-    from orchestrator.serve.request_repair import RepairPolicy, repair_request
+    from orchestrator.serve.repair.chat import RepairPolicy, repair_request
 
     body = _load_messages(messages_file)
     try:

@@ -1,6 +1,6 @@
 """The request bounds of models.yaml (``server.request_limits``): how much one request body may hold.
 
-They are checked before anything else reads the body (``orchestrator.serve.body_shapes``): past
+They are checked before anything else reads the body (``orchestrator.serve.http.shapes``): past
 one, the client gets 413 naming the key, at once, instead of a llama-server busy for minutes on a
 prompt nobody can use (400,000 one-word messages held a core for 600 s). The defaults are far
 above what agents send (a long Claude Code or Codex session is a few thousand items).

@@ -7,18 +7,18 @@ Routes:
 ``POST /v1/completions``       routing, streamed or not
 ``POST /v1/embeddings``        routing, passed through
 ``POST /v1/messages`` ...      Anthropic, Responses, Ollama and pass-through routes: one adapter each
-                               (``orchestrator.serve.adapters.registry`` lists them all), one
+                               (``orchestrator.serve.registry`` lists them all), one
                                ``ProxyRequest`` per request (``orchestrator.serve.pipeline``)
-``GET /api/tags`` ...          Ollama's listings (``orchestrator.serve.ollama_routes``)
+``GET /api/tags`` ...          Ollama's listings (``orchestrator.serve.ollama.listings``)
 ``GET /v1/models``             configured models and aliases, with their state and memory per device
                                (``orchestrator.serve.info``)
 ``POST /models/load``          ``{"model": NAME}``: load it (evicting idle models), wait until ready
-``POST /models/unload``        ``{"model": NAME}``: drain and stop it (``orchestrator.serve.model_routes``)
+``POST /models/unload``        ``{"model": NAME}``: drain and stop it (``orchestrator.serve.control.load``)
 ``GET /health``                200 unless a model failed or is still loading at start (503 + details)
 ``GET /status``                instances, models (lifecycle state, memory, idle time), device memory
-``GET /peers``                 peers, their health and models, and where requests went (``orchestrator.serve.peers``)
+``GET /peers``                 peers, their health and models, where requests went (``serve.upstream.peers``)
 ``GET /metrics``               Prometheus text (``orchestrator.serve.metrics``)
-``POST /models/restart``       restart a model's replicas (``orchestrator.serve.model_control``)
+``POST /models/restart``       restart a model's replicas (``orchestrator.serve.control.restart``)
 ``GET /``, ``/ui/...``         the web console (``orchestrator.serve.console``)
 =============================  ===============================================================
 
@@ -47,20 +47,19 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.routing import Route
 
 from orchestrator.errors import STATUS_TYPES, ApiError
-from orchestrator.serve.adapters.registry import ADAPTERS, error_body, served_routes
-from orchestrator.serve.auth import ApiKeys
+from orchestrator.serve.cache.prompt_cache import PromptCache
 from orchestrator.serve.console.routes import mount_console
+from orchestrator.serve.control.load import add_model_routes
+from orchestrator.serve.control.restart import add_restart_route
 from orchestrator.serve.forward import Forwarder
+from orchestrator.serve.http.auth import ApiKeys
 from orchestrator.serve.info import add_info_routes
 from orchestrator.serve.metrics import ProxyMetrics
-from orchestrator.serve.model_control import add_restart_route
-from orchestrator.serve.model_routes import add_model_routes
-from orchestrator.serve.ollama_routes import OllamaApi
-from orchestrator.serve.peers import PeerRouter
 from orchestrator.serve.pipeline import Endpoint, Forwarded
-from orchestrator.serve.prompt_cache import PromptCache
+from orchestrator.serve.registry import ADAPTERS, add_api_routes, error_body
 from orchestrator.serve.routing import Router
-from orchestrator.serve.upstream import UpstreamPool
+from orchestrator.serve.upstream.client import UpstreamPool
+from orchestrator.serve.upstream.peers import PeerRouter
 from orchestrator.supervise.budget import budget_for
 from orchestrator.supervise.scheduler import ModelScheduler
 
@@ -119,8 +118,7 @@ def create_app(config: Config, supervisor: Supervisor, scheduler: ModelScheduler
     for path, endpoint in endpoints.items():  # other methods get FastAPI's 405
         app.router.routes.append(Route(path, endpoint, methods=["POST"]))
     app.add_middleware(Forwarded, endpoints=endpoints)  # inside CORS and the 500 handler, before the router
-    OllamaApi(fwd).add_to(app)
-    app.add_api_route("/v1/responses/{response_id:path}", _not_stored, methods=["GET", "DELETE", "POST"])
+    add_api_routes(app, fwd)  # each API's own routes besides its POSTs (listings, stored responses)
     _add_error_handlers(app)
     _add_cors(app, config)
     add_info_routes(app, running, supervisor, keys, metrics, scheduler)
@@ -149,16 +147,6 @@ def _add_cors(app: FastAPI, config: Config) -> None:
         )
 
 
-async def _not_stored(request: Request, response_id: str) -> None:
-    """Retrieving, deleting or cancelling a stored response: nothing is stored here (``store`` is refused)."""
-    raise ApiError(
-        404,
-        f"response {response_id!r} is not stored: this server keeps no responses (store: true is refused); "
-        "send the whole conversation in 'input'",
-        code="response_not_stored",
-    )
-
-
 def _add_error_handlers(app: FastAPI) -> None:
     """Render every error in its route's API shape (one place)."""
 
@@ -180,7 +168,7 @@ def _add_error_handlers(app: FastAPI) -> None:
         message = str(exc.detail)
         if exc.status_code == 404:
             message = f"no route {request.method} {request.url.path}; this endpoint serves: " + ", ".join(
-                served_routes()
+                served_routes(request.app)
             )
         response = render(request, ApiError(exc.status_code, message, code=code, type_=type_))
         for name, value in (exc.headers or {}).items():
@@ -204,3 +192,14 @@ def _add_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(StarletteHTTPException, http_error)
     app.add_exception_handler(RequestValidationError, validation_error)
     app.add_exception_handler(Exception, unexpected)
+
+
+def served_routes(app: FastAPI) -> list[str]:
+    """Every route ``app`` serves, as ``METHOD path``, read from its route table (the 404 message)."""
+    out = []
+    for route in app.routes:
+        path, methods = getattr(route, "path", None), getattr(route, "methods", None)
+        if path and methods:
+            shown = sorted(m for m in methods if m != "HEAD") or ["HEAD"]
+            out.append(f"{'|'.join(shown)} {path}")
+    return out

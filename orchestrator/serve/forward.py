@@ -9,17 +9,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from orchestrator.serve.draft_tuner import DraftTuner
+from orchestrator.serve.drafting.tuner import DraftTuner
 from orchestrator.serve.request_settings import RequestSettings
 
 if TYPE_CHECKING:
     from orchestrator.config.running import RunningConfig
     from orchestrator.config.schema import Config
-    from orchestrator.serve.auth import ApiKeys
+    from orchestrator.serve.http.auth import ApiKeys
     from orchestrator.serve.metrics import ProxyMetrics
-    from orchestrator.serve.peers import PeerRouter
     from orchestrator.serve.routing import Router
-    from orchestrator.serve.upstream import UpstreamPool
+    from orchestrator.serve.upstream.client import UpstreamPool
+    from orchestrator.serve.upstream.peers import PeerRouter
 
 
 class Forwarder:
@@ -32,7 +32,7 @@ class Forwarder:
         metrics: the app's metrics.
         keys: API keys.
         draining: returns True once the app stops taking requests (``app.state.draining``).
-        peers: the peers, the spillover rule and where requests went (``orchestrator.serve.peers``).
+        peers: the peers, the spillover rule and where requests went (``orchestrator.serve.upstream.peers``).
 
     Attributes:
         settings: the current snapshot's request settings (``RequestSettings``), derived once per

@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from orchestrator.serve.streaming import SSE_HEADERS
-from orchestrator.serve.upstream_errors import NothingAnswered, stalled_error, to_api_error
+from orchestrator.serve.upstream.errors import NothingAnswered, stalled_error, to_api_error
 
 if TYPE_CHECKING:
     from orchestrator.serve.routing import Router

@@ -18,7 +18,7 @@ from fastapi.responses import JSONResponse, Response
 
 from orchestrator.errors import ApiError
 from orchestrator.host import disk
-from orchestrator.serve.auth import ApiKeys
+from orchestrator.serve.http.auth import ApiKeys
 from orchestrator.serve.metrics import CONTENT_TYPE, ProxyMetrics
 from orchestrator.serve.routing import RETRY_AFTER, shown
 from orchestrator.supervise.supervisor import SERVING
@@ -26,8 +26,8 @@ from orchestrator.supervise.supervisor import SERVING
 if TYPE_CHECKING:
     from orchestrator.config.running import RunningConfig
     from orchestrator.config.schema import Config, ModelConfig
-    from orchestrator.serve.peers import PeerRouter
-    from orchestrator.serve.prompt_cache import PromptCache
+    from orchestrator.serve.cache.prompt_cache import PromptCache
+    from orchestrator.serve.upstream.peers import PeerRouter
     from orchestrator.supervise.scheduler import ModelScheduler
     from orchestrator.supervise.supervisor import Supervisor
 

@@ -5,8 +5,8 @@ the APIs share, in this order:
 
 1. **drain**: after SIGINT/SIGTERM a request gets 503 + ``Retry-After``;
 2. **auth**: ``server.api_keys`` (401), the browser guard (403);
-3. **body**: read and decoded (``orchestrator.serve.body``, ``body_codec``): 413, 415, 400;
-   ``parse_body`` checks what it may hold for every API (``orchestrator.serve.body_shapes``:
+3. **body**: read and decoded (``orchestrator.serve.http.body``, ``body_codec``): 413, 415, 400;
+   ``parse_body`` checks what it may hold for every API (``orchestrator.serve.http.shapes``:
    types, 64-bit integers, ``server.request_limits``) before the adapter reads it;
 4. **translate**: the adapter turns the body into the internal request (llama-server's route and
    body); **route**: ``model`` -> model config (``orchestrator.serve.routing``, peers' models);
@@ -18,7 +18,7 @@ the APIs share, in this order:
 7. **peer or lease**: a peer (``serve.peers``: peer-only models, spillover), else a lease on a
    replica, held while the model loads (``serve.holding``), on the replica and slot holding the
    prompt's prefix (``serve.prompt_cache``); in-flight counts while it runs;
-8. **upstream**: ``orchestrator.serve.upstream`` (keep-alive, resend on a dead pooled socket); a
+8. **upstream**: ``orchestrator.serve.upstream.client`` (keep-alive, resend on a dead pooled socket); a
    replica that answered nothing (it just died) hands the request to the next serving one, once;
 9. **answer**: whole answers through the adapter's ``whole`` (the request accounts ``timings``
    or ``usage``), streams through its ``codec`` (``orchestrator.serve.streaming.relay``);
@@ -42,15 +42,14 @@ import aiohttp
 
 from orchestrator.errors import ApiError
 from orchestrator.serve.adapters.base import Adapter, Internal, Resend
-from orchestrator.serve.body import ClientGone, dump_body, parse_body, read_body, to_utf8
-from orchestrator.serve.body_codec import decode_body
+from orchestrator.serve.cache.prompt_cache import AFFINITY_MIN_TOKENS, NO_AFFINITY, Affinity
 from orchestrator.serve.holding import hold_for_lease, next_lease
+from orchestrator.serve.http.body import ClientGone, dump_body, read_json
 from orchestrator.serve.metrics import NO_MODEL, ModelMetrics
-from orchestrator.serve.prompt_cache import AFFINITY_MIN_TOKENS, NO_AFFINITY, Affinity
+from orchestrator.serve.repair.structured import schema_error
 from orchestrator.serve.streaming import RelayOutcome, relay
-from orchestrator.serve.structured import schema_error
-from orchestrator.serve.upstream import Upstream
-from orchestrator.serve.upstream_errors import (
+from orchestrator.serve.upstream.client import Upstream
+from orchestrator.serve.upstream.errors import (
     NOTHING_ANSWERED,
     UPSTREAM_FAILURES,
     NothingAnswered,
@@ -61,11 +60,11 @@ from orchestrator.serve.upstream_errors import (
 
 if TYPE_CHECKING:
     from orchestrator.config.schema import ModelConfig
-    from orchestrator.serve.draft_tuner import Ticket
+    from orchestrator.serve.drafting.tuner import Ticket
     from orchestrator.serve.forward import Forwarder
-    from orchestrator.serve.peers import Peer
     from orchestrator.serve.request_settings import RequestSettings
     from orchestrator.serve.routing import Router
+    from orchestrator.serve.upstream.peers import Peer
     from orchestrator.supervise.supervisor import Instance
 
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -149,9 +148,7 @@ class ProxyRequest:
         headers = self.scope["headers"]
         fwd.keys.check(headers)
         settings = self.settings = fwd.settings()  # one snapshot for the whole request
-        received = await read_body(headers, self.receive, settings.max_body, settings.body_timeout)
-        raw = to_utf8(decode_body(headers, received, settings.max_body), headers)
-        client = parse_body(raw, self.adapter.path, settings.limits)  # and its shape and bounds, for every API
+        client, raw = await read_json(headers, self.receive, settings, self.adapter.shape)
         internal = self.adapter.translate(client, raw)
         self.model = fwd.peers.resolve(self.router, internal.body.get("model"))
         self.mm = fwd.metrics.model(self.model.name)
@@ -185,7 +182,10 @@ class ProxyRequest:
         """Per-request speculation fields: the draft-length policy (``serve.draft_tuner``) sets this
         request's ``speculative.n_max`` on an adaptive model, unless the client set one or drafting
         is off for it (token probabilities); its ticket learns from the answer's timings."""
-        tuned, self.ticket = self.fwd.tuner.decide(self.route.kind, self.model, self.out.body, self.drafting_off)
+        route = self.route
+        tuned, self.ticket = self.fwd.tuner.decide(
+            route.kind if route.generates else None, self.model, self.out.body, self.drafting_off
+        )
         if tuned is not None:
             self.out = Outgoing(self.out.path, tuned, dump_body(tuned))
 
@@ -297,7 +297,8 @@ class ProxyRequest:
         requests skip that cost; llama-server's own slot choice still reuses what a slot holds."""
         if len(self.out.content) < AFFINITY_MIN_TOKENS:
             return NO_AFFINITY
-        return await self.router.affinity(self.route.kind, self.model, self.out.body)
+        route, body = self.route, self.out.body
+        return await self.router.affinity(route.chat_of(), self.model, body, route.session_key(body))
 
     async def _exchange_on(self, instance: Instance | Peer, out: Outgoing, *, refused_ok: bool) -> int:
         upstream = self.fwd.pool.get(instance.base_url or "", instance.name)

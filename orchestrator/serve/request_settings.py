@@ -7,10 +7,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from orchestrator.serve import body_shapes
-from orchestrator.serve import request_repair as chat
-from orchestrator.serve.body import limits_of
-from orchestrator.serve.prompt_prefix import policy_for
+from orchestrator.serve.cache.prefix import policy_for
+from orchestrator.serve.http import shapes as body_shapes
+from orchestrator.serve.http.body import limits_of
+from orchestrator.serve.repair import chat
 
 if TYPE_CHECKING:
     from orchestrator.config.schema import Config

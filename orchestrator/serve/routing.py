@@ -21,14 +21,14 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.errors import ApiError
-from orchestrator.serve.prompt_cache import NO_AFFINITY, Affinity
+from orchestrator.serve.cache.prompt_cache import NO_AFFINITY, Affinity, ChatOf
 from orchestrator.supervise.model_rules import RETRY_AFTER as SCHEDULER_RETRY_AFTER
 from orchestrator.supervise.states import SERVING
 
 if TYPE_CHECKING:
     from orchestrator.config.running import RunningConfig
     from orchestrator.config.schema import Config, ModelConfig
-    from orchestrator.serve.prompt_cache import PromptCache
+    from orchestrator.serve.cache.prompt_cache import PromptCache
     from orchestrator.supervise.managed import Lease, Prefer
     from orchestrator.supervise.scheduler import ModelScheduler
     from orchestrator.supervise.supervisor import Instance, Supervisor
@@ -62,7 +62,7 @@ class Router:
         self.running = running
         self.supervisor = supervisor
         self.scheduler = scheduler
-        self.prompt_cache: PromptCache | None = None  # prefix affinity (``orchestrator.serve.prompt_cache``)
+        self.prompt_cache: PromptCache | None = None  # prefix affinity (``orchestrator.serve.cache.prompt_cache``)
         self._names = running.derive(_name_table)
 
     @property
@@ -112,10 +112,12 @@ class Router:
             )
         return model
 
-    async def affinity(self, kind: str, model: ModelConfig, body: dict[str, Any]) -> Affinity:
+    async def affinity(
+        self, chat_of: ChatOf, model: ModelConfig, body: dict[str, Any], key: str | None = None
+    ) -> Affinity:
         """Where a request should go by its prompt's prefix (``PromptCache.route``); ``NO_AFFINITY``
         without a prompt cache."""
-        return await self.prompt_cache.route(kind, model, body) if self.prompt_cache else NO_AFFINITY
+        return await self.prompt_cache.route(chat_of, model, body, key) if self.prompt_cache else NO_AFFINITY
 
     async def left_serving(self, failed: Instance) -> bool:
         """Whether ``failed``, which answered nothing, left the serving states within ``REFUSED_WAIT`` s.

@@ -29,7 +29,7 @@ from orchestrator.errors import UserError
 from orchestrator.host import statefile
 from orchestrator.host.ports import SERVER_PORT_FIX, check_port_free
 from orchestrator.serve.app import create_app
-from orchestrator.serve.http_limits import uvicorn_config
+from orchestrator.serve.http.limits import uvicorn_config
 from orchestrator.serve.reload import ConfigReloader, Prepare, Reloading
 from orchestrator.supervise.budget import budget_for
 from orchestrator.supervise.model_state import ModelState

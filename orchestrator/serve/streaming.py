@@ -5,7 +5,7 @@ on with one ASGI ``send`` as soon as it arrives (uvicorn writes it to the socket
 buffers in between). With :class:`SseCodec` (every API whose stream is llama-server's own SSE)
 nothing is parsed or copied on that path. Two things can change that:
 
-- a response repair can apply (``orchestrator.serve.stream_repair.StreamRepair``): then chunks are cut
+- a response repair can apply (``orchestrator.serve.repair.stream.StreamRepair``): then chunks are cut
   into events, and an event is parsed only when ``StreamRepair.needs_parse`` says its bytes
   might change (a cheap substring check); untouched events keep their original bytes;
 - the end: the last two chunks are kept by reference, and once the stream ends the final event's
@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from orchestrator.errors import ApiError
-from orchestrator.serve.upstream_errors import UPSTREAM_FAILURES, to_api_error
+from orchestrator.serve.upstream.errors import UPSTREAM_FAILURES, to_api_error
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 
@@ -226,7 +226,7 @@ class SseCodec:
 
     Args:
         flavor: how the API's stream ends and carries errors.
-        repair: an ``orchestrator.serve.stream_repair.StreamRepair``-like object when a repair can
+        repair: an ``orchestrator.serve.repair.stream.StreamRepair``-like object when a repair can
             apply, else None: then every chunk is passed on as it came, uncopied.
     """
 

@@ -2,7 +2,8 @@
 
 Each session under ``tests/data/agent_sessions/`` is the list of requests a real client sent, turn by
 turn (Claude Code, Codex CLI, opencode; ``scripts/capture_agent.py``). Every turn is repaired as the
-proxy repairs it, turned into the chat request llama-server makes of it (``serve/chat_view.py``) and
+proxy repairs it, turned into the chat request llama-server makes of it (each API folder's
+``chat_view.py``) and
 rendered with the GGUF's own template by the in-process runtime: the tokens of turn N+1 must start
 with the tokens of turn N (the prompt without its generation prompt, which the model's answer
 replaces), so llama-server's prompt cache serves all of turn N again.
@@ -16,9 +17,13 @@ from typing import Any
 
 import pytest
 
-from orchestrator.serve import anthropic, chat_view, responses
-from orchestrator.serve import request_repair as chat
-from orchestrator.serve.request_repair import RepairPolicy
+from orchestrator.serve.anthropic import repair as anthropic
+from orchestrator.serve.anthropic.chat_view import anthropic_chat
+from orchestrator.serve.cache.chat_view import template_messages
+from orchestrator.serve.repair import chat
+from orchestrator.serve.repair.chat import RepairPolicy
+from orchestrator.serve.responses import repair as responses
+from orchestrator.serve.responses.chat_view import responses_chat
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 SESSIONS = sorted((DATA / "agent_sessions").glob("*.json"))
@@ -26,9 +31,9 @@ SESSIONS = sorted((DATA / "agent_sessions").glob("*.json"))
 
 def _chat_request(route: str, body: dict[str, Any], policy: RepairPolicy) -> dict[str, Any]:
     if route == "/v1/messages":
-        return chat_view.anthropic_chat(anthropic.repair_request(body, policy).body)
+        return anthropic_chat(anthropic.repair_request(body, policy).body)
     if route == "/v1/responses":
-        return chat_view.responses_chat(responses.repair_request(body, policy).body)
+        return responses_chat(responses.repair_request(body, policy).body)
     repaired = chat.repair_request(body, policy).body
     return {**repaired, "tools": repaired.get("tools")}
 
@@ -40,7 +45,7 @@ def _tokens(gguf: Path, route: str, body: dict[str, Any], policy: RepairPolicy, 
     ctk = req.get("chat_template_kwargs") or {}
     text = render_chat(
         gguf,
-        chat_view.template_messages(req["messages"]),
+        template_messages(req["messages"]),
         add_generation_prompt=generation,
         enable_thinking=ctk.get("enable_thinking"),
         tools=req.get("tools"),

@@ -10,12 +10,13 @@ from typing import Any
 import pytest
 
 from orchestrator.errors import ApiError
-from orchestrator.serve import anthropic, responses
-from orchestrator.serve.prompt_stability import drop_volatile
-from orchestrator.serve.request_repair import RepairPolicy
-from orchestrator.serve.responses_items import normalize_item
-from orchestrator.serve.responses_tools import client_call, map_tools, remap_output
-from orchestrator.serve.thinking import chat_thinking
+from orchestrator.serve.anthropic import repair as anthropic
+from orchestrator.serve.repair.chat import RepairPolicy
+from orchestrator.serve.repair.stability import drop_volatile
+from orchestrator.serve.repair.thinking import chat_thinking
+from orchestrator.serve.responses import repair as responses
+from orchestrator.serve.responses.items import normalize_item
+from orchestrator.serve.responses.tools import client_call, map_tools, remap_output
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 USER = {"role": "user", "content": "Hi"}
@@ -179,7 +180,7 @@ class _Answered:
 def test_codex_calls_are_answered_in_its_form_whole_and_streamed() -> None:
     """The model's call of a namespaced function (as llama-server reports it) reaches Codex with
     name and namespace; a custom tool's call as a custom_tool_call; plain functions untouched."""
-    from orchestrator.serve.adapters.openai_responses import Responses, ResponsesStreamFix
+    from orchestrator.serve.responses.adapter import Responses, ResponsesStreamFix
 
     request = {"input": "hi", "tools": [FN, NAMESPACE, CUSTOM, {"type": "web_search"}], "max_output_tokens": 64}
     ns_call = {"type": "function_call", "id": "fc_1", "call_id": "call_1", "status": "completed",

@@ -8,9 +8,12 @@ from typing import Any
 import pytest
 
 from orchestrator.errors import ApiError
-from orchestrator.serve import anthropic, ollama, responses, structured
-from orchestrator.serve.request_repair import SYSTEM_AS_USER_PREFIX, RepairPolicy
-from orchestrator.serve.token_probs import drafting_off, trim, wants_token_probs, widen
+from orchestrator.serve.anthropic import repair as anthropic
+from orchestrator.serve.ollama import translate as ollama
+from orchestrator.serve.repair import structured
+from orchestrator.serve.repair.chat import SYSTEM_AS_USER_PREFIX, RepairPolicy
+from orchestrator.serve.repair.token_probs import drafting_off, trim, wants_token_probs, widen
+from orchestrator.serve.responses import repair as responses
 
 USER = {"role": "user", "content": "Hi"}
 

@@ -1,4 +1,4 @@
-"""Content-Encoding decoding (``orchestrator.serve.body_codec``) on literal bytes: no server needed."""
+"""Content-Encoding decoding (``orchestrator.serve.http.body_codec``) on literal bytes: no server needed."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 import zstandard
 
 from orchestrator.errors import ApiError
-from orchestrator.serve.body_codec import content_encodings, decode_body
+from orchestrator.serve.http.body_codec import content_encodings, decode_body
 
 BODY = b'{"model": "demo", "messages": [{"role": "user", "content": "U1"}]}'
 

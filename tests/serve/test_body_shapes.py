@@ -1,4 +1,4 @@
-"""What a body may hold (``orchestrator.serve.body_shapes``): one check for every API, before any repair.
+"""What a body may hold (``orchestrator.serve.http.shapes``): one check for every API, before any repair.
 
 Through the proxy in front of a real llama-server: an integer of 400 digits in each numeric field
 of each API is a 400 in the API's shape (it was a 500 on chat, completions, Anthropic and Ollama),
@@ -22,8 +22,22 @@ import pytest
 from proxy_harness import Stack, real_stack
 
 from orchestrator.errors import ApiError
-from orchestrator.serve import body_shapes, llama_fields, ollama
-from orchestrator.serve.body import parse_body
+from orchestrator.serve.http import shapes as body_shapes
+from orchestrator.serve.http.body import parse_body
+from orchestrator.serve.http.shapes import Shape
+from orchestrator.serve.ollama import translate as ollama
+from orchestrator.serve.ollama.shapes import SHOW
+from orchestrator.serve.registry import adapter_for
+from orchestrator.serve.repair import llama_fields
+
+
+def shape_of(path: str) -> Shape | None:
+    """The shape the route ``path`` declares (its adapter's; ``/api/show``'s listing)."""
+    if path == "/api/show":
+        return SHOW
+    adapter = adapter_for(path)
+    return adapter.shape if adapter is not None else None
+
 
 DATA = Path(__file__).parents[1] / "data"
 HUGE = int("1" + "0" * 400)
@@ -252,7 +266,7 @@ def test_a_chat_request_followed_by_garbage_gets_its_answer_then_the_400(stack: 
 def refused(path: str, body: dict[str, Any], limits: body_shapes.Limits | None = None) -> ApiError:
     raw = json.dumps(body).encode()
     with pytest.raises(ApiError) as info:
-        parse_body(raw, path, limits)
+        parse_body(raw, shape_of(path), limits)
     return info.value
 
 
@@ -290,14 +304,14 @@ def test_huge_integers_anywhere_are_found_and_digit_runs_in_text_are_not() -> No
     err = refused("/v1/chat/completions", body)
     assert err.param == "x.y[2]"
     ok = {"messages": [{"role": "user", "content": "9" * 400}], "seed": 2**64 - 1, "n": -(2**63)}
-    assert parse_body(json.dumps(ok).encode(), "/v1/chat/completions") == ok
+    assert parse_body(json.dumps(ok).encode(), shape_of("/v1/chat/completions")) == ok
 
 
 def test_real_agent_bodies_and_every_documented_form_pass() -> None:
     for session in sorted((DATA / "agent_sessions").glob("*.json")):  # Claude Code, Codex, opencode
         recorded = json.loads(session.read_text())
         for body in recorded["requests"]:
-            assert parse_body(json.dumps(body).encode(), recorded["route"]) == body, session.name
+            assert parse_body(json.dumps(body).encode(), shape_of(recorded["route"])) == body, session.name
     forms: list[tuple[str, dict[str, Any]]] = [
         ("/v1/chat/completions", {"messages": [
             {"role": "system", "content": None},
@@ -321,4 +335,4 @@ def test_real_agent_bodies_and_every_documented_form_pass() -> None:
         ("/api/embed", {"input": ["a", "b"]}),
     ]  # fmt: skip
     for path, body in forms:
-        assert parse_body(json.dumps(body).encode(), path) == body, path
+        assert parse_body(json.dumps(body).encode(), shape_of(path)) == body, path

@@ -1,4 +1,4 @@
-"""Request repair (orchestrator.serve.request_repair): the user-reported cases C01-C09 plus each rule on its own."""
+"""Request repair (orchestrator.serve.repair.chat): the user-reported cases C01-C09 plus each rule on its own."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from orchestrator.errors import ApiError
-from orchestrator.serve.request_repair import (
+from orchestrator.serve.repair.chat import (
     SYSTEM_AS_USER_PREFIX,
     RepairPolicy,
     normalize_messages,

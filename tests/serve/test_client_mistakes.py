@@ -1,7 +1,7 @@
 """Each kind of client mistake from the hardening report is a 4xx in the API's shape (real llama-server).
 
 Every case reached llama-server before and came back as 500, was relayed as 502, or broke the
-proxy. Unit tests of the checks themselves (``orchestrator.serve.llama_fields``, ``body``) are at
+proxy. Unit tests of the checks themselves (``orchestrator.serve.repair.llama_fields``, ``body``) are at
 the end and need no server.
 """
 
@@ -17,8 +17,8 @@ import pytest
 from proxy_harness import Stack, real_stack
 
 from orchestrator.errors import ApiError
-from orchestrator.serve import llama_fields
-from orchestrator.serve.body import parse_body, to_utf8
+from orchestrator.serve.http.body import parse_body, to_utf8
+from orchestrator.serve.repair import llama_fields
 
 CHAT = "/v1/chat/completions"
 MESSAGES = [{"role": "user", "content": "hi"}]

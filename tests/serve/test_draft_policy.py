@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.serve import draft_classes as dc
-from orchestrator.serve import draft_policy as dp
+from orchestrator.serve.drafting import classes as dc
+from orchestrator.serve.drafting import policy as dp
 
 KS = (0, 1, 2, 3)
 P = dp.Params(ks=KS)
@@ -224,7 +224,7 @@ def test_the_tuner_follows_a_reload_of_the_adaptive_switch() -> None:
 
     from orchestrator.config.running import RunningConfig
     from orchestrator.config.schema import Config, ModelConfig
-    from orchestrator.serve.draft_tuner import DraftTuner
+    from orchestrator.serve.drafting.tuner import DraftTuner
 
     def config(adaptive: bool, n_max: int = 3) -> Config:
         spec = {"type": "draft-mtp", "n_max": n_max, "adaptive": adaptive}

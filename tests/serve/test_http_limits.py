@@ -1,4 +1,4 @@
-"""Limits at the HTTP layer of the real proxy (uvicorn with ``serve/http_limits.py``), raw sockets.
+"""Limits at the HTTP layer of the real proxy (uvicorn with ``serve/http/limits.py``), raw sockets.
 
 - a header over ``server.max_header_bytes`` is a 431 in JSON, read before the whole line arrives;
 - a head or a body sent too slowly (slowloris) gets 408 after ``client_header`` / ``client_body``;

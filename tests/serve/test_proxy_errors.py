@@ -202,7 +202,7 @@ def test_unexpected_exception_is_a_500_in_the_openai_shape(proxy: tuple[Stack, F
 
 def test_nan_and_deep_nesting_are_400_invalid_json() -> None:
     """NaN/Infinity pass Python's json but not llama-server's parser; deep nesting would recurse."""
-    from orchestrator.serve.body import parse_body
+    from orchestrator.serve.http.body import parse_body
 
     for raw in (b'{"model":"demo","temperature":NaN}', b'{"x":Infinity}', b"[" * 100_000):
         with pytest.raises(ApiError) as info:
@@ -212,7 +212,7 @@ def test_nan_and_deep_nesting_are_400_invalid_json() -> None:
 
 def test_upstream_501_is_a_400_not_a_5xx() -> None:
     """A route the model's launch does not serve is the client's mistake (capabilities say so)."""
-    from orchestrator.serve.upstream_errors import from_upstream_status
+    from orchestrator.serve.upstream.errors import from_upstream_status
 
     err = from_upstream_status(501, b'{"error":{"message":"This server does not support embeddings."}}')
     assert err.status == 400 and err.code == "not_supported" and "embeddings" in err.message

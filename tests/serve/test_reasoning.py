@@ -1,4 +1,4 @@
-"""Response repair (orchestrator.serve.response_repair): case R01, whole and streamed at every split point."""
+"""Response repair (orchestrator.serve.repair.response): case R01, whole and streamed at every split point."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from orchestrator.serve.response_repair import is_reasoning_only, repair_response, split_reasoning
-from orchestrator.serve.stream_repair import StreamingThinkSplitter, StreamRepair, repair_stream_chunk
+from orchestrator.serve.repair.response import is_reasoning_only, repair_response, split_reasoning
+from orchestrator.serve.repair.stream import StreamingThinkSplitter, StreamRepair, repair_stream_chunk
 
 CASES_FILE = Path(__file__).resolve().parents[1] / "data" / "chat_requests.json"
 R_CASES: list[dict[str, Any]] = json.loads(CASES_FILE.read_text())["response_cases"]

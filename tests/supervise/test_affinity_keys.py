@@ -3,7 +3,8 @@ its slot and replica (``SlotHoldings.choose``), whatever the prefixes say."""
 
 from __future__ import annotations
 
-from orchestrator.serve.prompt_prefix import session_key
+from orchestrator.serve.anthropic.adapter import Messages
+from orchestrator.serve.responses.adapter import Responses
 from orchestrator.supervise.affinity import Replica, SlotHoldings
 
 REPLICAS = [Replica("m-0", 2, 0), Replica("m-1", 2, 0)]
@@ -26,7 +27,10 @@ def test_a_session_key_goes_back_to_its_slot() -> None:
 
 
 def test_session_keys_of_codex_and_claude_code() -> None:
-    assert session_key({"prompt_cache_key": "01a2320d"}) == "k:01a2320d"
+    # each API's adapter reads its own field: Codex's prompt_cache_key, Claude Code's metadata.user_id
+    assert Responses().session_key({"prompt_cache_key": "01a2320d"}) == "k:01a2320d"
     user_id = '{"device_id":"3f24","account_uuid":"","session_id":"7e89f25a"}'
-    assert session_key({"metadata": {"user_id": user_id}}) == "s:7e89f25a"
-    assert session_key({"metadata": {"user_id": "plain"}}) is None and session_key({}) is None
+    messages = Messages()
+    assert messages.session_key({"metadata": {"user_id": user_id}}) == "s:7e89f25a"
+    assert messages.session_key({"metadata": {"user_id": "plain"}}) is None and messages.session_key({}) is None
+    assert Responses().session_key({"metadata": {"user_id": user_id}}) is None  # not a Responses field

@@ -31,7 +31,7 @@ from scheduler_helpers import lifecycle_stack, tiny_models, wait_until
 
 from orchestrator.config.schema import Timeouts
 from orchestrator.host import disk
-from orchestrator.serve import prompt_cache
+from orchestrator.serve.cache import prompt_cache
 
 pytestmark = [pytest.mark.slow, pytest.mark.server]
 

@@ -19,16 +19,17 @@ The per-request state an adapter may read or report to is :class:`Request`.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from orchestrator.errors import ApiError
-from orchestrator.serve import llama_fields, structured
-from orchestrator.serve import request_repair as chat
-from orchestrator.serve.body import dump_body
-from orchestrator.serve.speculative_fields import flatten_speculative
+from orchestrator.serve.drafting.fields import flatten_speculative
+from orchestrator.serve.http.body import dump_body
+from orchestrator.serve.http.shapes import Shape
+from orchestrator.serve.repair import chat, llama_fields, structured
+from orchestrator.serve.repair.token_probs import TrimStream, drafting_off, trim, wants_token_probs, widen
 from orchestrator.serve.streaming import OPENAI_SSE, SSE_HEADERS, SseCodec, StreamCodec, StreamFlavor
-from orchestrator.serve.token_probs import TrimStream, drafting_off, trim, wants_token_probs, widen
 
 if TYPE_CHECKING:
     from orchestrator.config.schema import ModelConfig
@@ -100,14 +101,14 @@ class BodyPlan:
             self.repairs.append("response_format_mapped")
 
     def check_fields(self, body: dict[str, Any], *, openai_tools: bool) -> None:
-        """llama-server's fields of the body to send, checked (``orchestrator.serve.llama_fields``)."""
+        """llama-server's fields of the body to send, checked (``orchestrator.serve.repair.llama_fields``)."""
         fixed = llama_fields.check(self.current(body), openai_tools=openai_tools)
         if fixed is not None:
             self.body = fixed
             self.repairs.append("null_dropped")
 
     def token_probs(self, body: dict[str, Any]) -> None:
-        """A request for per-token probabilities runs with drafting off (``orchestrator.serve.token_probs``)."""
+        """A request for per-token probabilities runs with drafting off (``orchestrator.serve.repair.token_probs``)."""
         if not wants_token_probs(body):
             return
         current = self.current(body)
@@ -172,6 +173,11 @@ class Adapter:
         flavor: the SSE stream shape (end marker, terminator, error event).
         stream_headers: the response head of a stream.
         holds_with_comments: a held stream sends SSE comment lines while its model loads.
+        shape: what a client's body may hold (``orchestrator.serve.http.shapes``); None checks
+            numbers only.
+        generates: the route generates tokens, so the draft-length policy chooses its K.
+        error_prefix: the path prefix of this API's family, whose errors take this adapter's
+            shape on every route under it (the proxy's own 404s too); None for OpenAI's, the default.
     """
 
     path: str = ""
@@ -179,10 +185,14 @@ class Adapter:
     flavor: StreamFlavor = OPENAI_SSE
     stream_headers: list[tuple[bytes, bytes]] = SSE_HEADERS
     holds_with_comments = True
+    shape: Shape | None = None
+    generates = False
+    error_prefix: str | None = None
 
-    def __init__(self, path: str = "", kind: str = "") -> None:
+    def __init__(self, path: str = "", kind: str = "", shape: Shape | None = None) -> None:
         self.path = path or self.path
         self.kind = kind or self.kind
+        self.shape = shape or self.shape
 
     def translate(self, body: dict[str, Any], raw: bytes) -> Internal:
         """The client's body -> the internal request (here: the same body for the same path)."""
@@ -214,6 +224,22 @@ class Adapter:
         if req.trim_top:
             repair = TrimStream(repair)
         return SseCodec(self.flavor, repair)
+
+    def chat_request(self, body: dict[str, Any]) -> dict[str, Any]:
+        """The chat request llama-server renders for this route's repaired ``body`` (only called
+        when :meth:`chat_of` gives it)."""
+        raise NotImplementedError
+
+    def chat_of(self) -> Callable[[dict[str, Any]], dict[str, Any]] | None:
+        """:meth:`chat_request` when this route renders a chat prompt (prefix affinity renders and
+        tokenizes it in-process), else None."""
+        return None
+
+    def session_key(self, body: dict[str, Any]) -> str | None:
+        """The client's session key in ``body``, which keeps a session on its slot: OpenAI's
+        ``prompt_cache_key`` (chat and Responses; Codex sends its session id), else None."""
+        key = body.get("prompt_cache_key")
+        return "k:" + key if isinstance(key, str) and key else None
 
     def error_body(self, err: ApiError) -> dict[str, Any]:
         """``err`` as this API's JSON error body."""

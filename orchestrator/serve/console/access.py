@@ -16,13 +16,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from orchestrator.errors import ApiError
-from orchestrator.serve.hosts import host_of, is_loopback
+from orchestrator.serve.http.hosts import host_of, is_loopback
 
 if TYPE_CHECKING:
     from fastapi import Request
 
     from orchestrator.config.schema import Config
-    from orchestrator.serve.auth import ApiKeys
+    from orchestrator.serve.http.auth import ApiKeys
 
 # blob: images are the bench plot, fetched with the key header and shown from memory
 CSP = (

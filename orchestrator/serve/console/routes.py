@@ -21,7 +21,7 @@ from orchestrator.serve.console.history import History
 
 if TYPE_CHECKING:
     from orchestrator.config.schema import Config
-    from orchestrator.serve.auth import ApiKeys
+    from orchestrator.serve.http.auth import ApiKeys
     from orchestrator.serve.metrics import ProxyMetrics
     from orchestrator.supervise.scheduler import ModelScheduler
     from orchestrator.supervise.supervisor import Supervisor

@@ -22,7 +22,7 @@ from orchestrator.serve.app import create_app
 from orchestrator.serve.console.access import CSP
 from orchestrator.serve.console.files import read_log
 from orchestrator.serve.console.history import History
-from orchestrator.serve.hosts import host_of, is_loopback
+from orchestrator.serve.http.hosts import host_of, is_loopback
 from orchestrator.serve.metrics import ProxyMetrics
 from orchestrator.supervise.supervisor import Supervisor
 

@@ -1,0 +1,155 @@
+"""Anthropic Messages (``/v1/messages``, ``/v1/messages/count_tokens``): llama-server serves both;
+the request is repaired by ``orchestrator.serve.anthropic.repair``, errors take Anthropic's shape, and
+two things llama-server says wrong are fixed in the answer, whole or streamed:
+
+- an answer ended by one of the request's ``stop_sequences`` has ``stop_reason: "end_turn"`` next
+  to ``stop_sequence: "<the sequence>"``: llama-server's ``to_json_anthropic`` and
+  ``to_json_anthropic_stream`` (``tools/server/server-task.cpp``) map a stop word like an
+  end-of-generation token. Anthropic's API says ``"stop_sequence"``; a client that branches on
+  ``stop_reason`` would take a cut answer for a finished turn. Counted as the repair
+  ``anthropic_stop_sequence``.
+- message ids: llama-server answers ``"id": "chatcmpl-..."`` (its chat id); Anthropic's start
+  with ``msg_``. The whole Message's id and the ``message_start`` event's are rewritten to
+  ``msg_<same random part>`` (not counted as a repair: every answer has one).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from orchestrator.errors import ApiError
+from orchestrator.serve.adapters.base import Adapter, BodyPlan, Generation, Request, Resend
+from orchestrator.serve.anthropic import repair as anthropic
+from orchestrator.serve.anthropic.chat_view import anthropic_chat
+from orchestrator.serve.anthropic.shapes import MESSAGES
+from orchestrator.serve.streaming import StreamFlavor
+
+if TYPE_CHECKING:
+    from orchestrator.config.schema import ModelConfig
+    from orchestrator.serve.repair import chat
+
+ANTHROPIC_SSE = StreamFlavor(None, b"event: message_stop", anthropic.error_event)
+
+
+def fix_stop_reason(message: dict[str, Any]) -> bool:
+    """Set ``stop_reason`` to ``stop_sequence`` where a stop sequence ended ``message`` (a whole
+    Message or a ``message_delta``'s ``delta``). Returns whether it changed."""
+    if message.get("stop_reason") == "end_turn" and isinstance(message.get("stop_sequence"), str):
+        message["stop_reason"] = "stop_sequence"
+        return True
+    return False
+
+
+def fix_message_id(message: dict[str, Any]) -> bool:
+    """Give ``message`` (a whole Message or ``message_start``'s ``message``) an Anthropic id.
+    Returns whether it changed."""
+    mid = message.get("id")
+    if not isinstance(mid, str) or mid.startswith("msg_"):
+        return False
+    message["id"] = "msg_" + mid.removeprefix("chatcmpl-")
+    return True
+
+
+def fix_event(obj: dict[str, Any]) -> str | None:
+    """Fix a whole Message or one streamed event in place; the repair kind, or None."""
+    if obj.get("type") == "message_start" and isinstance(obj.get("message"), dict):
+        fix_message_id(obj["message"])  # every answer has one: fixed, not counted as a repair
+        return None
+    if obj.get("type") == "message":
+        fix_message_id(obj)
+    delta = obj.get("delta") if obj.get("type") == "message_delta" else obj
+    return "anthropic_stop_sequence" if isinstance(delta, dict) and fix_stop_reason(delta) else None
+
+
+class MessagesStreamFix:
+    """The stream repair (``stream_repair.StreamRepair``'s protocol) of a Messages stream."""
+
+    def needs_parse(self, raw: bytes) -> bool:
+        """Whether ``raw`` may hold an event to fix (holds for every substring of such bytes)."""
+        return b'"stop_sequence":"' in raw or b'"message_start"' in raw
+
+    def repair(self, chunk: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+        """A fixed copy of ``chunk`` and the repair kinds, or ``chunk`` itself and none."""
+        fixed = copy.deepcopy(chunk)
+        kind = fix_event(fixed)
+        if kind is None and fixed.get("message") == chunk.get("message"):
+            return chunk, []
+        return fixed, [kind] if kind is not None else []
+
+    def finish(self) -> dict[str, Any] | None:
+        """Nothing is held back."""
+        return None
+
+
+def _repair(body: dict[str, Any], policy: chat.RepairPolicy) -> BodyPlan:
+    plan = BodyPlan()
+    plan.apply(anthropic.repair_request(body, policy))
+    plan.check_fields(body, openai_tools=False)
+    return plan
+
+
+class Messages(Generation):
+    """``POST /v1/messages``."""
+
+    path = "/v1/messages"
+    kind = "messages"
+    flavor = ANTHROPIC_SSE
+    shape = MESSAGES
+    generates = True
+    error_prefix = "/v1/messages"
+
+    def prepare(self, body: dict[str, Any], model: ModelConfig, policy: chat.RepairPolicy) -> BodyPlan:
+        if body.get("max_tokens") is None:
+            # Anthropic's API requires it; without it llama-server answers until the slot's context is full
+            raise ApiError(400, "max_tokens: Field required (the longest answer, in tokens)", param="max_tokens")
+        return _repair(body, policy)
+
+    def fix(self, req: Request, obj: dict[str, Any]) -> tuple[dict[str, Any], bool] | Resend:
+        before = obj.get("id")
+        kind = fix_event(obj)
+        if kind is not None:
+            req.count_repair(kind)
+        return obj, kind is not None or obj.get("id") != before
+
+    def chat_request(self, body: dict[str, Any]) -> dict[str, Any]:
+        return anthropic_chat(body)
+
+    def chat_of(self) -> Callable[[dict[str, Any]], dict[str, Any]] | None:
+        return self.chat_request
+
+    def session_key(self, body: dict[str, Any]) -> str | None:
+        """``prompt_cache_key``, else the ``session_id`` in ``metadata.user_id`` (a JSON string, as
+        Claude Code sends it)."""
+        meta = body.get("metadata")
+        user = meta.get("user_id") if isinstance(meta, dict) else None
+        if (key := super().session_key(body)) is not None or not isinstance(user, str) or not user.startswith("{"):
+            return key
+        try:
+            session = json.loads(user).get("session_id")
+        except (ValueError, AttributeError):
+            return None
+        return "s:" + session if isinstance(session, str) and session else None
+
+    def stream_repair(self, req: Request) -> Any:
+        return MessagesStreamFix()
+
+    def error_body(self, err: ApiError) -> dict[str, Any]:
+        return anthropic.error_body(err)
+
+
+class CountTokens(Adapter):
+    """``POST /v1/messages/count_tokens``: repaired like a Message, answered as llama-server counts."""
+
+    path = "/v1/messages/count_tokens"
+    kind = "count_tokens"
+    flavor = ANTHROPIC_SSE
+    shape = MESSAGES
+
+    def prepare(self, body: dict[str, Any], model: ModelConfig, policy: chat.RepairPolicy) -> BodyPlan:
+        return _repair(body, policy)
+
+    def error_body(self, err: ApiError) -> dict[str, Any]:
+        return anthropic.error_body(err)

@@ -1,0 +1,273 @@
+"""The proxy's side of prompt-cache persistence and prefix affinity.
+
+``PromptCache`` owns the ``KvPersistence`` of one ``orchestrator up`` and joins it to the model
+lifecycle: its ``before_stop`` hook saves a model's slots before every stop the orchestrator
+controls (idle unload, eviction, reload, shutdown), its ``before_ready`` hook restores
+(verified) and warms them before the model is marked ready. Neither hook raises: a persistence
+problem is a warning in ``status``, never a model stuck loading. A watch (``watch``, every
+``WATCH_TICK`` s) saves a ready model's changed slots once it has been idle ``IDLE_SAVE_S`` s (at
+most every ``IDLE_SAVE_EVERY_S`` s: a save blocks the server while it writes), so an unplanned
+crash loses at most the turns since; after a crash restart it restores that save. Warm prefixes
+are rendered here, through the proxy's own request repair (``orchestrator.serve.cache.prefix``).
+
+Prefix affinity (``route``): for a chat request to a model with several slots or replicas, the
+prompt is rendered and tokenized in-process, ``SlotHoldings.choose`` names the replica and
+slot holding its longest prefix, the scheduler is asked for that replica, and ``id_slot`` is
+added to the body. Metrics: ``orchestrator_kv_*`` (see ``KvCollector``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import logging
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from orchestrator.errors import ApiError, UserError
+from orchestrator.paths import kv_root
+from orchestrator.serve.cache.prefix import prompt_tokens, warm_tokens_for
+from orchestrator.serve.http.body import dump_body
+from orchestrator.supervise.affinity import Choice, Replica, SlotHoldings
+from orchestrator.supervise.kv_files import KvStore
+from orchestrator.supervise.kv_persist import KvPersistence
+from orchestrator.supervise.model_state import ModelState
+from orchestrator.supervise.states import SERVING
+
+if TYPE_CHECKING:
+    from orchestrator.config.schema import Config, ModelConfig
+    from orchestrator.supervise.instance import Instance
+    from orchestrator.supervise.managed import Lease, ManagedModel, Prefer
+    from orchestrator.supervise.scheduler import ModelScheduler
+    from orchestrator.supervise.supervisor import Supervisor
+
+log = logging.getLogger("orchestrator.kv")
+#: Prompts shorter than this (tokens) are routed as before (least busy replica, llama-server's own
+#: slot choice) and forwarded untouched: their prefill is cheap, and a slot is kept for long ones.
+AFFINITY_MIN_TOKENS = 256
+WATCH_TICK = 1.0  # s between looks at the models (idle saves, crash restarts)
+IDLE_SAVE_S = 5.0  # s without a request before a ready model's changed slots are saved
+IDLE_SAVE_EVERY_S = 60.0  # s at least between two idle saves of one model (bounds their cost)
+P = TypeVar("P", bound="Prepared")
+# a route adapter's ``chat_request``: its repaired body -> the chat request llama-server renders
+ChatOf = Callable[[dict[str, Any]], dict[str, Any]] | None
+
+
+class Prepared(Protocol):
+    """What ``Affinity.bind`` needs of a prepared request: its body and the bytes sent upstream."""
+
+    body: dict[str, Any]
+    content: bytes
+
+
+class Affinity:
+    """One chat request routed by prefix: its prompt ``tokens`` and, once a replica is picked,
+    the ``choice`` (replica, slot, tokens expected cached)."""
+
+    def __init__(self, holdings: SlotHoldings, tokens: list[int], key: str | None = None) -> None:
+        self._holdings = holdings
+        self.tokens = tokens  # empty: no affinity (``NO_AFFINITY``)
+        self.key = key  # the client's session key, if it sent one
+        self.choice: Choice | None = None
+        self._busy: tuple[str, int] | None = None
+
+    @property
+    def preference(self) -> Prefer | None:
+        """``prefer`` for ``ModelScheduler.acquire``, or None without a prompt."""
+        return self.prefer if self.tokens else None
+
+    def on(self, lease: Lease, prep: P) -> tuple[Instance, P]:
+        """The leased replica and ``prep`` bound to its slot (:meth:`bind`)."""
+        return lease.instance, self.bind(prep, lease.instance) if self.tokens else prep
+
+    def prefer(self, serving: list[Instance]) -> Instance | None:
+        """The replica among ``serving`` whose slot holds the longest prefix (``ModelScheduler``'s
+        ``prefer``), else the least busy; None when ``serving`` is empty."""
+        reps = [Replica(i.name, i.spec.server.parallel, i.in_flight) for i in serving]
+        self.choice = self._holdings.choose(self.tokens, reps, self.key)
+        return next((i for i in serving if self.choice and i.name == self.choice.replica), None)
+
+    def bind(self, prep: P, inst: Instance) -> P:
+        """``prep`` with ``id_slot`` naming the chosen slot of ``inst`` (a copy; ``prep`` itself when
+        no slot is free there). Marks the slot busy until :meth:`end`."""
+        self.end()
+        if self.choice is None or self.choice.replica != inst.name:
+            self.choice = self._holdings.choose(
+                self.tokens, [Replica(inst.name, inst.spec.server.parallel, 0)], self.key
+            )
+        if self.choice is None or self.choice.slot is None:
+            return prep
+        self._busy = (inst.name, self.choice.slot)
+        self._holdings.begin(inst.name, self.choice.slot, self.tokens, self.key)
+        bound = copy.copy(prep)
+        bound.body = {**prep.body, "id_slot": self.choice.slot}
+        bound.content = dump_body(bound.body)
+        return bound
+
+    def __enter__(self) -> Affinity:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.end()
+
+    def end(self) -> None:
+        """The request finished (or failed, or moves to another replica): its slot is free."""
+        if self._busy is not None:
+            self._holdings.end(*self._busy)
+            self._busy = None
+
+
+#: A request routed without regard to prefixes (the scheduler's least busy replica, any slot).
+NO_AFFINITY = Affinity(SlotHoldings(), [])
+
+
+class PromptCache:
+    """Prompt-cache persistence and affinity for the models of ``config``.
+
+    Args:
+        config: the validated models.yaml (``kv_persist``, ``warm_prefixes``, ``parallel``,
+            ``server.kv_disk_budget``).
+        supervisor: its instances name the GGUF each model runs (for rendering and tokenizing).
+        root: the folder of saved slots (default: ``orchestrator.paths.kv_root()``).
+    """
+
+    def __init__(self, config: Config, supervisor: Supervisor, root: Path | None = None) -> None:
+        self.config = config
+        self.supervisor = supervisor
+        store = KvStore(root or kv_root(), config.server.kv_disk_budget)
+        self.kv = KvPersistence(store, config.models, warm_tokens=warm_tokens_for(config, self._gguf))
+        self._scheduler: ModelScheduler | None = None
+        self._watch: asyncio.Task[None] | None = None
+        self._idle_saved: dict[str, tuple[float, float]] = {}  # model -> (its last_used then, when)
+
+    @classmethod
+    def attached(
+        cls, config: Config, supervisor: Supervisor, scheduler: ModelScheduler, registry: CollectorRegistry
+    ) -> PromptCache:
+        """A prompt cache whose hooks run in ``scheduler`` (save before stops, restore and warm
+        before ready) and whose metrics are in ``registry``."""
+        cache = cls(config, supervisor)
+        cache.attach(scheduler)
+        registry.register(KvCollector(cache))
+        return cache
+
+    def _gguf(self, model: ModelConfig) -> Path:
+        """The GGUF ``model`` runs. Raises ``KeyError`` when it has no replica."""
+        for inst in self.supervisor.for_model(model.name):
+            return inst.spec.gguf
+        raise KeyError(model.name)
+
+    def attach(self, scheduler: ModelScheduler) -> None:
+        """Register the save and restore hooks with the model lifecycle."""
+        scheduler.before_stop.append(self._before_stop)
+        scheduler.before_ready.append(self._before_ready)
+        self._scheduler = scheduler
+
+    async def _before_stop(self, m: ManagedModel, reason: str) -> None:
+        if reason == "shutdown" and self._watch is not None:
+            self._watch.cancel()
+        try:
+            await self.kv.save(m.config, m.instances, reason)
+        except Exception:  # never block a stop
+            log.exception("kv: saving %s before %s failed", m.name, reason)
+        for inst in m.instances:
+            self.kv.holdings.clear(inst.name)
+
+    async def _before_ready(self, m: ManagedModel, _reason: str) -> None:
+        if self._watch is None and self._scheduler is not None:
+            self._watch = asyncio.get_running_loop().create_task(self.watch(self._scheduler), name="kv watch")
+        try:
+            await self.kv.restore(m.config, m.instances)
+        except Exception as err:  # never leave the model loading: it serves without its cache
+            log.exception("kv: restoring %s failed", m.name)
+            self.kv.model(m.name).warning = f"restoring saved slots failed: {err}"
+
+    async def watch(self, scheduler: ModelScheduler) -> None:
+        """Forever: save idle ready models (bounded, see the module) and restore replicas back
+        from a crash. A failure is logged and the watch goes on."""
+        while True:
+            await asyncio.sleep(WATCH_TICK)
+            for m in list(scheduler.models.values()):
+                try:
+                    await self._look_at(m)
+                except Exception:
+                    log.exception("kv: watching %s failed", m.name)
+
+    async def _look_at(self, m: ManagedModel) -> None:
+        if not m.config.kv_persist or m.state is not ModelState.READY:
+            return
+        crashed = [i for i in m.instances if i.name in self.kv.restored_pid and i.pid != self.kv.restored_pid[i.name]]
+        serving = [i for i in crashed if i.state in SERVING and i.in_flight == 0]
+        if serving:
+            await self.kv.restore(m.config, serving)
+            self.kv.model(m.name).crash_restores += len(serving)
+            log.info("kv: restored %s after a restart", ", ".join(i.name for i in serving))
+        now = time.monotonic()
+        last_used, saved_at = self._idle_saved.get(m.name, (-1.0, -IDLE_SAVE_EVERY_S))
+        idle = m.in_flight == 0 and now - m.last_used >= IDLE_SAVE_S
+        if idle and m.last_used != last_used and now - saved_at >= IDLE_SAVE_EVERY_S:
+            self._idle_saved[m.name] = (m.last_used, now)
+            await self.kv.save(m.config, m.instances, "idle")
+
+    async def route(
+        self, chat_of: ChatOf, model: ModelConfig, body: dict[str, Any], key: str | None = None
+    ) -> Affinity:
+        """Prefix affinity for a request whose route renders a chat prompt (``chat_of``: the route
+        adapter's ``chat_request``, None for routes without one) without its own ``id_slot``, to a
+        model with several slots or replicas, whose prompt (rendered and tokenized in a thread)
+        has at least ``AFFINITY_MIN_TOKENS`` tokens; a client's session ``key`` (its adapter's ``session_key``) keeps
+        a session on its slot. ``NO_AFFINITY`` when it does not apply or the body does not render here."""
+        replicas = model.replicas if isinstance(model.replicas, int) else len(model.replicas)
+        if chat_of is None or "id_slot" in body or (model.parallel == 1 and replicas == 1):
+            return NO_AFFINITY
+        try:
+            gguf = self._gguf(model)
+            tokens = await asyncio.to_thread(_tokens, gguf, chat_of, body)
+        except (ApiError, UserError, KeyError, TypeError, IndexError) as err:
+            log.debug("kv: no prefix affinity for this request: %s", err)
+            return NO_AFFINITY
+        if len(tokens) < AFFINITY_MIN_TOKENS:
+            return NO_AFFINITY
+        return Affinity(self.kv.holdings, tokens, key)
+
+    def status(self, model: str) -> dict[str, Any]:
+        """The ``kv`` block of model ``model``'s status row (``ModelKv.row``)."""
+        return self.kv.model(model).row()
+
+
+def _tokens(gguf: Path, chat_of: Callable[[dict[str, Any]], dict[str, Any]], body: dict[str, Any]) -> list[int]:
+    """The prompt tokens of ``body`` (already repaired) through its route's chat view (in a thread)."""
+    return prompt_tokens(gguf, chat_of(body))
+
+
+class KvCollector(Collector):
+    """``orchestrator_kv_*``: saved and restored slots, restore seconds, verification failures,
+    skipped files, warm prefixes and whether persistence is on, per model (read at scrape time)."""
+
+    def __init__(self, cache: PromptCache) -> None:
+        self._cache = cache
+
+    def collect(self) -> Iterator[Any]:
+        counters = {
+            "saved": ("orchestrator_kv_saved_slots", "Slots saved before a stop"),
+            "restored": ("orchestrator_kv_restored_slots", "Slots restored and verified before ready"),
+            "verify_failures": ("orchestrator_kv_verify_failures", "Restores whose next request found nothing cached"),
+            "skipped": ("orchestrator_kv_skipped_files", "Saved slot files refused (corrupt, truncated, refused)"),
+            "warmed": ("orchestrator_kv_warmed_prefixes", "Warm prefixes prefilled at load"),
+            "restore_seconds": ("orchestrator_kv_restore_seconds", "Seconds spent restoring verified slots"),
+        }
+        families = {k: CounterMetricFamily(name, text, labels=["model"]) for k, (name, text) in counters.items()}
+        enabled = GaugeMetricFamily("orchestrator_kv_persist_enabled", "1 while persistence is on", labels=["model"])
+        for name, st in self._cache.kv.state.items():
+            row = st.row()
+            for key, family in families.items():
+                family.add_metric([name], float(row[key]))
+            enabled.add_metric([name], 1.0 if st.enabled else 0.0)
+        yield from families.values()
+        yield enabled

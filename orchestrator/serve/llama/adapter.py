@@ -1,0 +1,64 @@
+"""llama-server's own routes, forwarded in OpenAI's error shape.
+
+==========================================  ================================================================
+route                                       before forwarding
+==========================================  ================================================================
+``/v1/chat/completions/input_tokens``,      the chat repair (``request_repair``) and llama-server's fields, so
+``/apply-template``                         the count and the template are those of the prompt a chat would get
+``/infill``                                 as ``/v1/completions`` (``speculative`` flattened, structured
+                                            output mapped, drafting off for token probabilities)
+``/v1/rerank``, ``/tokenize``               nothing: body and answer pass untouched
+``/detokenize``                             token ids within int32 (llama-server read 2**32 as token 0)
+==========================================  ================================================================
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from orchestrator.serve.adapters.base import Adapter, BodyPlan
+from orchestrator.serve.llama import shapes
+from orchestrator.serve.openai.adapter import Completions
+from orchestrator.serve.openai.shapes import CHAT
+from orchestrator.serve.repair import chat, llama_fields
+
+if TYPE_CHECKING:
+    from orchestrator.config.schema import ModelConfig
+
+
+class ChatPrompt(Adapter):
+    """A route that renders a chat's prompt without generating: repaired as a chat request."""
+
+    def prepare(self, body: dict[str, Any], model: ModelConfig, policy: chat.RepairPolicy) -> BodyPlan:
+        plan = BodyPlan()
+        plan.apply(chat.repair_request(body, policy))
+        plan.check_fields(body, openai_tools=True)
+        return plan
+
+
+class Detokenize(Adapter):
+    """``POST /detokenize``: token ids within int32 (beyond it llama-server wraps them to a valid id)."""
+
+    def prepare(self, body: dict[str, Any], model: ModelConfig, policy: chat.RepairPolicy) -> BodyPlan:
+        llama_fields.check_token_ids("tokens", body.get("tokens"))
+        return BodyPlan()
+
+
+class Infill(Completions):
+    """``POST /infill``: llama-server's fill-in-the-middle, with the fields of a completion."""
+
+    path = "/infill"
+    kind = "infill"
+    shape = shapes.INFILL
+
+
+def native_routes() -> tuple[Adapter, ...]:
+    """One adapter per llama-server route forwarded as its own."""
+    return (
+        ChatPrompt("/v1/chat/completions/input_tokens", "chat_tokens", CHAT),
+        ChatPrompt("/apply-template", "template", CHAT),
+        Infill(),
+        Adapter("/v1/rerank", "rerank", shapes.RERANK),
+        Adapter("/tokenize", "tokenize", shapes.TOKENIZE),
+        Detokenize("/detokenize", "detokenize", shapes.DETOKENIZE),
+    )

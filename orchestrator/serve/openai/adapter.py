@@ -1,0 +1,105 @@
+"""OpenAI chat completions, completions and embeddings: llama-server serves them itself.
+
+==========================  ==========================================================================
+route                       before forwarding / on the answer
+==========================  ==========================================================================
+``/v1/chat/completions``    ``n`` within the model's slots, ``response_format`` checked, chat repair
+                            (``request_repair``), llama-server's fields checked with OpenAI ``tools``,
+                            drafting off for token probabilities; the answer's reasoning repaired
+                            (``response_repair``, ``stream_repair``), a reasoning-only answer resent
+                            without thinking when the model says ``retry_without_thinking``
+``/v1/completions``         ``response_format`` checked and mapped onto ``json_schema``, ``speculative``
+                            flattened, fields checked, drafting off for token probabilities
+``/v1/embeddings``          the ``input`` checked; the answer passed on untouched
+==========================  ==========================================================================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from orchestrator.errors import ApiError
+from orchestrator.serve.adapters.base import Adapter, BodyPlan, Generation, Request, Resend, check_n, flatten
+from orchestrator.serve.openai import shapes
+from orchestrator.serve.repair import chat, llama_fields, structured
+from orchestrator.serve.repair import response as reasoning
+from orchestrator.serve.repair.stream import repair_for_stream
+
+if TYPE_CHECKING:
+    from orchestrator.config.schema import ModelConfig
+
+
+class ChatCompletions(Generation):
+    """``POST /v1/chat/completions``."""
+
+    path = "/v1/chat/completions"
+    kind = "chat"
+    shape = shapes.CHAT
+    generates = True
+
+    def prepare(self, body: dict[str, Any], model: ModelConfig, policy: chat.RepairPolicy) -> BodyPlan:
+        check_n(body, model)
+        structured.check(body)
+        plan = BodyPlan()
+        plan.apply(chat.repair_request(body, policy))
+        plan.check_fields(body, openai_tools=True)
+        plan.token_probs(body)
+        return plan
+
+    def fix(self, req: Request, obj: dict[str, Any]) -> tuple[dict[str, Any], bool] | Resend:
+        """Reasoning before a bare ``</think>`` moves to ``reasoning_content``; a reasoning-only
+        answer is resent once without thinking when the model's ``on_reasoning_only`` says so."""
+        fixed, kinds = reasoning.repair_response(obj, thinking=req.thinking)
+        for kind in kinds:
+            req.count_repair(kind)
+        if reasoning.is_reasoning_only(fixed):
+            if req.model.on_reasoning_only == "retry_without_thinking" and req.thinking and req.attempt == 1:
+                req.count_repair("reasoning_only_retried")
+                body = dict(req.body)
+                body["chat_template_kwargs"] = {**(body.get("chat_template_kwargs") or {}), "enable_thinking": False}
+                return Resend(body, thinking=False)
+            req.count_repair("reasoning_only_passed")
+        return fixed, fixed is not obj
+
+    def chat_request(self, body: dict[str, Any]) -> dict[str, Any]:
+        return body  # the repaired chat body is the chat request
+
+    def chat_of(self) -> Callable[[dict[str, Any]], dict[str, Any]] | None:
+        return self.chat_request
+
+    def stream_repair(self, req: Request) -> Any:
+        return repair_for_stream(req.body, req.thinking, req.model.extra_args)
+
+
+class Completions(Generation):
+    """``POST /v1/completions`` (and llama-server's ``/infill``, same fields)."""
+
+    path = "/v1/completions"
+    kind = "completions"
+    shape = shapes.COMPLETIONS
+    generates = True
+
+    def prepare(self, body: dict[str, Any], model: ModelConfig, policy: chat.RepairPolicy) -> BodyPlan:
+        if self.kind == "completions" and body.get("prompt") is None:
+            # llama-server answered "[json.exception.out_of_range.403] key 'prompt' not found"
+            raise ApiError(400, "prompt is required: the text (or token ids) to continue", param="prompt")
+        structured.check(body)
+        plan = BodyPlan()
+        plan.apply(flatten(body, policy))
+        plan.native_format(body)
+        plan.check_fields(body, openai_tools=True)
+        plan.token_probs(body)
+        return plan
+
+
+class Embeddings(Adapter):
+    """``POST /v1/embeddings``: the ``input`` checked, the answer untouched."""
+
+    path = "/v1/embeddings"
+    kind = "embeddings"
+    shape = shapes.EMBEDDINGS
+
+    def prepare(self, body: dict[str, Any], model: ModelConfig, policy: chat.RepairPolicy) -> BodyPlan:
+        llama_fields.check_embedding_input(body)
+        return BodyPlan()

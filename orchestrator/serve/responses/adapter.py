@@ -1,0 +1,257 @@
+"""OpenAI Responses (``/v1/responses``, ``/v1/responses/input_tokens``): llama-server serves both;
+the request is repaired by ``orchestrator.serve.responses.repair``, and the answer fixed where
+llama-server says it wrong, whole or streamed:
+
+- an answer cut by a limit has ``status: "completed"`` and no ``incomplete_details``
+  (llama-server writes ``completed`` always); OpenAI's API says ``status: "incomplete"``,
+  ``incomplete_details: {"reason": "max_output_tokens"}``. llama-server's answer carries no stop
+  type, so reaching any limit is read as the cut (an end-of-generation token sampled exactly at
+  the last allowed position reads as a cut too): the request's ``max_output_tokens``, the model's
+  server-side ``-n``/``--n-predict`` (``extra_args``), or the end of the slot's context (input
+  plus output tokens reach ``ctx_size / parallel``). A stream keeps its ``response.completed``
+  event name: clients and the relay wait for it. Counted as the repair ``responses_incomplete``.
+- tool calls of tools the request repair mapped (``orchestrator.serve.responses.tools``): a call
+  of a ``namespace`` function comes back with its ``name`` and ``namespace``, a call of a
+  ``custom`` tool as a ``custom_tool_call``, in the whole answer, in ``response.output_item.*``
+  events and in the ``response.completed`` event's output (``tool_calls_mapped``).
+- every stream event: llama-server's lack ``sequence_number``, ``output_index`` and
+  ``content_index``, which OpenAI's event schema requires; the ``openai`` SDK's
+  ``client.responses.stream()`` indexes its output list with them and fails on the first text
+  delta (``TypeError: list indices must be integers or slices, not NoneType``). They are added,
+  counted from the events themselves; a field the server sent is kept.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from orchestrator.errors import ApiError
+from orchestrator.serve.adapters.base import Adapter, BodyPlan, Generation, Request, Resend
+from orchestrator.serve.repair import structured
+from orchestrator.serve.responses import repair as responses
+from orchestrator.serve.responses.chat_view import responses_chat
+from orchestrator.serve.responses.items import hosted_item
+from orchestrator.serve.responses.shapes import RESPONSES
+from orchestrator.serve.responses.tools import ToolMap, client_call, map_tools, remap_output
+from orchestrator.serve.streaming import StreamFlavor
+
+if TYPE_CHECKING:
+    from orchestrator.config.schema import ModelConfig
+    from orchestrator.serve.repair import chat
+
+
+def _error_event(err: ApiError) -> bytes:
+    # Responses' "error" event; the nested OpenAI envelope makes the openai SDK raise APIError
+    body = {"type": "error", "code": err.code, "message": err.message, "param": err.param, **err.body()}
+    return b"event: error\ndata: " + json.dumps(body).encode() + b"\n\n"
+
+
+log = logging.getLogger(__name__)
+RESPONSES_SSE = StreamFlavor(None, b"event: response.completed", _error_event)
+_ITEM_EVENTS = ("response.output_item.", "response.function_call_arguments.")
+_PART_EVENTS = ("response.content_part.", "response.output_text.", "response.reasoning_text.")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What may cut a Responses answer: the request's ``max_output_tokens``, the server's ``-n``, the
+    slot's context (None: no such limit)."""
+
+    max_output_tokens: int | None = None
+    n_predict: int | None = None
+    slot_ctx: int | None = None
+
+
+def n_predict(extra_args: Sequence[str]) -> int | None:
+    """llama-server's ``-n``/``--n-predict`` from ``extra_args`` (None when absent or unlimited)."""
+    value = None
+    for j, arg in enumerate(extra_args):
+        for flag in ("-n", "--n-predict", "--predict"):
+            if arg == flag and j + 1 < len(extra_args):
+                value = extra_args[j + 1]
+            elif arg.startswith(flag + "="):
+                value = arg.split("=", 1)[1]
+    try:
+        n = int(value) if value is not None else -1
+    except ValueError:
+        return None
+    return n if n > 0 else None
+
+
+def limits(request: dict[str, Any], model: ModelConfig | None) -> Limits:
+    """The limits of ``request`` on ``model``."""
+    mot = request.get("max_output_tokens")
+    mot = mot if type(mot) is int and mot > 0 else None
+    if model is None:
+        return Limits(mot)
+    return Limits(mot, n_predict(model.extra_args), model.ctx_size // model.parallel)
+
+
+def fix_incomplete(response: dict[str, Any], limit: Limits | Any) -> bool:
+    """Mark ``response`` incomplete when it reached one of its limits (a :class:`Limits`, or the
+    request's ``max_output_tokens`` alone). Returns whether it changed."""
+    if not isinstance(limit, Limits):
+        limit = Limits(limit if type(limit) is int and limit > 0 else None)
+    usage = response.get("usage")
+    if response.get("status") != "completed" or not isinstance(usage, dict):
+        return False
+    used, prompt = usage.get("output_tokens"), usage.get("input_tokens")
+    if type(used) is not int:
+        return False
+    caps = [c for c in (limit.max_output_tokens, limit.n_predict) if c is not None]
+    cut = any(used >= c for c in caps)
+    if limit.slot_ctx is not None and type(prompt) is int and prompt + used >= limit.slot_ctx:
+        cut = True
+    if not cut:
+        return False
+    response["status"] = "incomplete"
+    response["incomplete_details"] = {"reason": "max_output_tokens"}
+    return True
+
+
+def _client_calls(obj: dict[str, Any], response: Any, tools: ToolMap) -> bool:
+    """The model's calls of mapped tools, in the client's form (an event's item, an output list)."""
+    if not (tools.namespaced or tools.custom):
+        return False
+    item = obj.get("item")
+    if isinstance(item, dict):
+        new = client_call(item, tools)
+        if new is not None:
+            obj["item"] = new
+            return True
+    return isinstance(response, dict) and remap_output(response.get("output"), tools)
+
+
+def tool_map(request: dict[str, Any]) -> ToolMap:
+    """How the client's ``tools`` were mapped for llama-server (empty when none were)."""
+    try:
+        return map_tools(request.get("tools"))
+    except ApiError:  # the request repair refused such tools already
+        return ToolMap()
+
+
+def _fix(obj: dict[str, Any], limit: Limits, tools: ToolMap) -> str | None:
+    """Fix a whole response or one streamed event in place; the repair kind, or None."""
+    response = obj.get("response") if obj.get("type") == "response.completed" else obj
+    mapped = _client_calls(obj, response, tools)
+    if isinstance(response, dict) and fix_incomplete(response, limit):
+        return "responses_incomplete"
+    return "tool_calls_mapped" if mapped else None
+
+
+class ResponsesStreamFix:
+    """The stream repair (``stream_repair.StreamRepair``'s protocol) of a Responses stream: the
+    completed event's status, and the indexes every event should carry."""
+
+    def __init__(self, request: dict[str, Any], model: ModelConfig | None) -> None:
+        self.limits, self.tools = limits(request, model), tool_map(request)
+        self.sequence = 0
+        self.item = -1  # output_index of the current output item
+        self.part = -1  # content_index of the current part of that item
+
+    def needs_parse(self, raw: bytes) -> bool:
+        """Every event gets its indexes."""
+        return True
+
+    def repair(self, chunk: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+        """A fixed copy of ``chunk`` and the repair kinds, or ``chunk`` itself and none."""
+        fixed = copy.deepcopy(chunk)
+        kind = _fix(fixed, self.limits, self.tools)
+        numbered = self._number(fixed)
+        if kind is None and not numbered:
+            return chunk, []
+        return fixed, [kind] if kind is not None else []
+
+    def _number(self, event: dict[str, Any]) -> bool:
+        """Add the missing ``sequence_number``, ``output_index``, ``content_index`` to ``event``."""
+        kind = str(event.get("type", ""))
+        if kind == "response.output_item.added":
+            self.item, self.part = self.item + 1, -1
+        elif kind == "response.content_part.added":
+            self.part += 1
+        before = len(event)
+        event.setdefault("sequence_number", self.sequence)
+        self.sequence += 1
+        if kind.startswith(_ITEM_EVENTS + _PART_EVENTS):
+            event.setdefault("output_index", max(self.item, 0))
+        if kind.startswith(_PART_EVENTS):
+            event.setdefault("content_index", max(self.part, 0))
+        return len(event) != before
+
+    def finish(self) -> dict[str, Any] | None:
+        """Nothing is held back."""
+        return None
+
+
+def _repair(body: dict[str, Any], model: ModelConfig, policy: chat.RepairPolicy) -> BodyPlan:
+    plan = BodyPlan()
+    result = responses.repair_request(body, policy)
+    plan.apply(result)
+    if "hosted_tool_skipped" in result.repairs or "hosted_item_skipped" in result.repairs:
+        _log_skipped_once(model.name, body)
+    plan.check_fields(body, openai_tools=False)
+    return plan
+
+
+_SKIPPED_LOGGED: set[tuple[str, str]] = set()
+
+
+def _log_skipped_once(model: str, body: dict[str, Any]) -> None:
+    """Say once per model and tool type that hosted tools were left out (the metric counts each)."""
+    for ttype in map_tools(body.get("tools")).skipped:
+        if (model, ttype) not in _SKIPPED_LOGGED:
+            _SKIPPED_LOGGED.add((model, ttype))
+            log.warning("%s: Responses tool type %r is not run by this server; skipped (the model answers without it)",
+                        model, ttype)  # fmt: skip
+    items = body.get("input")
+    for item in items if isinstance(items, list) else ():
+        itype = hosted_item(item)
+        if itype is not None and (model, itype) not in _SKIPPED_LOGGED:
+            _SKIPPED_LOGGED.add((model, itype))
+            log.warning("%s: replayed Responses item type %r is not read by this server; skipped", model, itype)
+
+
+class Responses(Generation):
+    """``POST /v1/responses``."""
+
+    path = "/v1/responses"
+    kind = "responses"
+    shape = RESPONSES
+    generates = True
+    flavor = RESPONSES_SSE
+
+    def prepare(self, body: dict[str, Any], model: ModelConfig, policy: chat.RepairPolicy) -> BodyPlan:
+        structured.check(body)
+        return _repair(body, model, policy)
+
+    def fix(self, req: Request, obj: dict[str, Any]) -> tuple[dict[str, Any], bool] | Resend:
+        kind = _fix(obj, limits(req.client_body, req.model), tool_map(req.client_body))
+        if kind is not None:
+            req.count_repair(kind)
+        return obj, kind is not None
+
+    def chat_request(self, body: dict[str, Any]) -> dict[str, Any]:
+        return responses_chat(body)
+
+    def chat_of(self) -> Callable[[dict[str, Any]], dict[str, Any]] | None:
+        return self.chat_request
+
+    def stream_repair(self, req: Request) -> Any:
+        return ResponsesStreamFix(req.client_body, req.model)
+
+
+class InputTokens(Adapter):
+    """``POST /v1/responses/input_tokens``: repaired like a response, answered as llama-server counts."""
+
+    path = "/v1/responses/input_tokens"
+    kind = "input_tokens"
+    shape = RESPONSES
+    flavor = RESPONSES_SSE
+
+    def prepare(self, body: dict[str, Any], model: ModelConfig, policy: chat.RepairPolicy) -> BodyPlan:
+        return _repair(body, model, policy)
