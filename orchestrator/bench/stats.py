@@ -15,7 +15,7 @@ Terms:
   K + 1; it stays a little below because the server shortens the last drafts so as not to
   overrun ``n_predict`` (``get_n_draft_max()`` in ``tools/server/server-context.cpp``).
   Checked on the q = 0 echo model: 128 tokens at n_max 1, 2, 4 give 1.97, 2.91, 4.74 tokens
-  per step, exactly what :func:`perfect_draft_counts` predicts (``tests/serve/test_per_request_draft.py``).
+  per step, exactly what :func:`perfect_draft_counts` predicts (``tests/serve/drafting/test_per_request_draft.py``).
 - **acceptance rate** r = accepted / drafted draft tokens.
 - **per-token acceptance** a: the probability that one draft token is accepted given that the
   ones before it were. At K = 1 it is exactly the acceptance rate. At K > 1, a chain of K drafts

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import typer
 
+from orchestrator.cli.tools import SweepByDefault, run_tool
 from orchestrator.errors import UserError
 
 app = typer.Typer(
@@ -243,7 +244,17 @@ def down(timeout: float = typer.Option(30.0, help="seconds to wait for a gracefu
     _run(lambda: m.down(timeout=timeout))
 
 
-@app.command()
+bench_app = typer.Typer(
+    cls=SweepByDefault,
+    help="Measure: the draft-length sweep (the default: `orchestrator bench [MODEL] --k ...`), "
+    "and the benchmarks behind our published figures (policy, agent, proxy, gpu; each: --help).",
+    no_args_is_help=False,
+    invoke_without_command=False,
+)
+app.add_typer(bench_app, name="bench")
+
+
+@bench_app.command("sweep")
 def bench(
     model: str | None = typer.Argument(None, help="model name from models.yaml (default: the only one)"),
     config: Path = typer.Option(DEFAULT_CONFIG, "--config", "-c"),
@@ -279,6 +290,35 @@ def bench(
             depths=depths,
         )
     )
+
+
+# The benchmarks that reproduce a published figure: each runs its tool from the source checkout
+# with the arguments as given (`orchestrator bench proxy --help` is that tool's help).
+_PASS_THROUGH = {"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []}
+
+
+@bench_app.command("policy", context_settings=_PASS_THROUGH, add_help_option=False)
+def bench_policy(ctx: typer.Context) -> None:
+    """The adaptive draft length against every static K on the mixed test bed (tokens per CPU second)."""
+    _run(lambda: run_tool("bench_draft_policy.py", ctx.args))
+
+
+@bench_app.command("agent", context_settings=_PASS_THROUGH, add_help_option=False)
+def bench_agent(ctx: typer.Context) -> None:
+    """Recorded agent sessions through the endpoint and direct: per turn processed and new tokens, TTFT, swaps."""
+    _run(lambda: run_tool("bench_agent.py", ctx.args))
+
+
+@bench_app.command("proxy", context_settings=_PASS_THROUGH, add_help_option=False)
+def bench_proxy(ctx: typer.Context) -> None:
+    """The proxy's cost: direct llama-server, its router mode and ours (added p50, tok/s, CPU per token)."""
+    _run(lambda: run_tool("bench_proxy.py", ctx.args))
+
+
+@bench_app.command("gpu", context_settings=_PASS_THROUGH, add_help_option=False)
+def bench_gpu(ctx: typer.Context) -> None:
+    """The GPU check: a generated model of the real shapes measured on this machine's GPU (--cpu: the CPU check)."""
+    _run(lambda: run_tool("gpu_check.sh", ctx.args))
 
 
 if __name__ == "__main__":  # pragma: no cover

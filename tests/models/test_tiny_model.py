@@ -179,10 +179,10 @@ def test_cli_make_tiny_model(tmp_path: Path, pinned_source: Path, bin_info: Any)
     assert "q must be in [0, 1)" in bad.output and "Traceback" not in bad.output
 
 
-def test_script_wrapper(tmp_path: Path, pinned_source: Path) -> None:
+def test_command_in_a_fresh_process(tmp_path: Path, pinned_source: Path) -> None:
     out = tmp_path / "script.gguf"
     res = subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "make_tiny_model.py"), str(out), "--mode", "echo", "--q", "0.1"],
+        [sys.executable, "-m", "orchestrator.cli.app", "make-tiny-model", str(out), "--mode", "echo", "--q", "0.1"],
         capture_output=True,
         text=True,
         timeout=120,

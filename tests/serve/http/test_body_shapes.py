@@ -39,7 +39,7 @@ def shape_of(path: str) -> Shape | None:
     return adapter.shape if adapter is not None else None
 
 
-DATA = Path(__file__).parents[1] / "data"
+DATA = Path(__file__).parents[2] / "data"
 HUGE = int("1" + "0" * 400)
 MSG = [{"role": "user", "content": "hi"}]
 

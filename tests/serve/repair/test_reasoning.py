@@ -13,7 +13,7 @@ import pytest
 from orchestrator.serve.repair.response import is_reasoning_only, repair_response, split_reasoning
 from orchestrator.serve.repair.stream import StreamingThinkSplitter, StreamRepair, repair_stream_chunk
 
-CASES_FILE = Path(__file__).resolve().parents[1] / "data" / "chat_requests.json"
+CASES_FILE = Path(__file__).resolve().parents[2] / "data" / "chat_requests.json"
 R_CASES: list[dict[str, Any]] = json.loads(CASES_FILE.read_text())["response_cases"]
 R01 = next(c for c in R_CASES if c["id"] == "R01")
 

@@ -17,7 +17,7 @@ from orchestrator.serve.repair.chat import (
     repair_request,
 )
 
-CASES_FILE = Path(__file__).resolve().parents[1] / "data" / "chat_requests.json"
+CASES_FILE = Path(__file__).resolve().parents[2] / "data" / "chat_requests.json"
 CASES: list[dict[str, Any]] = json.loads(CASES_FILE.read_text())["cases"]
 
 # Every key a case may carry, and therefore every key test_case asserts on. A new key in the

@@ -18,7 +18,7 @@ from orchestrator.serve.responses import repair as responses
 from orchestrator.serve.responses.items import normalize_item
 from orchestrator.serve.responses.tools import client_call, map_tools, remap_output
 
-DATA = Path(__file__).resolve().parents[1] / "data"
+DATA = Path(__file__).resolve().parents[2] / "data"
 USER = {"role": "user", "content": "Hi"}
 FN = {"type": "function", "name": "exec_command", "parameters": {"type": "object", "properties": {}}}
 NAMESPACE = {

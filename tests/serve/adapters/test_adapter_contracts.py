@@ -1,0 +1,201 @@
+"""The seam between the shared request path and the API folders, driven without any llama-server.
+
+Part one drives every adapter as a value: what it declares (shape, whether it generates, its chat
+view, session key, error prefix), its translation to the internal request, the internal route's
+repair, its error shapes. Part two drives :class:`~orchestrator.serve.pipeline.ProxyRequest`
+through the real app for each API against a fake upstream that records what reached it and
+answers in llama-server's shape: the upstream path and body the API's translation makes, the
+answer back in the API's shape, and an upstream failure in the API's error shape.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from proxy_harness import FakeUpstream, Stack, chat_completion
+from supervision_helpers import fake_spec
+
+from orchestrator.config.schema import Config, ModelConfig, ServerConfig
+from orchestrator.errors import ApiError
+from orchestrator.serve.adapters.base import Adapter, BodyPlan
+from orchestrator.serve.http.shapes import Shape
+from orchestrator.serve.registry import ADAPTERS, adapter_for, error_body, for_path
+from orchestrator.serve.repair.chat import RepairPolicy
+
+MODEL = ModelConfig(name="demo", path="/unused.gguf")
+USER = [{"role": "user", "content": "Hi"}]
+# one minimal valid body per forwarded route, in that route's API
+BODIES: dict[str, dict[str, Any]] = {
+    "/v1/chat/completions": {"model": "demo", "messages": USER},
+    "/v1/completions": {"model": "demo", "prompt": "Hi"},
+    "/v1/embeddings": {"model": "demo", "input": "Hi"},
+    "/v1/messages": {"model": "demo", "max_tokens": 8, "system": "Be brief.", "messages": USER},
+    "/v1/messages/count_tokens": {"model": "demo", "messages": USER},
+    "/v1/responses": {"model": "demo", "instructions": "Be brief.", "input": "Hi"},
+    "/v1/responses/input_tokens": {"model": "demo", "input": "Hi"},
+    "/v1/chat/completions/input_tokens": {"model": "demo", "messages": USER},
+    "/apply-template": {"model": "demo", "messages": USER},
+    "/infill": {"model": "demo", "input_prefix": "a", "input_suffix": "b"},
+    "/v1/rerank": {"model": "demo", "query": "q", "documents": ["a"]},
+    "/tokenize": {"model": "demo", "content": "Hi"},
+    "/detokenize": {"model": "demo", "tokens": [1, 2]},
+    "/api/chat": {"model": "demo", "messages": USER, "stream": False},
+    "/api/generate": {"model": "demo", "prompt": "Hi", "stream": False},
+    "/api/embed": {"model": "demo", "input": "Hi"},
+}
+
+
+def test_every_route_has_one_adapter_and_a_body_case() -> None:
+    paths = [a.path for a in ADAPTERS]
+    assert len(paths) == len(set(paths)) and set(paths) == set(BODIES)
+
+
+@pytest.mark.parametrize("path", sorted(BODIES))
+def test_each_adapter_translates_prepares_and_declares(path: str) -> None:
+    adapter = adapter_for(path)
+    assert adapter is not None and adapter.kind and isinstance(adapter.shape, Shape), path
+    body = BODIES[path]
+    internal = adapter.translate(body, json.dumps(body).encode())
+    registered = adapter_for(internal.path)  # the internal route is one of llama-server's, served as such
+    assert internal.route.path == internal.path and type(internal.route) is type(registered), path
+    plan = internal.route.prepare(internal.body, MODEL, RepairPolicy())
+    assert isinstance(plan, BodyPlan)
+    chat_of = internal.route.chat_of()
+    if chat_of is not None:  # prefix affinity renders this route's prompt in-process
+        chat = chat_of(plan.current(internal.body))
+        assert isinstance(chat["messages"], list) and chat["messages"][-1]["role"] == "user", path
+    # only generating routes reach the draft-length policy
+    assert internal.route.generates == (
+        internal.route.kind in ("chat", "completions", "messages", "responses", "infill")
+    )
+
+
+def test_the_internal_route_of_each_api() -> None:
+    routes = {p: a.translate(BODIES[p], b"").route.path for p, a in ((a.path, a) for a in ADAPTERS)}
+    assert routes["/api/chat"] == "/v1/chat/completions" and routes["/api/embed"] == "/v1/embeddings"
+    assert routes["/api/generate"] == "/v1/chat/completions"
+    for own in ("/v1/messages", "/v1/responses", "/v1/chat/completions", "/infill"):
+        assert routes[own] == own  # llama-server serves these itself
+
+
+def test_chat_views_of_anthropic_and_responses_put_the_system_text_first() -> None:
+    for path in ("/v1/messages", "/v1/responses"):
+        route = adapter_for(path)
+        assert route is not None
+        plan = route.prepare(BODIES[path], MODEL, RepairPolicy())
+        chat_of = route.chat_of()
+        assert chat_of is not None
+        chat = chat_of(plan.current(BODIES[path]))
+        assert chat["messages"][0] == {"role": "system", "content": "Be brief."}, path
+
+
+def test_session_keys_are_each_apis_own_field() -> None:
+    claude = {"metadata": {"user_id": '{"session_id":"abc"}'}}
+    assert adapter_for("/v1/messages").session_key(claude) == "s:abc"  # type: ignore[union-attr]
+    assert adapter_for("/v1/responses").session_key(claude) is None  # type: ignore[union-attr]
+    assert adapter_for("/v1/chat/completions").session_key({"prompt_cache_key": "x"}) == "k:x"  # type: ignore[union-attr]
+
+
+def test_error_shapes_by_path_prefix() -> None:
+    err = ApiError(400, "bad thing", param="messages")
+    assert error_body("/v1/chat/completions", err)["error"]["message"] == "bad thing"
+    assert error_body("/v1/messages/count_tokens", err)["type"] == "error"
+    assert isinstance(error_body("/api/tags", err)["error"], str)
+    assert type(for_path("/v1/responses")) is Adapter  # Responses errors are OpenAI's
+    for adapter in ADAPTERS:  # a stream whose head went out ends with the API's error event
+        tail = adapter.stream_error(err)
+        assert b"bad thing" in tail, adapter.path
+
+
+# --- part two: ProxyRequest through the app, a fake upstream in llama-server's shape ---------------
+
+
+@pytest.fixture
+def stack(tmp_path: Path) -> Iterator[Stack]:
+    config = Config(server=ServerConfig(), models=[ModelConfig(name="demo", path="/unused.gguf")])
+    s = Stack(config, [fake_spec()], tmp_path / "logs")
+    yield s
+    s.close()
+
+
+def _answer(path: str) -> dict[str, Any]:
+    if path == "/v1/messages":
+        return {
+            "id": "chatcmpl-abc",
+            "type": "message",
+            "role": "assistant",
+            "content": [{"type": "text", "text": "Hello"}],
+            "stop_reason": "end_turn",
+            "stop_sequence": None,
+            "usage": {"input_tokens": 5, "output_tokens": 1},
+        }
+    if path == "/v1/responses":
+        return {
+            "id": "resp_1",
+            "object": "response",
+            "status": "completed",
+            "output": [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Hello"}]}],
+        }
+    return chat_completion("Hello")
+
+
+def _recording(stack: Stack, status: int = 200) -> tuple[FakeUpstream, list[tuple[str, dict[str, Any]]]]:
+    seen: list[tuple[str, dict[str, Any]]] = []
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
+        while True:
+            try:
+                head = await reader.readuntil(b"\r\n\r\n")
+            except asyncio.IncompleteReadError:
+                return
+            path = head.split(b" ")[1].decode()
+            length = next(
+                int(v)
+                for k, _, v in (ln.partition(b":") for ln in head.split(b"\r\n"))
+                if k.lower() == b"content-length"
+            )
+            body = json.loads(await reader.readexactly(length))
+            seen.append((path, body))
+            answer = (
+                {"error": {"code": 500, "message": "boom", "type": "server_error"}} if status >= 400 else _answer(path)
+            )
+            await FakeUpstream.write_json(writer, answer, status)
+
+    fake = FakeUpstream(stack, handler)
+    stack.point_at(fake.url)
+    return fake, seen
+
+
+def test_proxy_request_per_api_against_a_fake_upstream(stack: Stack) -> None:
+    _fake, seen = _recording(stack)
+    with httpx.Client(base_url=stack.url, timeout=30) as client:
+        r = client.post("/v1/messages", json=BODIES["/v1/messages"])
+        assert r.status_code == 200 and r.json()["id"] == "msg_abc", r.text  # Anthropic's id, not llama-server's
+        path, body = seen[-1]
+        assert path == "/v1/messages" and body["system"] == "Be brief."
+        r = client.post("/v1/responses", json=BODIES["/v1/responses"])
+        assert r.status_code == 200 and r.json()["output"][0]["content"][0]["text"] == "Hello", r.text
+        assert seen[-1][0] == "/v1/responses"
+        r = client.post("/api/chat", json=BODIES["/api/chat"])
+        assert r.status_code == 200 and r.json()["message"]["content"] == "Hello" and r.json()["done"] is True, r.text
+        path, body = seen[-1]
+        assert path == "/v1/chat/completions" and body["messages"][-1]["content"] == "Hi"  # Ollama onto OpenAI chat
+        r = client.post("/v1/chat/completions", json=BODIES["/v1/chat/completions"])
+        assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == "Hello"
+
+
+def test_an_upstream_failure_reaches_each_api_in_its_error_shape(stack: Stack) -> None:
+    _fake, _seen = _recording(stack, status=503)
+    with httpx.Client(base_url=stack.url, timeout=30) as client:
+        anthropic = client.post("/v1/messages", json=BODIES["/v1/messages"])
+        assert anthropic.status_code >= 500 and anthropic.json()["type"] == "error", anthropic.text
+        ollama = client.post("/api/chat", json=BODIES["/api/chat"])
+        assert ollama.status_code >= 500 and isinstance(ollama.json()["error"], str), ollama.text
+        openai = client.post("/v1/chat/completions", json=BODIES["/v1/chat/completions"])
+        assert openai.status_code >= 500 and isinstance(openai.json()["error"]["message"], str), openai.text
