@@ -169,9 +169,14 @@ class PromptCache:
         scheduler.before_ready.append(self._before_ready)
         self._scheduler = scheduler
 
+    def _follow_config(self) -> None:
+        """Take the running config's ``server.kv_disk_budget`` (a reload applies it at the next save)."""
+        self.kv.store.budget = self.supervisor.running.current.server.kv_disk_budget
+
     async def _before_stop(self, m: ManagedModel, reason: str) -> None:
         if reason == "shutdown" and self._watch is not None:
             self._watch.cancel()
+        self._follow_config()
         try:
             await self.kv.save(m.config, m.instances, reason)
         except Exception:  # never block a stop
@@ -202,6 +207,7 @@ class PromptCache:
     async def _look_at(self, m: ManagedModel) -> None:
         if not m.config.kv_persist or m.state is not ModelState.READY:
             return
+        self._follow_config()
         crashed = [i for i in m.instances if i.name in self.kv.restored_pid and i.pid != self.kv.restored_pid[i.name]]
         serving = [i for i in crashed if i.state in SERVING and i.in_flight == 0]
         if serving:

@@ -199,3 +199,12 @@ def test_an_upstream_failure_reaches_each_api_in_its_error_shape(stack: Stack) -
         assert ollama.status_code >= 500 and isinstance(ollama.json()["error"], str), ollama.text
         openai = client.post("/v1/chat/completions", json=BODIES["/v1/chat/completions"])
         assert openai.status_code >= 500 and isinstance(openai.json()["error"]["message"], str), openai.text
+
+
+def test_the_prompt_cache_follows_a_reloaded_disk_budget(stack: Stack) -> None:
+    cache = stack.app.state.router.prompt_cache
+    assert cache.kv.store.budget == stack.config.server.kv_disk_budget
+    reloaded = stack.config.model_copy(update={"server": ServerConfig(kv_disk_budget=12345)})
+    stack.supervisor.running.swap(reloaded)
+    cache._follow_config()  # what every save and every watch tick does first
+    assert cache.kv.store.budget == 12345
