@@ -59,7 +59,6 @@ from orchestrator.serve.repair.chat import (
     RepairResult,
 )
 from orchestrator.serve.repair.stability import append_text, drop_volatile, reminder
-from orchestrator.serve.repair.thinking import anthropic_enable
 
 ROUTES = ("/v1/messages", "/v1/messages/count_tokens")
 
@@ -101,6 +100,13 @@ def error_event(err: ApiError) -> bytes:
 
 def _bad(message: str, param: str) -> ApiError:
     return ApiError(400, message, param=param)
+
+
+def anthropic_enable(ttype: str, default: bool | None, client_thinking: bool) -> bool:
+    """``enable_thinking`` for ``thinking.type`` (``enabled``, ``disabled``, ``adaptive``)."""
+    if ttype == "adaptive" and default is not None and not client_thinking:
+        return default
+    return ttype != "disabled"
 
 
 def _text_of_blocks(blocks: Any, where: str) -> str:

@@ -36,13 +36,6 @@ def check_effort(effort: Any, param: str) -> None:
         raise _bad(f"{param!r} must be one of {', '.join(EFFORTS)} (got {effort!r})", param)
 
 
-def anthropic_enable(ttype: str, default: bool | None, client_thinking: bool) -> bool:
-    """``enable_thinking`` for an Anthropic ``thinking.type`` (``enabled``, ``disabled``, ``adaptive``)."""
-    if ttype == "adaptive" and default is not None and not client_thinking:
-        return default
-    return ttype != "disabled"
-
-
 def chat_thinking(body: dict[str, Any], default: bool | None, add: Callable[[str], Any]) -> dict[str, Any] | None:
     """Return a new ``chat_template_kwargs`` to set, or None when it stays as is.
 
