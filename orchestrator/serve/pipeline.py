@@ -111,6 +111,7 @@ class ProxyRequest:
         self.settings: RequestSettings  # the running config's request settings, one snapshot per request
         self.stream = self.thinking = self.trim_top = False
         self.attempt = 1
+        self.learned: Any = None  # the route's per-request state from prepare (BodyPlan.learned)
         self.instance: Instance | Peer | None = None
         self.timings: dict[str, Any] | None = None  # the answer's llama-server timings, once known
         self.ticket: Ticket | None = None  # the draft-length policy's choice for this request
@@ -176,7 +177,7 @@ class ProxyRequest:
             content = internal.raw if internal.raw is not None else dump_body(body)
         self.out = Outgoing(internal.path, body, content)
         self.stream = body.get("stream") is True
-        self.thinking, self.trim_top = plan.thinking, plan.trim_top
+        self.thinking, self.trim_top, self.learned = plan.thinking, plan.trim_top, plan.learned
 
     def speculation(self) -> None:
         """Per-request speculation fields: the draft-length policy (``serve.draft_tuner``) sets this

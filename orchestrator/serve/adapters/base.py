@@ -46,6 +46,7 @@ class Request(Protocol):
     thinking: bool  # the generation prompt opens a <think> block
     trim_top: bool  # the answer's candidate lists must be emptied (token_probs.widen)
     attempt: int  # 1, or 2 for the resend of a reasoning-only answer
+    learned: Any  # what the route's prepare learned for the answer side (BodyPlan.learned)
 
     @property
     def body(self) -> dict[str, Any]:
@@ -74,6 +75,8 @@ class BodyPlan:
         repairs: repair kinds applied (for metrics).
         drafting_off: the reason drafting was turned off for this request, or None.
         trim_top: the answer's candidate lists must be emptied (``token_probs.widen`` asked for one).
+        learned: what the request side learned that the answer side needs (the per-request call
+            of an API: Responses keeps its tool map and limits here), so nothing is mapped twice.
     """
 
     body: dict[str, Any] | None = None
@@ -81,6 +84,7 @@ class BodyPlan:
     repairs: list[str] = field(default_factory=list)
     drafting_off: str | None = None
     trim_top: bool = False
+    learned: Any = None
 
     def current(self, body: dict[str, Any]) -> dict[str, Any]:
         """The body as it stands: repaired, else ``body``."""
@@ -89,6 +93,8 @@ class BodyPlan:
     def apply(self, result: chat.RepairResult) -> None:
         """Take a repair's result (``request_repair``, ``anthropic``, ``responses``)."""
         self.thinking = result.thinking
+        if result.learned is not None:
+            self.learned = result.learned
         if result.changed:
             self.body = result.body
             self.repairs.extend(result.repairs)

@@ -135,6 +135,21 @@ def tool_map(request: dict[str, Any]) -> ToolMap:
         return ToolMap()
 
 
+@dataclass(frozen=True)
+class ResponsesCall:
+    """What one Responses request's repair learned that its answer needs: the limits that may cut
+    it and the client's tools as mapped for llama-server. Made once in ``prepare``
+    (``BodyPlan.learned``), read by the whole answer's fix and the stream's."""
+
+    limits: Limits
+    tools: ToolMap
+
+    @classmethod
+    def of(cls, request: dict[str, Any], model: ModelConfig | None, tools: ToolMap | None = None) -> ResponsesCall:
+        """The call of ``request`` on ``model`` (``tools``: the map the repair made, else made here)."""
+        return cls(limits(request, model), tools if tools is not None else tool_map(request))
+
+
 def _fix(obj: dict[str, Any], limit: Limits, tools: ToolMap) -> str | None:
     """Fix a whole response or one streamed event in place; the repair kind, or None."""
     response = obj.get("response") if obj.get("type") == "response.completed" else obj
@@ -148,8 +163,8 @@ class ResponsesStreamFix:
     """The stream repair (``stream_repair.StreamRepair``'s protocol) of a Responses stream: the
     completed event's status, and the indexes every event should carry."""
 
-    def __init__(self, request: dict[str, Any], model: ModelConfig | None) -> None:
-        self.limits, self.tools = limits(request, model), tool_map(request)
+    def __init__(self, call: ResponsesCall) -> None:
+        self.limits, self.tools = call.limits, call.tools
         self.sequence = 0
         self.item = -1  # output_index of the current output item
         self.part = -1  # content_index of the current part of that item
@@ -192,8 +207,10 @@ def _repair(body: dict[str, Any], model: ModelConfig, policy: chat.RepairPolicy)
     plan = BodyPlan()
     result = responses.repair_request(body, policy)
     plan.apply(result)
+    tools = result.learned if isinstance(result.learned, ToolMap) else ToolMap()
+    plan.learned = ResponsesCall.of(body, model, tools)
     if "hosted_tool_skipped" in result.repairs or "hosted_item_skipped" in result.repairs:
-        _log_skipped_once(model.name, body)
+        _log_skipped_once(model.name, body, tools)
     plan.check_fields(body, openai_tools=False)
     return plan
 
@@ -201,9 +218,9 @@ def _repair(body: dict[str, Any], model: ModelConfig, policy: chat.RepairPolicy)
 _SKIPPED_LOGGED: set[tuple[str, str]] = set()
 
 
-def _log_skipped_once(model: str, body: dict[str, Any]) -> None:
+def _log_skipped_once(model: str, body: dict[str, Any], tools: ToolMap) -> None:
     """Say once per model and tool type that hosted tools were left out (the metric counts each)."""
-    for ttype in map_tools(body.get("tools")).skipped:
+    for ttype in tools.skipped:
         if (model, ttype) not in _SKIPPED_LOGGED:
             _SKIPPED_LOGGED.add((model, ttype))
             log.warning("%s: Responses tool type %r is not run by this server; skipped (the model answers without it)",
@@ -214,6 +231,12 @@ def _log_skipped_once(model: str, body: dict[str, Any]) -> None:
         if itype is not None and (model, itype) not in _SKIPPED_LOGGED:
             _SKIPPED_LOGGED.add((model, itype))
             log.warning("%s: replayed Responses item type %r is not read by this server; skipped", model, itype)
+
+
+def _call(req: Request) -> ResponsesCall:
+    """The request's call from its prepare (made here for a request that was not prepared here)."""
+    learned = getattr(req, "learned", None)
+    return learned if isinstance(learned, ResponsesCall) else ResponsesCall.of(req.client_body, req.model)
 
 
 class Responses(Generation):
@@ -230,7 +253,8 @@ class Responses(Generation):
         return _repair(body, model, policy)
 
     def fix(self, req: Request, obj: dict[str, Any]) -> tuple[dict[str, Any], bool] | Resend:
-        kind = _fix(obj, limits(req.client_body, req.model), tool_map(req.client_body))
+        call = _call(req)
+        kind = _fix(obj, call.limits, call.tools)
         if kind is not None:
             req.count_repair(kind)
         return obj, kind is not None
@@ -242,7 +266,7 @@ class Responses(Generation):
         return self.chat_request
 
     def stream_repair(self, req: Request) -> Any:
-        return ResponsesStreamFix(req.client_body, req.model)
+        return ResponsesStreamFix(_call(req))
 
 
 class InputTokens(Adapter):

@@ -47,7 +47,7 @@ from orchestrator.serve.repair.chat import SYSTEM_AS_USER_PREFIX, SYSTEM_JOINER,
 from orchestrator.serve.repair.stability import append_text, reminder
 from orchestrator.serve.repair.thinking import check_effort
 from orchestrator.serve.responses.items import hosted_item, normalize_item
-from orchestrator.serve.responses.tools import map_choice, map_tools
+from orchestrator.serve.responses.tools import ToolMap, map_choice, map_tools
 
 ROUTES = ("/v1/responses", "/v1/responses/input_tokens")
 SYSTEM_ROLES = ("system", "developer")
@@ -206,7 +206,7 @@ def _repair_extras(body: dict[str, Any], policy: RepairPolicy, kinds: list[str],
         new["chat_template_kwargs"] = {**(ctk or {}), "enable_thinking": policy.thinking_default}
 
 
-def _repair_tools(body: dict[str, Any], kinds: list[str], new: dict[str, Any]) -> None:
+def _repair_tools(body: dict[str, Any], kinds: list[str], new: dict[str, Any]) -> ToolMap:
     """Namespace and custom tools as functions, hosted tools left out, ``tool_choice`` onto them
     (``responses_tools``)."""
     mapped = map_tools(body.get("tools"))
@@ -223,6 +223,7 @@ def _repair_tools(body: dict[str, Any], kinds: list[str], new: dict[str, Any]) -
         new["tool_choice"] = choice
     if chosen is not None:
         new["tools"] = chosen
+    return mapped
 
 
 def _check_types(body: dict[str, Any]) -> None:
@@ -243,7 +244,8 @@ def repair_request(body: dict[str, Any], policy: RepairPolicy) -> RepairResult:
         policy: the model's :class:`RepairPolicy`.
 
     Returns:
-        A :class:`RepairResult` (the caller's dict when nothing changed). ``thinking`` is false
+        A :class:`RepairResult` (the caller's dict when nothing changed), whose ``learned`` is the
+        client's tools as mapped for llama-server (``responses_tools.ToolMap``). ``thinking`` is false
         when ``reasoning.effort`` is ``none`` or ``enable_thinking`` ends up false.
 
     Raises:
@@ -265,14 +267,14 @@ def repair_request(body: dict[str, Any], policy: RepairPolicy) -> RepairResult:
     elif not isinstance(items, str):
         raise _bad("'input' must be a string or a list of input items", "input")
     _repair_extras(body, policy, kinds, new)
-    _repair_tools(body, kinds, new)
+    tools = _repair_tools(body, kinds, new)
     flat = flatten_speculative({**body, **new})
     if flat is not None:
         _add(kinds, "speculative_flattened")
     if not kinds:
-        return RepairResult(body=body, changed=False, repairs=[], thinking=_thinking_on(body))
+        return RepairResult(body=body, changed=False, repairs=[], thinking=_thinking_on(body), learned=tools)
     out_body = flat if flat is not None else {**body, **new}
-    return RepairResult(body=out_body, changed=True, repairs=kinds, thinking=_thinking_on(out_body))
+    return RepairResult(body=out_body, changed=True, repairs=kinds, thinking=_thinking_on(out_body), learned=tools)
 
 
 def _thinking_on(body: dict[str, Any]) -> bool:

@@ -208,3 +208,28 @@ def test_the_prompt_cache_follows_a_reloaded_disk_budget(stack: Stack) -> None:
     stack.supervisor.running.swap(reloaded)
     cache._follow_config()  # what every save and every watch tick does first
     assert cache.kv.store.budget == 12345
+
+
+def test_a_responses_request_maps_its_tools_once(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The request side's tool map reaches the answer side (``BodyPlan.learned``): Codex's namespace
+    tools were mapped by the repair, the whole answer's fix and the log of skipped tools, each anew."""
+    from orchestrator.serve.responses import adapter as responses_adapter
+    from orchestrator.serve.responses import repair as responses_repair
+
+    calls: list[Any] = []
+    real = responses_repair.map_tools
+
+    def counting(tools: Any) -> Any:
+        calls.append(tools)
+        return real(tools)
+
+    monkeypatch.setattr(responses_repair, "map_tools", counting)
+    monkeypatch.setattr(responses_adapter, "map_tools", counting)
+    _fake, seen = _recording(stack)
+    namespace = {"type": "namespace", "name": "ns", "tools": [{"type": "function", "name": "f", "parameters": {}}]}
+    body = {**BODIES["/v1/responses"], "tools": [namespace, {"type": "web_search"}]}
+    with httpx.Client(base_url=stack.url, timeout=30) as client:
+        r = client.post("/v1/responses", json=body)
+    assert r.status_code == 200, r.text
+    assert [t["name"] for t in seen[-1][1]["tools"]] == ["ns.f"]  # mapped; the hosted tool left out
+    assert len(calls) == 1
