@@ -25,7 +25,7 @@ import uvicorn
 
 from orchestrator.config.schema import Config
 from orchestrator.launch.spec import InstanceSpec
-from orchestrator.serve.app import create_app
+from orchestrator.serve.app import create_app, served_by
 from orchestrator.serve.http.limits import uvicorn_config
 from orchestrator.supervise.budget import budget_for
 from orchestrator.supervise.model_state import SchedulerPolicy
@@ -84,7 +84,7 @@ class Stack:
         self.scheduler = ModelScheduler(self.supervisor, budget_for(config.server, gpu_indices=[]), scheduler_policy)
         self.app = create_app(config, self.supervisor, self.scheduler)
         self.recorder = Recorder(self.supervisor)
-        self.app.state.pool.hooks.append(self.recorder)
+        served_by(self.app).pool.hooks.append(self.recorder)
         self._server: uvicorn.Server | None = None
         self._serve_task: asyncio.Task[None] | None = None
         self.fakes: list[FakeUpstream] = []

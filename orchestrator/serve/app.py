@@ -25,7 +25,7 @@ Routes:
 Every error reaches the client in its API's shape (its adapter's ``error_body``: OpenAI's
 ``{"error": {"message", "type", "param", "code"}}``, Anthropic's on ``/v1/messages*``), rendered
 by one handler from ``ApiError``; FastAPI's own 404/405/422 and unexpected exceptions (500) are
-converted to it. A 404 for an unknown path lists the routes served. ``app.state.draining = True``
+converted to it. A 404 for an unknown path lists the routes served. ``served_by(app).draining = True``
 makes new POST requests get 503 + ``Retry-After`` (``orchestrator up`` sets it on shutdown). The app owns one
 ``aiohttp.ClientSession`` per upstream instance (closed when the app shuts down) and its own
 Prometheus registry. CORS is off unless ``server.cors_origins`` lists origins; responses are
@@ -37,6 +37,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from fastapi import FastAPI, Request
@@ -48,12 +49,12 @@ from starlette.routing import Route
 
 from orchestrator.errors import STATUS_TYPES, ApiError
 from orchestrator.serve.cache.prompt_cache import PromptCache
-from orchestrator.serve.console.routes import mount_console
+from orchestrator.serve.console.routes import Console, mount_console
 from orchestrator.serve.control.load import add_model_routes
 from orchestrator.serve.control.restart import add_restart_route
 from orchestrator.serve.forward import Forwarder
 from orchestrator.serve.http.auth import ApiKeys
-from orchestrator.serve.info import add_info_routes
+from orchestrator.serve.info import InfoViews, add_info_routes
 from orchestrator.serve.metrics import ProxyMetrics
 from orchestrator.serve.pipeline import Endpoint, Forwarded
 from orchestrator.serve.registry import ADAPTERS, add_api_routes, error_body
@@ -66,6 +67,7 @@ from orchestrator.supervise.scheduler import ModelScheduler
 if TYPE_CHECKING:
     from orchestrator.config.running import RunningConfig
     from orchestrator.config.schema import Config
+    from orchestrator.serve.reload import ConfigReloader
     from orchestrator.supervise.supervisor import Supervisor
 
 log = logging.getLogger("orchestrator.serve.app")
@@ -82,9 +84,7 @@ def create_app(config: Config, supervisor: Supervisor, scheduler: ModelScheduler
             default one over ``supervisor`` with the memory budget from ``config.server``.
 
     Returns:
-        A FastAPI app; serve it with uvicorn. ``app.state`` has ``draining`` (bool), ``metrics``
-        (``ProxyMetrics``), ``pool`` (``UpstreamPool``), ``router`` (``Router``), ``peers`` (``PeerRouter``)
-        and ``scheduler`` (``ModelScheduler``).
+        A FastAPI app; serve it with uvicorn. :func:`served_by` gives its parts (:class:`Served`).
     """
     running = _running(config, supervisor)
     if scheduler is None:
@@ -95,6 +95,8 @@ def create_app(config: Config, supervisor: Supervisor, scheduler: ModelScheduler
     router.prompt_cache = PromptCache.attached(config, supervisor, scheduler, metrics.registry)
     keys = ApiKeys.following(running)
     peers = PeerRouter(running, supervisor, metrics.registry, pool)
+    served = Served(scheduler, metrics, pool, router, peers, keys)
+    fwd = Forwarder(running, router, pool, metrics, keys, draining=lambda: served.draining, peers=peers)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -107,13 +109,9 @@ def create_app(config: Config, supervisor: Supervisor, scheduler: ModelScheduler
         await pool.aclose()
 
     app = FastAPI(title="orchestrator", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
-    app.state.draining = False
-    app.state.metrics = metrics
-    app.state.pool = pool
-    app.state.router = router
-    app.state.peers, app.state.scheduler = peers, scheduler
-    draining = lambda: bool(app.state.draining)  # noqa: E731
-    app.state.forwarder = fwd = Forwarder(running, router, pool, metrics, keys, draining=draining, peers=peers)
+    app.state.served = served  # for ``served_by(app)``: up's runtime and tests; no route reads app.state
+    served.forwarder = fwd
+    # the route table, group by group (docs/architecture.md); auth is each group's own
     endpoints = {adapter.path: Endpoint(fwd, adapter) for adapter in ADAPTERS}
     for path, endpoint in endpoints.items():  # other methods get FastAPI's 405
         app.router.routes.append(Route(path, endpoint, methods=["POST"]))
@@ -121,12 +119,43 @@ def create_app(config: Config, supervisor: Supervisor, scheduler: ModelScheduler
     add_api_routes(app, fwd)  # each API's own routes besides its POSTs (listings, stored responses)
     _add_error_handlers(app)
     _add_cors(app, config)
-    add_info_routes(app, running, supervisor, keys, metrics, scheduler)
-    add_model_routes(app, router, scheduler, keys)
+    views = InfoViews(peers, router.prompt_cache, fwd.tuner, lambda: served.draining)
+    add_info_routes(app, running, supervisor, keys, metrics, scheduler, views)
+    add_model_routes(app, router, scheduler, keys, lambda: served.reloader)
     restarts = add_restart_route(app, supervisor, scheduler, router, keys)
     # last: the console's routes (and its catch-all under /ui/) come after every API route
-    app.state.console = console = mount_console(app, config, supervisor, metrics, keys, scheduler)
+    console = served.console = mount_console(app, config, supervisor, metrics, keys, scheduler, views)
     return app
+
+
+@dataclass
+class Served:
+    """What :func:`create_app` built, once: the composition root's parts. Routes get the parts
+    they need as arguments; ``orchestrator up``'s runtime and the tests reach them through
+    :func:`served_by`.
+
+    Attributes:
+        draining: new requests get 503 + ``Retry-After`` (``orchestrator up`` sets it on shutdown).
+        reloader: ``POST /reload``'s ``ConfigReloader`` (set by ``orchestrator up``), or None.
+    """
+
+    scheduler: ModelScheduler
+    metrics: ProxyMetrics
+    pool: UpstreamPool
+    router: Router
+    peers: PeerRouter
+    keys: ApiKeys
+    forwarder: Forwarder | None = None
+    console: Console | None = None
+    draining: bool = False
+    reloader: ConfigReloader | None = None
+
+
+def served_by(app: FastAPI) -> Served:
+    """The parts of an app :func:`create_app` built."""
+    served = app.state.served
+    assert isinstance(served, Served)
+    return served
 
 
 def _running(config: Config, supervisor: Supervisor) -> RunningConfig:

@@ -31,7 +31,7 @@ class Forwarder:
         pool: the upstream HTTP clients.
         metrics: the app's metrics.
         keys: API keys.
-        draining: returns True once the app stops taking requests (``app.state.draining``).
+        draining: returns True once the app stops taking requests (``Served.draining``).
         peers: the peers, the spillover rule and where requests went (``orchestrator.serve.upstream.peers``).
 
     Attributes:

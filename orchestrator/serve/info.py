@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI, Request
@@ -27,9 +28,27 @@ if TYPE_CHECKING:
     from orchestrator.config.running import RunningConfig
     from orchestrator.config.schema import Config, ModelConfig
     from orchestrator.serve.cache.prompt_cache import PromptCache
+    from orchestrator.serve.drafting.tuner import DraftTuner
     from orchestrator.serve.upstream.peers import PeerRouter
     from orchestrator.supervise.scheduler import ModelScheduler
     from orchestrator.supervise.supervisor import Supervisor
+
+
+@dataclass(frozen=True)
+class InfoViews:
+    """What the read-only routes and the console show besides the supervisor's table: the peers,
+    the prompt cache, the draft-length policy's choices, and whether the app is draining."""
+
+    peers: PeerRouter
+    prompt_cache: PromptCache | None
+    tuner: DraftTuner
+    draining: Callable[[], bool]
+
+    def status(self, supervisor: Supervisor, scheduler: ModelScheduler) -> dict[str, Any]:
+        """The ``/status`` body."""
+        body = status_body(supervisor, scheduler, self.prompt_cache)
+        body["draft_policy"] = self.tuner.status()  # serve.drafting.tuner: K per request, and why
+        return body
 
 
 def add_info_routes(
@@ -39,14 +58,15 @@ def add_info_routes(
     keys: ApiKeys,
     metrics: ProxyMetrics,
     scheduler: ModelScheduler,
+    views: InfoViews,
 ) -> None:
-    """Register the read-only routes on ``app`` (``app.state.draining`` turns ``/health`` to 503).
+    """Register the read-only routes on ``app`` (``views.draining()`` turns ``/health`` to 503).
 
     Everything follows ``running``'s current snapshot: a reload's models show in the list, and its
     ``auth_health`` / ``auth_metrics`` apply, on the next request.
     """
     created = int(time.time())
-    peer_router: PeerRouter = app.state.peers
+    peer_router = views.peers
 
     def guard(request: Request, required: bool = True) -> None:
         if required:
@@ -62,14 +82,12 @@ def add_info_routes(
     @app.api_route("/health", methods=["GET", "HEAD"])
     async def health(request: Request) -> JSONResponse:
         guard(request, running.current.server.auth_health)
-        return health_response(supervisor, scheduler, draining=bool(app.state.draining))
+        return health_response(supervisor, scheduler, draining=views.draining())
 
     @app.get("/status")
     async def status(request: Request) -> JSONResponse:
         guard(request)
-        body = status_body(supervisor, scheduler, app.state.router.prompt_cache)
-        body["draft_policy"] = app.state.forwarder.tuner.status()  # serve.draft_tuner: K per request, why
-        return JSONResponse(body)
+        return JSONResponse(views.status(supervisor, scheduler))
 
     @app.get("/peers")
     async def peers(request: Request) -> JSONResponse:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from orchestrator.errors import ApiError
 from orchestrator.serve.cache.prompt_cache import NO_AFFINITY, Affinity, ChatOf
 from orchestrator.supervise.model_rules import RETRY_AFTER as SCHEDULER_RETRY_AFTER
+from orchestrator.supervise.refusals import ModelRefused, Refusal
 from orchestrator.supervise.states import SERVING
 
 if TYPE_CHECKING:
@@ -144,7 +145,26 @@ class Router:
                 503 ``model_unavailable`` / ``model_load_failed`` / ``model_too_large`` with the
                 reason and no ``Retry-After`` (retrying cannot help until a person acts).
         """
-        return await self.scheduler.acquire(model, prefer)
+        try:
+            return await self.scheduler.acquire(model, prefer)
+        except ModelRefused as refused:
+            raise refused_to_http(refused) from None
+
+
+# The lifecycle's refusals as HTTP: a full queue is the client's to slow down, a removed model is
+# not there; everything else is the server's state (503), with Retry-After where a retry can help.
+_STATUS = {Refusal.QUEUE_FULL: 429, Refusal.REMOVED: 404}
+
+
+def refused_to_http(refused: ModelRefused) -> ApiError:
+    """``refused`` (``orchestrator.supervise.refusals``) as the error a client gets."""
+    return ApiError(
+        _STATUS.get(refused.refusal, 503),
+        refused.message,
+        param=refused.param,
+        code=refused.refusal.value,
+        retry_after=refused.retry_after,
+    )
 
 
 def _name_table(config: Config) -> dict[str, ModelConfig]:

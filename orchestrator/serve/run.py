@@ -7,7 +7,7 @@ the main thread with the supervisor (children are forked from this thread, so th
 signal follows the process's life) and uvicorn serving ``orchestrator.serve.app.create_app``.
 What the person sees goes through a ``Display`` the caller provides.
 
-SIGINT/SIGTERM: ``app.state.draining = True`` (new requests get 503), in-flight requests get up
+SIGINT/SIGTERM: ``Served.draining = True`` (new requests get 503), in-flight requests get up
 to ``server.timeouts.shutdown_grace`` seconds, then the server and the children stop. A second
 signal skips the wait. ``run.json`` (see ``orchestrator.host.statefile``) is published while
 running and removed on exit.
@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from orchestrator.errors import UserError
 from orchestrator.host import statefile
 from orchestrator.host.ports import SERVER_PORT_FIX, check_port_free
-from orchestrator.serve.app import create_app
+from orchestrator.serve.app import Served, create_app, served_by
 from orchestrator.serve.http.limits import uvicorn_config
 from orchestrator.serve.reload import ConfigReloader, Prepare, Reloading
 from orchestrator.supervise.budget import budget_for
@@ -37,8 +37,6 @@ from orchestrator.supervise.scheduler import ModelScheduler
 from orchestrator.supervise.supervisor import RUNNING, SERVING, Supervisor
 
 if TYPE_CHECKING:
-    from fastapi import FastAPI
-
     from orchestrator.config.schema import Config
     from orchestrator.launch.spec import InstanceSpec
 
@@ -192,8 +190,8 @@ def _publish(config: Config, supervisor: Supervisor, url: str, started: float) -
 class _Signals:
     """SIGINT/SIGTERM while ``up`` runs: the first starts draining, a second skips the drain wait."""
 
-    def __init__(self, app: FastAPI) -> None:
-        self.app = app
+    def __init__(self, served: Served) -> None:
+        self.served = served
         self.count = 0
         self.stop = asyncio.Event()
 
@@ -210,7 +208,7 @@ class _Signals:
 
     def _on_signal(self) -> None:
         self.count += 1
-        self.app.state.draining = True
+        self.served.draining = True
         self.stop.set()
 
 
@@ -226,14 +224,14 @@ async def _serve(
     gpu_indices = sorted({g for s in specs for g in s.gpus})
     scheduler = ModelScheduler(supervisor, budget_for(config.server, gpu_indices=gpu_indices))
     app = create_app(config, supervisor, scheduler)
-    app.state.draining = False
+    served = served_by(app)
     server = _make_server(app, config)
     url = endpoint_url(config, sock.getsockname()[1])
     display = make_display(supervisor)
     me = os.getpid()
     if prepare is not None and config.path is not None:
-        app.state.reloader = ConfigReloader(Path(config.path), prepare, scheduler, display.note)
-    with _Signals(app) as signals, Reloading(getattr(app.state, "reloader", None)) as reloading:
+        served.reloader = ConfigReloader(Path(config.path), prepare, scheduler, display.note)
+    with _Signals(served) as signals, Reloading(served.reloader) as reloading:
         try:
             _publish(config, supervisor, url, started)
             serve_task = asyncio.get_running_loop().create_task(server.serve(sockets=[sock]), name="uvicorn")
@@ -321,9 +319,9 @@ def _announce(scheduler: ModelScheduler, display: Display, url: str, started: fl
 
 
 async def _drain(supervisor: Supervisor, display: Display, signals: _Signals) -> None:
-    """New requests get 503 (``app.state.draining``); in-flight ones get the grace period, unless a
+    """New requests get 503 (``Served.draining``); in-flight ones get the grace period, unless a
     second signal arrives."""
-    signals.app.state.draining = True
+    signals.served.draining = True
     grace = supervisor.config.server.timeouts.shutdown_grace
     deadline = time.monotonic() + grace
     if any(i.in_flight for i in supervisor.instances):

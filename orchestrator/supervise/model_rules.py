@@ -24,9 +24,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from orchestrator.errors import ApiError
 from orchestrator.supervise.budget import Holder, MemoryBudget
 from orchestrator.supervise.model_state import ModelState
+from orchestrator.supervise.refusals import ModelRefused, Refusal
 from orchestrator.supervise.states import RUNNING, SERVING, STARTING, TERMINAL, ProcessState
 
 if TYPE_CHECKING:
@@ -119,42 +119,39 @@ def follow_replicas(m: ManagedModel, *, idle: bool) -> tuple[ModelState, str | N
     return None
 
 
-def refuse_to_hold(m: ManagedModel, server: ServerConfig) -> ApiError | None:
+def refuse_to_hold(m: ManagedModel, server: ServerConfig) -> ModelRefused | None:
     """Why a request for ``m`` that cannot be granted now is not held, or None to hold it:
     ``when_loading: reject`` (503 ``model_loading``) or ``queue_limit`` reached (429 ``queue_full``)."""
     if server.when_loading == "reject":
-        return ApiError(
-            503,
+        return ModelRefused(
+            Refusal.LOADING,
             f"model {m.name!r} is not ready yet ({waiting_for(m)}); retry later",
-            code="model_loading",
             retry_after=RETRY_AFTER,
         )
     if len(m.waiters) >= m.queue_limit(server):
-        return ApiError(
-            429,
+        return ModelRefused(
+            Refusal.QUEUE_FULL,
             f"model {m.name!r} already holds {len(m.waiters)} waiting requests (queue_limit); retry later",
-            code="queue_full",
             retry_after=RETRY_AFTER,
         )
     return None
 
 
-def load_failed_error(m: ManagedModel) -> ApiError:
-    """The 503 for requests held by a load that failed (no Retry-After: it would fail again)."""
-    return ApiError(503, f"model {m.name!r} failed to load: {m.reason}", code="model_load_failed")
+def load_failed_error(m: ManagedModel) -> ModelRefused:
+    """The refusal of requests held by a load that failed (no Retry-After: it would fail again)."""
+    return ModelRefused(Refusal.LOAD_FAILED, f"model {m.name!r} failed to load: {m.reason}")
 
 
-def removed_error(name: str) -> ApiError:
-    """The 404 for a model a reload removed (also while it drains and stops)."""
-    return ApiError(404, f"model {name!r} was removed from models.yaml", param="model", code="model_not_found")
+def removed_error(name: str) -> ModelRefused:
+    """The refusal of a model a reload removed (also while it drains and stops)."""
+    return ModelRefused(Refusal.REMOVED, f"model {name!r} was removed from models.yaml", param="model")
 
 
-def unavailable_error(m: ManagedModel) -> ApiError:
-    """The 503 for a request to a FAILED model: the reason and what to do, no Retry-After."""
-    return ApiError(
-        503,
+def unavailable_error(m: ManagedModel) -> ModelRefused:
+    """The refusal of a request to a FAILED model: the reason and what to do, no Retry-After."""
+    return ModelRefused(
+        Refusal.UNAVAILABLE,
         f"model {m.name!r} failed: {m.reason}; fix it, then `orchestrator load {m.name}` (or edit models.yaml)",
-        code="model_unavailable",
     )
 
 

@@ -34,7 +34,6 @@ from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from orchestrator.errors import ApiError
 from orchestrator.supervise.budget import MemoryBudget, follow_budget
 from orchestrator.supervise.managed import Lease, ManagedModel, Prefer, Waiter
 from orchestrator.supervise.model_rules import (
@@ -50,6 +49,7 @@ from orchestrator.supervise.model_rules import (
     waiting_for,
 )
 from orchestrator.supervise.model_state import ModelEvent, ModelState, SchedulerPolicy
+from orchestrator.supervise.refusals import ModelRefused, Refusal
 from orchestrator.supervise.replicas import ReplicaOps
 from orchestrator.supervise.rollout import Rollout
 
@@ -152,7 +152,7 @@ class ModelScheduler(Rollout):
             with contextlib.suppress(asyncio.CancelledError):
                 await self._runner
         for m in self.models.values():
-            m.fail_waiters(ApiError(503, "the server is shutting down", code="draining", retry_after=5.0))
+            m.fail_waiters(ModelRefused(Refusal.SHUTTING_DOWN, "the server is shutting down", retry_after=5.0))
         await asyncio.gather(*(self.effects.stop(m, "shutdown", grace) for m in self.models.values()))
         for task in list(self._tasks):
             task.cancel()
@@ -178,10 +178,10 @@ class ModelScheduler(Rollout):
         the caller while it loads or waits for memory (at most ``server.timeouts.queue`` s).
 
         Raises:
-            ApiError: 429 when the model already holds ``queue_limit`` requests; 503 ``model_loading``
-                (``when_loading: reject``, or the hold timed out, saying what it waited for);
-                503 ``model_load_failed`` with the log's reason; 503 ``model_too_large`` with the
-                numbers when it can never fit.
+            ModelRefused: ``queue_full`` when the model already holds ``queue_limit`` requests;
+                ``model_loading`` (``when_loading: reject``, or the hold timed out, saying what it
+                waited for); ``model_load_failed`` with the log's reason; ``model_too_large`` with
+                the numbers when it can never fit (``serve.routing.refused_to_http`` maps each).
         """
         m = self._model(name)
         self._ensure_running()
@@ -205,7 +205,7 @@ class ModelScheduler(Rollout):
         model is tried again (a person asks).
 
         Raises:
-            ApiError: 503 with the reason when it fails, cannot fit, or is not ready within
+            ModelRefused: with the reason when it fails, cannot fit, or is not ready within
                 ``timeout`` s (default ``server.timeouts.queue``).
         """
         m = self._model(name)
@@ -259,10 +259,9 @@ class ModelScheduler(Rollout):
         try:
             return await asyncio.wait_for(asyncio.shield(waiter.future), timeout=timeout)
         except TimeoutError:
-            raise ApiError(
-                503,
+            raise ModelRefused(
+                Refusal.LOADING,
                 f"model {m.name!r} is not ready yet after waiting {timeout:g} s ({waiting_for(m)}); retry later",
-                code="model_loading",
                 retry_after=RETRY_AFTER,
             ) from None
         except BaseException:
@@ -324,7 +323,7 @@ class ModelScheduler(Rollout):
             plan = self.budget.plan(m.name, m.need, holders(self.models.values(), exclude=m))
             if plan.impossible is not None:
                 m.reason = plan.impossible
-                m.fail_waiters(ApiError(503, plan.impossible, code="model_too_large"))
+                m.fail_waiters(ModelRefused(Refusal.TOO_LARGE, plan.impossible))
                 continue
             for victim in plan.evict:
                 self._start_unload(self.models[victim], "memory", for_model=m.name)

@@ -27,6 +27,7 @@ from proxy_harness import Stack, real_stack
 from supervision_helpers import fake_spec, fast_policy
 
 from orchestrator.config.schema import Config, ModelConfig, ServerConfig, Timeouts
+from orchestrator.serve.app import served_by
 from orchestrator.supervise.model_state import ModelState
 from orchestrator.supervise.status import status_row
 from orchestrator.supervise.supervisor import ProcessState
@@ -128,7 +129,7 @@ def test_kill_9_mid_stream_gives_an_error_event_then_recovers(tmp_path: Path, bi
             extra_body={"chat_template_kwargs": {"enable_thinking": False}},
         )
         assert again.choices[0].message.content
-        assert [u.base_url for u in stack.app.state.pool.all()] == [inst.base_url]  # the old port's client went
+        assert [u.base_url for u in served_by(stack.app).pool.all()] == [inst.base_url]  # the old port's client went
 
         # The official client sees the mid-stream death as an APIError.
         pid = inst.pid

@@ -18,6 +18,8 @@ import openai
 import pytest
 from proxy_harness import Stack, real_stack
 
+from orchestrator.serve.app import served_by
+
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 
 CASES = json.loads((Path(__file__).resolve().parents[1] / "data" / "chat_requests.json").read_text())["cases"]
@@ -239,7 +241,7 @@ def test_ops_routes(stack: Stack) -> None:
 
 
 def test_draining_answers_503_with_retry_after(stack: Stack, rec: Any) -> None:
-    stack.app.state.draining = True
+    served_by(stack.app).draining = True
     try:
         r = httpx.post(
             stack.url + "/v1/chat/completions", json={"model": "demo", "messages": [{"role": "user", "content": "Hi"}]}
@@ -249,7 +251,7 @@ def test_draining_answers_503_with_retry_after(stack: Stack, rec: Any) -> None:
         assert httpx.get(stack.url + "/health").status_code == 503
         assert rec.requests == []
     finally:
-        stack.app.state.draining = False
+        served_by(stack.app).draining = False
 
 
 def test_models_retrieve_by_name_and_alias_and_head_health(stack: Stack) -> None:

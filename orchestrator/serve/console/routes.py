@@ -22,6 +22,7 @@ from orchestrator.serve.console.history import History
 if TYPE_CHECKING:
     from orchestrator.config.schema import Config
     from orchestrator.serve.http.auth import ApiKeys
+    from orchestrator.serve.info import InfoViews
     from orchestrator.serve.metrics import ProxyMetrics
     from orchestrator.supervise.scheduler import ModelScheduler
     from orchestrator.supervise.supervisor import Supervisor
@@ -77,6 +78,7 @@ class Console:
         self.history = History(supervisor, metrics)
         self.files = _load_static()
         self.scheduler: ModelScheduler | None = None  # set by mount_console: lifecycle rows for the page
+        self.views: InfoViews | None = None  # set by mount_console: peers, the draft-length choices
         if bench_dirs is None:
             bench_dirs = [Path.cwd() / "results"]
             if config.path:
@@ -110,12 +112,9 @@ class Console:
         async def live(request: Request, since: int = 0) -> JSONResponse:
             self.access.check_data(request)
             data = self.live(since)
-            peers = getattr(request.app.state, "peers", None)  # serve.peers.PeerRouter: peers, where requests went
-            if peers is not None:
-                data["peers"] = peers.snapshot()
-            forwarder = getattr(request.app.state, "forwarder", None)  # serve.draft_tuner: per-request K choices
-            if forwarder is not None:
-                data["draft_policy"] = forwarder.tuner.status()
+            if self.views is not None:  # peers and where requests went; the per-request K choices
+                data["peers"] = self.views.peers.snapshot()
+                data["draft_policy"] = self.views.tuner.status()
             return JSONResponse(data, headers=HEADERS)
 
         @app.get("/ui/api/logs/{instance}", include_in_schema=False)
@@ -182,6 +181,7 @@ def mount_console(
     metrics: ProxyMetrics,
     keys: ApiKeys,
     scheduler: ModelScheduler | None = None,
+    views: InfoViews | None = None,
 ) -> Console:
     """Build the console for ``app`` and add its routes; start it with ``Console.start()``.
 
@@ -189,6 +189,7 @@ def mount_console(
     """
     console = Console(config, supervisor, metrics, keys)
     console.scheduler = scheduler
+    console.views = views
     if scheduler is not None:
         console.history.waiting = lambda: {r["model"]: int(r.get("queued") or 0) for r in scheduler.snapshot()}
     console.mount(app)

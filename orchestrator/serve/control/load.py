@@ -11,6 +11,7 @@ models.yaml (``orchestrator reload``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI, Request
@@ -18,17 +19,26 @@ from fastapi.responses import JSONResponse
 
 from orchestrator.errors import ApiError
 from orchestrator.serve.control.restart import read_model_name
+from orchestrator.serve.routing import refused_to_http
+from orchestrator.supervise.refusals import ModelRefused
 
 if TYPE_CHECKING:
     from orchestrator.serve.http.auth import ApiKeys
+    from orchestrator.serve.reload import ConfigReloader
     from orchestrator.serve.routing import Router
     from orchestrator.supervise.scheduler import ModelScheduler
 
 
-def add_model_routes(app: FastAPI, router: Router, scheduler: ModelScheduler, keys: ApiKeys) -> None:
+def add_model_routes(
+    app: FastAPI,
+    router: Router,
+    scheduler: ModelScheduler,
+    keys: ApiKeys,
+    reloader: Callable[[], ConfigReloader | None] = lambda: None,
+) -> None:
     """Register ``POST /models/load``, ``/models/unload`` and ``/reload`` on ``app`` (all ask the API key).
 
-    ``/reload`` runs ``app.state.reloader`` (``orchestrator.serve.reload.ConfigReloader``, set by
+    ``/reload`` runs ``reloader()`` (``orchestrator.serve.reload.ConfigReloader``, set by
     ``orchestrator up``): 200 with what changed, 400 ``config_invalid`` with the located problems
     (the running config stays), 409 ``restart_required``, 501 when nothing can reload.
     """
@@ -48,20 +58,26 @@ def add_model_routes(app: FastAPI, router: Router, scheduler: ModelScheduler, ke
     @app.post("/models/load")
     async def load(request: Request) -> JSONResponse:
         name = await model_name(request)
-        await scheduler.load(name)
+        try:
+            await scheduler.load(name)
+        except ModelRefused as refused:
+            raise refused_to_http(refused) from None
         return JSONResponse({"success": True, **row(name)})
 
     @app.post("/models/unload")
     async def unload(request: Request) -> JSONResponse:
         name = await model_name(request)
-        await scheduler.unload(name)
+        try:
+            await scheduler.unload(name)
+        except ModelRefused as refused:
+            raise refused_to_http(refused) from None
         return JSONResponse({"success": True, **row(name)})
 
     @app.post("/reload")
     async def reload(request: Request) -> JSONResponse:
         keys.check(request.scope["headers"])
-        reloader = getattr(app.state, "reloader", None)
-        if reloader is None:
+        current = reloader()
+        if current is None:
             raise ApiError(501, "this server was not started from a models.yaml, so it cannot reload", code="no_reload")
-        report = await reloader.reload("request")
+        report = await current.reload("request")
         return JSONResponse({"success": True, "summary": report.summary(), **vars(report)})

@@ -24,6 +24,7 @@ from supervision_helpers import fake_spec
 from orchestrator.config.schema import Config, ModelConfig, ServerConfig
 from orchestrator.errors import ApiError
 from orchestrator.serve.adapters.base import Adapter, BodyPlan
+from orchestrator.serve.app import served_by
 from orchestrator.serve.http.shapes import Shape
 from orchestrator.serve.registry import ADAPTERS, adapter_for, error_body, for_path
 from orchestrator.serve.repair.chat import RepairPolicy
@@ -202,7 +203,7 @@ def test_an_upstream_failure_reaches_each_api_in_its_error_shape(stack: Stack) -
 
 
 def test_the_prompt_cache_follows_a_reloaded_disk_budget(stack: Stack) -> None:
-    cache = stack.app.state.router.prompt_cache
+    cache = served_by(stack.app).router.prompt_cache
     assert cache.kv.store.budget == stack.config.server.kv_disk_budget
     reloaded = stack.config.model_copy(update={"server": ServerConfig(kv_disk_budget=12345)})
     stack.supervisor.running.swap(reloaded)

@@ -18,7 +18,7 @@ from fastapi.testclient import TestClient
 from supervision_helpers import fake_spec
 
 from orchestrator.config.schema import Config, ModelConfig, ServerConfig
-from orchestrator.serve.app import create_app
+from orchestrator.serve.app import create_app, served_by
 from orchestrator.serve.console.access import CSP
 from orchestrator.serve.console.files import read_log
 from orchestrator.serve.console.history import History
@@ -39,7 +39,7 @@ def _config(host: str = "127.0.0.1", keys: tuple[str, ...] = ()) -> Config:
 def _client(tmp_path: Path, config: Config, base_url: str = LOCAL) -> Iterator[TestClient]:
     supervisor = Supervisor([fake_spec()], config, log_dir=tmp_path / "logs")
     app = create_app(config, supervisor)
-    app.state.console.bench_dirs = [tmp_path / "results"]
+    served_by(app).console.bench_dirs = [tmp_path / "results"]
     with TestClient(app, base_url=base_url) as client:
         yield client
 
