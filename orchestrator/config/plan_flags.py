@@ -53,6 +53,12 @@ PLAN_FLAGS: dict[str, str] = {
     "--verbosity": "nothing (GPU instances log at verbosity 4: readiness reads where the weights went)",
     "--log-verbosity": "nothing (GPU instances log at verbosity 4: readiness reads where the weights went)",
     "--rpc": "rpc",
+    "-b": "batch_size",
+    "--batch-size": "batch_size",
+    "-ub": "ubatch_size",
+    "--ubatch-size": "ubatch_size",
+    "--spec-draft-backend-sampling": "speculative.backend_sampling",
+    "--no-spec-draft-backend-sampling": "speculative.backend_sampling",
 }
 
 # Child environment variables that would override the plan (llama.cpp reads LLAMA_ARG_*).

@@ -23,6 +23,7 @@ class Speculation:
     p_min: float | None = None
     draft: Path | None = None
     ngram_mod: tuple[int, int, int] | None = None  # n_match, n_min, n_max of the ngram-mod drafter
+    backend_sampling: bool = False  # --spec-draft-backend-sampling: the draft sampled on the GPU
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,8 @@ class ServerArgs:
     ctx_size: int
     parallel: int
     threads: int | None = None
+    batch_size: int | None = None  # -b (logical batch); None: llama-server's default
+    ubatch_size: int | None = None  # -ub (physical batch: prefill tokens per step)
     gpu_layers: str | None = None
     speculation: Speculation | None = None
     tensor_split: str | None = None
@@ -72,6 +75,10 @@ def _resources(args: ServerArgs) -> tuple[str, ...]:
     out: tuple[str, ...] = ("-c", str(args.ctx_size), "-np", str(args.parallel))
     if args.threads is not None:
         out += ("-t", str(args.threads))
+    if args.batch_size is not None:
+        out += ("-b", str(args.batch_size))
+    if args.ubatch_size is not None:
+        out += ("-ub", str(args.ubatch_size))
     if args.gpu_layers is not None:
         # verbosity 4 makes llama.cpp log its model buffers (CUDA0 or CPU): how readiness tells
         # a GPU instance that really loaded on the GPU from one that fell back to the CPU
@@ -94,6 +101,8 @@ def _speculation(spec: Speculation | None) -> tuple[str, ...]:
         out += ("--spec-draft-p-min", f"{spec.p_min:g}")
     if spec.draft is not None:
         out += ("-md", str(spec.draft))
+    if spec.backend_sampling:
+        out += ("--spec-draft-backend-sampling",)
     if spec.ngram_mod is not None:
         n_match, n_min, n_max = spec.ngram_mod
         out += ("--spec-ngram-mod-n-match", str(n_match), "--spec-ngram-mod-n-min", str(n_min))

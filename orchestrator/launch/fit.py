@@ -269,3 +269,17 @@ def instance_memory(request: FitRequest) -> int | None:
     if not request.bytes_needed:
         return None
     return request.bytes_needed + (request.overhead * len(request.gpus) if request.gpus else 0)
+
+
+def cpu_moe_layers(extra_args: list[str], n_blocks: int) -> int:
+    """Blocks whose routed experts ``extra_args`` keeps in CPU memory: ``--n-cpu-moe N`` /
+    ``-ncmoe N`` (also ``=N``) -> N; ``--cpu-moe`` / ``-cmoe`` -> all ``n_blocks`` (common/arg.cpp)."""
+    found = 0
+    for j, arg in enumerate(extra_args):
+        flag, _, value = arg.partition("=")
+        if flag in ("--cpu-moe", "-cmoe"):
+            found = n_blocks
+        elif flag in ("--n-cpu-moe", "-ncmoe"):
+            value = value or (extra_args[j + 1] if j + 1 < len(extra_args) else "")
+            found = int(value) if value.isdigit() else found
+    return min(found, n_blocks)

@@ -20,6 +20,7 @@ def check_patch_features(
     Raises:
         UserError: naming the models.yaml line and key and the two ways out.
     """
+    _check_flags(config, i, model, spec_type, capabilities)
     if model.speculative.adaptive and "draft-mtp" in drafters(spec_type) and capabilities.lacks("draft-length"):
         raise UserError(
             f"{config.where('models', i, 'speculative', 'adaptive')}: model {model.name!r}: adaptive draft length "
@@ -27,3 +28,22 @@ def check_patch_features(
             hint="remove speculative.adaptive (K stays speculative.n_max), or serve through `orchestrator build`'s "
             "llama-server (drop build.llama_server)",
         )
+
+
+def _check_flags(
+    config: Config, i: int, model: ModelConfig, spec_type: str | None, capabilities: ServerCapabilities
+) -> None:
+    """Refuse a launch setting whose flag this llama-server's ``--help`` does not list (an older or
+    adopted build): it would exit at start with "invalid argument"."""
+    wanted = [
+        (("batch_size",), "-b", model.batch_size is not None),
+        (("ubatch_size",), "-ub", model.ubatch_size is not None),
+        (("speculative", "backend_sampling"), "--spec-draft-backend-sampling",
+         model.speculative.backend_sampling and spec_type is not None),
+    ]  # fmt: skip
+    for key, flag, used in wanted:
+        if used and capabilities.flags and flag not in capabilities.flags:
+            raise UserError(
+                f"{config.where('models', i, *key)}: model {model.name!r}: this llama-server has no {flag}",
+                hint=f"remove {'.'.join(key)}, or serve through `orchestrator build`'s llama-server",
+            )

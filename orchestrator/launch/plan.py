@@ -34,7 +34,15 @@ from orchestrator.host.gpus import GPU
 from orchestrator.host.ports import SERVER_PORT_FIX, check_port_free
 from orchestrator.launch.argv import ServerArgs, Speculation
 from orchestrator.launch.files import check_not_fork, facts_at, model_files
-from orchestrator.launch.fit import FitRequest, check_fit_per_model, estimate_bytes, gpu_overhead, instance_memory
+from orchestrator.launch.fit import (
+    N_UBATCH,
+    FitRequest,
+    check_fit_per_model,
+    cpu_moe_layers,
+    estimate_bytes,
+    gpu_overhead,
+    instance_memory,
+)
 from orchestrator.launch.needs import check_patch_features
 from orchestrator.launch.placement import Placer, placements, tensor_split
 from orchestrator.launch.spec import CHILD_HOST, InstanceSpec
@@ -212,7 +220,11 @@ def _replica(
     s = model.speculative
     ngram = s.ngram_mod if "ngram-mod" in drafters(p.spec_type) else None  # unset: the pin's defaults
     ngram_args = (ngram.n_match, ngram.n_min, ngram.n_max) if ngram else None
-    speculation = Speculation(p.spec_type, s.n_max, s.n_min, s.p_min, p.draft, ngram_args) if p.spec_type else None
+    speculation = (
+        Speculation(p.spec_type, s.n_max, s.n_min, s.p_min, p.draft, ngram_args, s.backend_sampling)
+        if p.spec_type
+        else None
+    )
     server = ServerArgs(
         program=(str(build.server),),
         model=p.gguf,
@@ -222,6 +234,8 @@ def _replica(
         ctx_size=model.ctx_size,
         parallel=model.parallel,
         threads=model.threads,
+        batch_size=model.batch_size,
+        ubatch_size=model.ubatch_size,
         gpu_layers=str(model.gpu_layers) if assigned or model.rpc else None,  # RPC devices take -ngl layers
         speculation=speculation,
         tensor_split=tensor_split(assigned, usable) if len(assigned) > 1 else None,
@@ -264,26 +278,12 @@ def _fit_request(
         # llama.cpp offloads up to block_count + 1 layers (the output layer counts): -ngl 99 is all
         partial_offload=layers != "all" and int(layers) <= p.facts.block_count,
         bytes_needed=need,
-        overhead=gpu_overhead(p.facts, p.model.parallel, draft_n_max=n_max),
+        overhead=gpu_overhead(p.facts, p.model.parallel, draft_n_max=n_max, ubatch=p.model.ubatch_size or N_UBATCH),
         shares=split_shares(spec.gpus, spec.server.tensor_split, usable),
         expert_layer_bytes=p.facts.expert_layer_bytes,
         n_cpu_moe=n_cpu_moe,
         remote_free=sum(rpc_free.get(endpoint, 0) for endpoint in p.model.rpc),
     )
-
-
-def cpu_moe_layers(extra_args: list[str], n_blocks: int) -> int:
-    """Blocks whose routed experts ``extra_args`` keeps in CPU memory: ``--n-cpu-moe N`` /
-    ``-ncmoe N`` (also ``=N``) -> N; ``--cpu-moe`` / ``-cmoe`` -> all ``n_blocks`` (common/arg.cpp)."""
-    found = 0
-    for j, arg in enumerate(extra_args):
-        flag, _, value = arg.partition("=")
-        if flag in ("--cpu-moe", "-cmoe"):
-            found = n_blocks
-        elif flag in ("--n-cpu-moe", "-ncmoe"):
-            value = value or (extra_args[j + 1] if j + 1 < len(extra_args) else "")
-            found = int(value) if value.isdigit() else found
-    return min(found, n_blocks)
 
 
 def split_shares(assigned: tuple[int, ...], split: str | None, usable: list[GPU]) -> tuple[float, ...] | None:

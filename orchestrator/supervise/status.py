@@ -28,6 +28,10 @@ def status_row(inst: Instance) -> dict[str, Any]:
         "base_url": inst.base_url,
         "gpus": list(inst.spec.gpus),
         "gguf": str(inst.spec.gguf),
+        # launch settings `orchestrator tune` measures: -b, -ub, the draft's backend sampling
+        "batch_size": inst.spec.server.batch_size,
+        "ubatch_size": inst.spec.server.ubatch_size,
+        "backend_sampling": bool(inst.spec.server.speculation and inst.spec.server.speculation.backend_sampling),
         "started_at": inst.started_at,
         "ready_at": inst.ready_at,
         "uptime_s": (time.time() - inst.ready_at) if (inst.ready_at and inst.state in SERVING) else None,

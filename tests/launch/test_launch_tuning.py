@@ -1,0 +1,71 @@
+"""Launch settings that trade memory for speed (``orchestrator tune`` measures them): the draft's
+backend sampling and the prefill batch, from models.yaml through the plan to the argv, refused
+where they cannot work."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+from test_launch import after, caps, config_for, write_gguf
+
+from orchestrator.config.load import load_config
+from orchestrator.config.schema import ModelConfig, SpeculativeConfig
+from orchestrator.errors import UserError
+from orchestrator.launch.plan import plan_launch
+from orchestrator.native import build as build_mod
+
+
+@pytest.fixture
+def native(tmp_path: Path) -> build_mod.BuildInfo:
+    bin_dir = tmp_path / "bin"
+    return build_mod.BuildInfo(bin_dir, bin_dir / "llama-server", bin_dir, {"backend": "cpu"})
+
+
+def test_backend_sampling_and_batches_reach_the_argv(tmp_path: Path, native: build_mod.BuildInfo) -> None:
+    write_gguf(tmp_path / "mtp.gguf", nextn=1)
+    model = ModelConfig(
+        name="demo", path="mtp.gguf", ubatch_size=1024, batch_size=4096, speculative={"backend_sampling": True}
+    )
+    [spec] = plan_launch(config_for(tmp_path, model), gpus=[], build=native, capabilities=caps(native))
+    argv = spec.argv
+    assert after(argv, "-ub") == "1024" and after(argv, "-b") == "4096"
+    assert "--spec-draft-backend-sampling" in argv
+    assert argv.index("--spec-draft-backend-sampling") > argv.index("--spec-type")  # with the drafter's flags
+    plain = ModelConfig(name="demo", path="mtp.gguf")
+    [spec] = plan_launch(config_for(tmp_path, plain), gpus=[], build=native, capabilities=caps(native))
+    assert not {"-ub", "-b", "--spec-draft-backend-sampling"} & set(spec.argv)  # llama-server's defaults
+
+
+def test_backend_sampling_without_drafting_adds_nothing(tmp_path: Path, native: build_mod.BuildInfo) -> None:
+    write_gguf(tmp_path / "plain.gguf")  # no MTP head: speculation off
+    model = ModelConfig(name="demo", path="plain.gguf", speculative={"backend_sampling": True})
+    [spec] = plan_launch(config_for(tmp_path, model), gpus=[], build=native, capabilities=caps(native))
+    assert "--spec-draft-backend-sampling" not in spec.argv
+
+
+def test_the_guards_name_the_key(tmp_path: Path) -> None:
+    bad = tmp_path / "models.yaml"
+    bad.write_text(
+        "models:\n  - name: demo\n    path: builtin:tiny-mtp\n    parallel: 2\n    speculative:\n"
+        "      backend_sampling: true\n"
+    )
+    with pytest.raises(UserError) as err:
+        load_config(bad)
+    assert "models.yaml:6" in str(err.value) and "#23921" in str(err.value) and "parallel: 1" in str(err.value)
+    bad.write_text("models:\n  - name: demo\n    path: builtin:tiny-mtp\n    batch_size: 512\n    ubatch_size: 1024\n")
+    with pytest.raises(UserError) as err:
+        load_config(bad)
+    assert "ubatch_size" in str(err.value) and "batch_size (512)" in str(err.value)
+    with pytest.raises(ValueError):
+        SpeculativeConfig(type="none", backend_sampling=True)
+
+
+def test_a_llama_server_without_the_flag_is_refused_before_launch(tmp_path: Path, native: build_mod.BuildInfo) -> None:
+    write_gguf(tmp_path / "mtp.gguf", nextn=1)
+    model = ModelConfig(name="demo", path="mtp.gguf", ubatch_size=1024)
+    old = dataclasses.replace(caps(native), flags=frozenset({"-m", "--port", "-c", "--spec-type"}))
+    with pytest.raises(UserError) as err:
+        plan_launch(config_for(tmp_path, model), gpus=[], build=native, capabilities=old)
+    assert "ubatch_size" in str(err.value) and "-ub" in str(err.value)
