@@ -10,7 +10,10 @@ Steps (each timed; the run stops cleanly before ``--time-limit`` and reports wha
   5. interleaved rounds: decode tok/s at K = 0 (drafting off) and each K, for each acceptance
      rate, straight to each llama-server and through the orchestrator's endpoint, plus the
      endpoint's adaptive draft-length policy (``speculative.adaptive``: the row "adaptive");
-  6. bytes read per decoded token from the model's tensors, the fraction of the bandwidth bound,
+  6. the launch settings ``orchestrator tune`` measures, as rows: prefill tok/s at ``--tune-depth``
+     per ``-ub`` (512, 2048) and decode tok/s with and without the draft's backend sampling
+     (``orchestrator.bench.tune``), beside the decode bandwidth bound;
+  7. bytes read per decoded token from the model's tensors, the fraction of the bandwidth bound,
      the recommended K; ``gpu-check.json`` + ``gpu-check.md`` in ``--out``; where the time went.
 
 Usage: scripts/gpu_check.py [--time-limit 540] [--cpu --scale small] [--out DIR] [--bin-dir DIR]
@@ -91,6 +94,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--models-dir", type=Path, default=None, help="where the models go (default: the report folder)")
     p.add_argument("--bin-dir", type=Path, default=None, help="a carried-in build folder holding llama-server")
     p.add_argument("--keep-models", action="store_true", help="leave the generated models on disk")
+    p.add_argument(
+        "--tune-depth", type=int, default=None, help="prompt tokens for the prefill rows (8192 GPU, 1024 CPU)"
+    )
+    p.add_argument("--tune-ubatch", default="512,2048", help="-ub values for the prefill rows")
+    p.add_argument(
+        "--tune-share", type=float, default=0.3, help="fraction of the time left for the launch-settings rows"
+    )
     args = p.parse_args(argv)
     try:
         args.qs = [float(x) for x in args.q.split(",") if x.strip()]
@@ -103,6 +113,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if not args.qs or not args.ks or any(not 0 <= q < 1 for q in args.qs) or min(args.ks) < 1:
         p.error("--q needs values in [0, 1) and --k values >= 1")
     args.n_predict = args.n_predict or (24 if args.cpu else 128)
+    args.tune_depth = args.tune_depth or (1024 if args.cpu else 8192)
     stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
     args.out = (args.out or REPO / "results" / f"gpu-check-{stamp}").resolve()
     args.models_dir = (args.models_dir or args.out).resolve()
@@ -229,6 +240,33 @@ def measure(args: argparse.Namespace, up: RunningUp, qs: list[float], deadline: 
     )
 
 
+def measure_launch_settings(
+    args: argparse.Namespace, clock: Clock, models: dict[float, Path], gpu: dict[str, Any] | None, notes: list[str]
+) -> list[dict[str, Any]]:
+    """``orchestrator tune``'s rows on the first model: prefill per ``-ub`` at ``--tune-depth``,
+    decode with and without backend sampling; all settings up at once where memory allows."""
+    from orchestrator.bench import sweep, tune
+    from orchestrator.native.capabilities import probe_capabilities
+
+    q = next(iter(models))
+    config = models_yaml(args, {q: models[q]}, args.out / "models-tune.yaml")
+    target = sweep.plan_target(config, model_name(q), ctx=args.tune_depth + args.n_predict + 64)
+    ubatches = [int(x) for x in args.tune_ubatch.split(",") if x.strip()]
+    settings = tune.settings_for(target, ubatches, probe_capabilities(target.build).flags)
+    total = (gpu or {}).get("memory_total")
+    together = args.cpu or bool(total and len(settings) * (models[q].stat().st_size + 3 * 2**30) <= total)
+    runner = tune.Tune(
+        target, settings, depths=[args.tune_depth], rounds=args.max_rounds, n_predict=args.n_predict,
+        log_dir=args.out / "tune-logs", together=together, deadline=time.monotonic() + clock.left() - 10,
+    )  # fmt: skip
+    rows = tune.table(tune.run_tune(runner))
+    if len({r.n for r in rows}) and min((r.n for r in rows), default=0) < 2:
+        notes.append("launch settings: fewer than two rounds fit in the time limit")
+    best = tune.recommend(rows)
+    return [{"setting": r.setting.name, "measure": r.what, "median": r.median, "q1": r.q1, "q3": r.q3, "n": r.n,
+             "ratio": r.ratio, "recommended": best} for r in rows]  # fmt: skip
+
+
 def model_groups(args: argparse.Namespace, gpu: dict[str, Any] | None, file_bytes: int) -> list[list[float]]:
     """All acceptance rates served together, or one at a time when the GPU cannot hold every
     model at once (each needs its weights plus about 3 GiB of cache and compute buffers)."""
@@ -251,7 +289,12 @@ class Session:
 
 
 def serve_and_measure(
-    args: argparse.Namespace, clock: Clock, models: dict[float, Path], groups: list[list[float]], session: Session
+    args: argparse.Namespace,
+    clock: Clock,
+    models: dict[float, Path],
+    groups: list[list[float]],
+    session: Session,
+    reserve: float = 0.0,
 ) -> list[gc.Sample]:
     """For each group of models: start ``orchestrator up``, measure until its share of the time
     left, stop it (the last group is stopped by the final step)."""
@@ -264,7 +307,7 @@ def serve_and_measure(
             session.up.start(timeout=clock.left())
         with clock.step("measure (interleaved)" + label):
             stop_s = 15.0 * (len(groups) - i - 1)  # later groups' stops
-            share = (clock.left() - stop_s) / (len(groups) - i)
+            share = (clock.left() * (1 - reserve) - stop_s) / (len(groups) - i)
             samples += measure(args, session.up, group, time.monotonic() + share)
         if i < len(groups) - 1:
             with clock.step("stop orchestrator up" + label):
@@ -301,8 +344,12 @@ def main(argv: list[str] | None = None) -> int:
             tr = traffic(next(iter(models.values())))
         groups = model_groups(args, gpu, manifest["file_bytes"])
         manifest["served_together"] = len(groups) == 1
-        samples = serve_and_measure(args, clock, models, groups, session)
+        samples = serve_and_measure(args, clock, models, groups, session, reserve=args.tune_share)
         complete = all(len({s.round for s in samples if s.error is None and s.q == g[0]}) >= 2 for g in groups)
+        with clock.step("stop orchestrator up"):
+            session.stop()
+        with clock.step("launch settings (interleaved)"):
+            manifest["launch_settings"] = measure_launch_settings(args, clock, models, gpu, notes)
         if not complete:
             notes.append("fewer than two rounds fit in the time limit: no figures past the warm-up")
     except (StepFailed, UserError, OSError) as err:
@@ -375,6 +422,8 @@ def _report(
     )
     js, md = gpu_report.write_reports(args.out, doc)
     print(gpu_report.steps_table(clock.steps))
+    tuned = gpu_report.launch_settings_section(manifest.get("launch_settings") or [], doc.get("traffic") or {}, gpu)
+    print("\n".join(tuned[1:]))  # orchestrator tune's rows: prefill per -ub, decode with/without backend sampling
     print(f"reports: {js}\n         {md}")
     for n in notes:
         print(f"note: {n}")

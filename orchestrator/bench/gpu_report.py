@@ -54,6 +54,32 @@ def steps_table(steps: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def launch_settings_section(
+    rows: list[dict[str, Any]], traffic: dict[str, Any], gpu: dict[str, Any] | None
+) -> list[str]:
+    """``orchestrator tune``'s rows: prefill per ``-ub``, decode with and without the draft's backend
+    sampling, each beside the default from the same rounds; decode beside its bandwidth bound."""
+    if not rows:
+        return []
+    bw = (gpu or {}).get("peak_bandwidth_bytes_per_s")
+    per_token = traffic.get("decode_bytes_per_token")
+    bound = bw / per_token if bw and per_token else None
+    out = ["", "## Launch settings (orchestrator tune)", ""]
+    out.append("| setting | measure | tok/s median [IQR] | vs default | rounds | of decode bandwidth bound |")
+    out.append("|---|---|---|---|---|---|")
+    for r in sorted(rows, key=lambda r: (r["measure"], r["setting"])):
+        of_bound = _num(r["median"] / bound, "{:.1%}") if bound and r["measure"] == "decode" else "-"
+        out.append(
+            f"| {r['setting']} | {r['measure']} | {_num(r['median'])} [{_num(r['q1'])}-{_num(r['q3'])}] "
+            f"| {_num(r['ratio'], '{:.3f}')}x | {r['n']} | {of_bound} |"
+        )
+    best = rows[0].get("recommended") or {}
+    out.append("")
+    out.append(f"Recommended: ubatch_size {best.get('ubatch_size') or 'default'}, "
+               f"backend_sampling {best.get('backend_sampling')}.")  # fmt: skip
+    return out
+
+
 def markdown(doc: dict[str, Any]) -> str:
     """The Markdown report: GPU, model, figures table, recommendation, where the time went."""
     m, gpu, t = doc.get("manifest") or {}, doc.get("gpu"), doc.get("traffic") or {}
@@ -99,6 +125,7 @@ def markdown(doc: dict[str, Any]) -> str:
             f"| {_spread_text(r.get('server_cpu_ms_per_token'), '{:.0f}')} "
             f"| {_spread_text(r.get('cpu_speedup'), '{:.2f}')} |"
         )
+    out += launch_settings_section(m.get("launch_settings") or [], t, gpu)
     out += ["", "## Recommended draft length", ""]
     for acc, rec in (doc.get("recommended") or {}).items():
         out.append(f"- acceptance {acc}: **K = {rec['k']}** (best median K {rec['best_median_k']}; {rec['why']})")

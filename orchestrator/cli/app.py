@@ -244,6 +244,35 @@ def down(timeout: float = typer.Option(30.0, help="seconds to wait for a gracefu
     _run(lambda: m.down(timeout=timeout))
 
 
+@app.command()
+def tune(
+    model: str | None = typer.Argument(None, help="model name from models.yaml (default: the only one)"),
+    config: Path = typer.Option(DEFAULT_CONFIG, "--config", "-c"),
+    ubatch: str = typer.Option("512,1024,2048", help="physical batch sizes (-ub) to measure prefill with"),
+    depths: str = typer.Option("8k,32k", help="prompt depths in tokens for the prefill rate (agent context)"),
+    rounds: int = typer.Option(3, help="interleaved rounds (the figures are medians over them)"),
+    n_predict: int = typer.Option(64, help="tokens generated for the decode rate"),
+    apply: bool = typer.Option(False, "--apply", help="write the recommended settings into models.yaml"),
+    force: bool = typer.Option(False, "--force", help="launch even when the fit check says the model will not fit"),
+) -> None:
+    """Measure the launch settings for this machine: prefill per -ub at agent depths, decode with
+    and without the draft's backend sampling; recommend, and with --apply write them."""
+    from orchestrator.cli import tune as m
+
+    _run(
+        lambda: m.run_tune(
+            model,
+            config=config,
+            ubatch=ubatch,
+            depths=depths,
+            rounds=rounds,
+            n_predict=n_predict,
+            apply=apply,
+            force=force,
+        )
+    )
+
+
 bench_app = typer.Typer(
     cls=SweepByDefault,
     help="Measure: the draft-length sweep (the default: `orchestrator bench [MODEL] --k ...`), "

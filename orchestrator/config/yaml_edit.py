@@ -143,7 +143,38 @@ def set_draft_length(path: Path, model: str, k: int) -> str:
         n_min = spec.get("n_min")
         if isinstance(n_min, int) and n_min > k:
             spec["n_min"] = k
-    after = _dump(y, data)
+    return _write_diff(path, before, _dump(y, data), "the recommended K is printed above")
+
+
+def set_launch_settings(path: Path, model: str, *, ubatch_size: int | None, backend_sampling: bool | None) -> str:
+    """Write ``orchestrator tune``'s winners into ``model``'s entry of ``path``: ``ubatch_size`` (None
+    removes it: llama-server's default) and ``speculative.backend_sampling`` (None leaves it as it
+    is; False removes it). Comments and order elsewhere are kept; the file is replaced atomically.
+
+    Returns:
+        The unified diff of the change ("" when the file already said so).
+
+    Raises:
+        UserError: as :func:`set_draft_length`.
+    """
+    data, before, y = _load(path)
+    entry = _find_model(data, path, model)
+    if ubatch_size is not None:
+        entry["ubatch_size"] = ubatch_size
+    elif "ubatch_size" in entry:
+        _delete_keeping_comments(entry, "ubatch_size")
+    spec = entry.get("speculative")
+    if backend_sampling:
+        if not isinstance(spec, CommentedMap):
+            spec = entry["speculative"] = CommentedMap()
+        spec["backend_sampling"] = True
+    elif backend_sampling is False and isinstance(spec, CommentedMap) and "backend_sampling" in spec:
+        _delete_keeping_comments(spec, "backend_sampling")
+    return _write_diff(path, before, _dump(y, data), "the recommended settings are printed above")
+
+
+def _write_diff(path: Path, before: str, after: str, fallback: str) -> str:
+    """Replace ``path`` with ``after`` unless it is ``before``; the unified diff."""
     if after == before:
         return ""
     try:
@@ -151,7 +182,7 @@ def set_draft_length(path: Path, model: str, k: int) -> str:
     except OSError as err:  # a full or read-only disk, no rights: the person gets the file and a fix
         raise UserError(
             f"{path}: cannot write it: {err.strerror or err}",
-            hint="free space or fix its rights, or make the change yourself (the recommended K is printed above)",
+            hint=f"free space or fix its rights, or make the change yourself ({fallback})",
         ) from None
     return "".join(difflib.unified_diff(before.splitlines(True), after.splitlines(True), str(path), str(path)))
 

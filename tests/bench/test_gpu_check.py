@@ -57,6 +57,8 @@ def test_cpu_run_writes_complete_reports(tmp_path: Path, bin_info: Any, pinned_s
         "generate models",
         "start orchestrator up",
         "measure (interleaved)",
+        "stop orchestrator up",
+        "launch settings (interleaved)",
         "stop and report",
     ]
     assert {(r["path"], r["q"], r["k"]) for r in doc["rows"]} == {
@@ -78,6 +80,12 @@ def test_cpu_run_writes_complete_reports(tmp_path: Path, bin_info: Any, pinned_s
     md = (out / "gpu-check.md").read_text()
     assert "## Decode speed" in md and "## Where the time went" in md and "| up | 0.75 | 2 |" in md
     assert "| up | 0.75 | adaptive |" in md
+    # orchestrator tune's rows: prefill per -ub at depth, decode with and without the draft's backend sampling
+    settings = {(r["setting"], r["measure"]): r for r in doc["manifest"]["launch_settings"]}
+    assert set(settings) == {(s, m) for s in ("ub512", "ub2048", "ub512+bs") for m in ("prefill@1K", "decode")}
+    assert all(r["n"] == 2 and r["median"] > 0 for r in settings.values())
+    assert settings[("ub512", "decode")]["ratio"] == 1.0
+    assert "## Launch settings (orchestrator tune)" in md and "| ub512+bs | decode |" in md
     assert "where the time went" not in proc.stdout and "measure (interleaved)" in proc.stdout
     assert no_llama_server_left(out)
 

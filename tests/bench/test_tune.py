@@ -1,0 +1,87 @@
+"""``orchestrator tune``: the table and the recommendation as functions on samples, the write into
+models.yaml, and the whole command on the echo model (the shaped model and a GPU give its figures
+meaning; here the pipeline is what is tested)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from orchestrator.bench.tune import MARGIN, Sample, Setting, recommend, table
+from orchestrator.cli.app import app
+from orchestrator.config.load import load_config
+from orchestrator.config.yaml_edit import set_launch_settings
+
+DEFAULT, UB2K, BS = Setting(None), Setting(2048), Setting(None, backend_sampling=True)
+
+
+def samples(setting: Setting, what: str, *values: float) -> list[Sample]:
+    return [Sample(setting, i, what, v) for i, v in enumerate(values)]
+
+
+def test_the_table_has_medians_spreads_and_ratios_to_the_default() -> None:
+    rows = table(samples(DEFAULT, "prefill@8K", 100, 110, 90) + samples(UB2K, "prefill@8K", 150, 160, 140))
+    by = {r.setting: r for r in rows}
+    assert by[DEFAULT].median == 100 and by[DEFAULT].ratio == 1.0 and by[DEFAULT].n == 3
+    assert by[UB2K].median == 150 and by[UB2K].ratio == pytest.approx(1.5)
+    assert by[UB2K].q1 <= 150 <= by[UB2K].q3
+
+
+def test_a_clear_win_is_recommended_and_noise_is_not() -> None:
+    clear = samples(DEFAULT, "prefill@8K", 100, 101, 99) + samples(UB2K, "prefill@8K", 150, 151, 149)
+    clear += samples(DEFAULT, "decode", 50, 51, 49) + samples(BS, "decode", 56, 57, 55)
+    assert recommend(table(clear)) == {"ubatch_size": 2048, "backend_sampling": True}
+    # a median 4% up whose spread overlaps the default's is noise: the defaults stay
+    noisy = samples(DEFAULT, "prefill@8K", 80, 100, 120) + samples(UB2K, "prefill@8K", 90, 104, 125)
+    noisy += samples(DEFAULT, "decode", 50, 51, 49) + samples(BS, "decode", 50.5, 51, 50)
+    assert recommend(table(noisy)) == {"ubatch_size": None, "backend_sampling": False}
+    assert 1 + MARGIN < 1.04  # the noisy case was above the margin: the spread decided
+    # backend sampling not measured (no drafting, parallel > 1): not a recommendation either way
+    assert recommend(table(samples(DEFAULT, "decode", 50, 51)))["backend_sampling"] is None
+
+
+def test_the_deepest_prefill_decides_the_ubatch() -> None:
+    rows = table(
+        samples(DEFAULT, "prefill@8K", 100, 100, 100)
+        + samples(UB2K, "prefill@8K", 200, 200, 200)
+        + samples(DEFAULT, "prefill@32K", 100, 100, 100)
+        + samples(UB2K, "prefill@32K", 99, 99, 99)
+    )
+    assert recommend(rows)["ubatch_size"] is None
+
+
+def test_apply_writes_and_removes_keeping_comments(tmp_path: Path) -> None:
+    cfg = tmp_path / "models.yaml"
+    cfg.write_text("models:\n  - name: demo  # mine\n    path: builtin:tiny-mtp\n")
+    diff = set_launch_settings(cfg, "demo", ubatch_size=2048, backend_sampling=True)
+    assert (
+        "+    ubatch_size: 2048" in diff and "backend_sampling: true" in cfg.read_text() and "# mine" in cfg.read_text()
+    )
+    model = load_config(cfg).models[0]
+    assert model.ubatch_size == 2048 and model.speculative.backend_sampling
+    set_launch_settings(cfg, "demo", ubatch_size=None, backend_sampling=False)
+    model = load_config(cfg).models[0]
+    assert model.ubatch_size is None and not model.speculative.backend_sampling and "# mine" in cfg.read_text()
+    assert set_launch_settings(cfg, "demo", ubatch_size=None, backend_sampling=None) == ""
+
+
+@pytest.mark.server
+def test_tune_on_the_echo_model_prints_the_table_and_applies_it(
+    tmp_path: Path, bin_info: Any, echo_model: Path
+) -> None:
+    cfg = tmp_path / "models.yaml"
+    cfg.write_text(f"# kept\nmodels:\n  - name: echo\n    path: {echo_model}\n    ctx_size: 512\n    threads: 1\n")
+    args = ["tune", "-c", str(cfg), "--ubatch", "64,512", "--depths", "1k", "--rounds", "2", "--n-predict", "16"]
+    res = CliRunner().invoke(app, [*args, "--apply"])
+    assert res.exit_code == 0, res.output
+    for setting in ("ub512", "ub64", "ub512+bs"):  # the default, one other -ub, the draft's backend sampling
+        assert setting in res.output
+    assert "prefill@1K" in res.output and "decode" in res.output and "recommended:" in res.output
+    model = load_config(cfg).models[0]
+    said = res.output.split("recommended:", 1)[1]
+    assert (f"ubatch_size: {model.ubatch_size}" in said) or (model.ubatch_size is None and "default (512)" in said)
+    assert f"backend_sampling: {'true' if model.speculative.backend_sampling else 'false'}" in said
+    assert cfg.read_text().startswith("# kept")
