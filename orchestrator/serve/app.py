@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.cors import CORSMiddleware
 from starlette.routing import Route
@@ -117,6 +117,7 @@ def create_app(config: Config, supervisor: Supervisor, scheduler: ModelScheduler
         app.router.routes.append(Route(path, endpoint, methods=["POST"]))
     app.add_middleware(Forwarded, endpoints=endpoints)  # inside CORS and the 500 handler, before the router
     add_api_routes(app, fwd)  # each API's own routes besides its POSTs (listings, stored responses)
+    app.add_api_route("/", _probe, methods=["HEAD"])  # agents' connectivity check (Claude Code at start)
     _add_error_handlers(app)
     _add_cors(app, config)
     views = InfoViews(peers, router.prompt_cache, fwd.tuner, lambda: served.draining)
@@ -158,6 +159,11 @@ def served_by(app: FastAPI) -> Served:
     return served
 
 
+async def _probe() -> Response:
+    """``HEAD /``: the endpoint is up (no key needed: it says nothing but that)."""
+    return Response(status_code=200)
+
+
 def _running(config: Config, supervisor: Supervisor) -> RunningConfig:
     """The supervisor's running config, which the whole app reads; ``config`` must be its snapshot."""
     if config is not supervisor.config:
@@ -183,7 +189,7 @@ def _add_error_handlers(app: FastAPI) -> None:
         headers = err.headers()
         if err.status == 401:
             headers["WWW-Authenticate"] = "Bearer"
-        return JSONResponse(error_body(request.url.path, err), status_code=err.status, headers=headers)
+        return JSONResponse(error_body(request.url.path, err, request.headers), status_code=err.status, headers=headers)
 
     async def api_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, ApiError)

@@ -108,14 +108,13 @@ def _add_model_list(
     @app.get("/v1/models")
     async def list_models(request: Request) -> dict[str, Any]:
         guard(request)
-        data = entries_now()
-        last = data[-1]["id"] if data else None
+        data, more = page(entries_now(), dict(request.query_params))
         return {
             "object": "list",
             "data": data,
-            "has_more": False,
+            "has_more": more,
             "first_id": data[0]["id"] if data else None,
-            "last_id": last,
+            "last_id": data[-1]["id"] if data else None,
         }
 
     @app.get("/v1/models/{model_id:path}")
@@ -130,6 +129,30 @@ def _add_model_list(
         raise ApiError(
             404, f"model {shown(model_id)} not found; available: {names}", param="model", code="model_not_found"
         )
+
+
+def page(entries: list[dict[str, Any]], query: dict[str, str]) -> tuple[list[dict[str, Any]], bool]:
+    """Anthropic's list paging over ``entries`` (gateway model discovery: ``limit``, ``after_id``,
+    ``before_id``); ``(the page, has_more)``. Without them, everything.
+
+    Raises:
+        ApiError: 400 naming the parameter for a limit that is not a positive integer.
+    """
+    start, end = 0, len(entries)
+    ids = [e["id"] for e in entries]
+    if "after_id" in query and query["after_id"] in ids:
+        start = ids.index(query["after_id"]) + 1
+    if "before_id" in query and query["before_id"] in ids:
+        end = ids.index(query["before_id"])
+    rows = entries[start:end]
+    if "limit" not in query:
+        return rows, False
+    limit = query["limit"]
+    if not limit.isdigit() or int(limit) < 1:
+        raise ApiError(400, f"limit must be a positive integer (got {shown(limit)})", param="limit")
+    if "before_id" in query and "after_id" not in query:  # the page just before before_id
+        return rows[-int(limit) :], len(rows) > int(limit)
+    return rows[: int(limit)], len(rows) > int(limit)
 
 
 def model_entries(

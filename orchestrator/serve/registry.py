@@ -8,6 +8,7 @@ the API by the longest matching path prefix among the adapters (``/v1/messages..
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.errors import ApiError
@@ -50,14 +51,21 @@ def adapter_for(path: str) -> Adapter | None:
     return _BY_PATH.get(path)
 
 
-def for_path(path: str) -> Adapter:
-    """The adapter whose API ``path`` belongs to, for its error shape."""
-    return next((adapter for prefix, adapter in _PREFIXES if path.startswith(prefix)), _OPENAI)
+_BY_HEADER = tuple((a.client_header, a) for a in ADAPTERS if a.client_header is not None)
 
 
-def error_body(path: str, err: ApiError) -> dict[str, Any]:
-    """``err`` as the JSON body the client of ``path`` expects."""
-    return for_path(path).error_body(err)
+def for_path(path: str, headers: Mapping[str, str] | None = None) -> Adapter:
+    """The adapter whose API ``path`` belongs to (by prefix), else the one whose clients' own
+    header the request carries, else OpenAI's: for its error shape."""
+    found = next((adapter for prefix, adapter in _PREFIXES if path.startswith(prefix)), None)
+    if found is None and headers is not None:
+        found = next((adapter for header, adapter in _BY_HEADER if header in headers), None)
+    return found or _OPENAI
+
+
+def error_body(path: str, err: ApiError, headers: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """``err`` as the JSON body the client of ``path`` (sending ``headers``) expects."""
+    return for_path(path, headers).error_body(err)
 
 
 def add_api_routes(app: FastAPI, fwd: Forwarder) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -103,7 +104,7 @@ class Router:
             )
         if not isinstance(name, str):
             raise ApiError(400, "'model' must be a string", param="model")
-        model = self.models.get(name)
+        model = self.models.get(name) or _loosely(self.models, name)
         if model is None:
             raise ApiError(
                 404,
@@ -165,6 +166,23 @@ def refused_to_http(refused: ModelRefused) -> ApiError:
         code=refused.refusal.value,
         retry_after=refused.retry_after,
     )
+
+
+# A bracketed suffix agent launchers add to a model name: Claude Code's "[1m]" (its 1M-context
+# variant) reaches the gateway as part of the name.
+_SUFFIX = re.compile(r"\[[^\[\]]*\]$")
+
+
+def _loosely(table: dict[str, ModelConfig], name: str) -> ModelConfig | None:
+    """The model ``name`` means when it is not a name or alias as written: without a bracketed
+    suffix (``demo[1m]``), and in another case (``Demo``), when exactly one model matches."""
+    bare = _SUFFIX.sub("", name).strip()
+    if bare != name and bare in table:
+        return table[bare]
+    folded = {m.name for key, m in table.items() if key.casefold() == bare.casefold()}
+    if len(folded) == 1:
+        return next(m for key, m in table.items() if key.casefold() == bare.casefold())
+    return None
 
 
 def _name_table(config: Config) -> dict[str, ModelConfig]:

@@ -184,6 +184,8 @@ class Adapter:
         generates: the route generates tokens, so the draft-length policy chooses its K.
         error_prefix: the path prefix of this API's family, whose errors take this adapter's
             shape on every route under it (the proxy's own 404s too); None for OpenAI's, the default.
+        client_header: a request header only this API's clients send; errors on the proxy's own
+            routes (``/v1/models``, 404s, 401s) take this adapter's shape for such a request.
     """
 
     path: str = ""
@@ -194,6 +196,7 @@ class Adapter:
     shape: Shape | None = None
     generates = False
     error_prefix: str | None = None
+    client_header: str | None = None
 
     def __init__(self, path: str = "", kind: str = "", shape: Shape | None = None) -> None:
         self.path = path or self.path

@@ -100,6 +100,7 @@ class Messages(Generation):
     shape = MESSAGES
     generates = True
     error_prefix = "/v1/messages"
+    client_header = "anthropic-version"  # Claude Code's gateway model discovery sends it to /v1/models
 
     def prepare(self, body: dict[str, Any], model: ModelConfig, policy: chat.RepairPolicy) -> BodyPlan:
         if body.get("max_tokens") is None:

@@ -11,7 +11,7 @@ Ollama request field      becomes
 ``messages[].images``     ``image_url`` parts (base64 data URLs); refused by the chat repair without mmproj
 ``messages[].tool_calls`` OpenAI ``tool_calls`` (arguments serialised); ``role: tool`` stays a tool message
 ``messages[].thinking``   ``reasoning_content``
-``think``                 ``chat_template_kwargs.enable_thinking`` (``"low"``/``"medium"``/``"high"``: on)
+``think``                 ``chat_template_kwargs.enable_thinking`` (``"low"``/``"medium"``/``"high"``/``"max"``: on)
 ``format``                ``"json"``: ``response_format`` json_object; a schema object: json_schema
 ``options``               sampling fields (:data:`OPTION_FIELDS`); load-time options (:data:`LOAD_OPTIONS`)
                           are fixed by models.yaml and ignored
@@ -37,6 +37,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from orchestrator.errors import ApiError
+from orchestrator.serve.repair.thinking import THINK_LEVELS
 
 #: The Ollama API version whose shapes these translations follow (``GET /api/version``).
 API_VERSION = "0.12.0"
@@ -160,10 +161,10 @@ def _think(body: dict[str, Any], out: dict[str, Any]) -> None:
     think = body.get("think")
     if think is None:
         return
-    if isinstance(think, bool) or think in ("low", "medium", "high"):
+    if isinstance(think, bool) or think in THINK_LEVELS:
         out["chat_template_kwargs"] = {"enable_thinking": think is not False}
     else:
-        raise _bad("think must be true, false, 'low', 'medium' or 'high'", "think")
+        raise _bad("think must be true, false, 'low', 'medium', 'high' or 'max'", "think")
 
 
 def _message(msg: Any, where: str) -> dict[str, Any]:

@@ -38,7 +38,7 @@ kind                        what happened
                             ``tool_calls``, was dropped
 ``arguments_empty``         a replayed tool call's empty ``arguments`` became ``{}`` (other
                             arguments that are not a JSON object: 400, ``agent_errors``)
-``thinking_moved``          a top-level ``enable_thinking`` moved into ``chat_template_kwargs``
+``thinking_moved``          a top-level ``enable_thinking`` (or ``think``) moved into ``chat_template_kwargs``
 ``thinking_default``        the per-model ``enable_thinking`` default was added
 ``speculative_flattened``   ``"speculative": {"n_max": K}`` became llama-server's ``"speculative.n_max": K``
 ``tool_choice_named``       an object ``tool_choice`` became ``required`` (or its ``allowed_tools`` mode),
@@ -390,6 +390,7 @@ def repair_request(body: dict[str, Any], policy: RepairPolicy) -> RepairResult:
     new["messages"] = messages
     if ctk is not None:
         new.pop("enable_thinking", None)
+        new.pop("think", None)  # Ollama's spelling on /v1: honoured, not forwarded (llama-server ignores it)
         new["chat_template_kwargs"] = ctk
     if spec is not None:
         del new["speculative"]

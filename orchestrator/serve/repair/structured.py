@@ -65,6 +65,53 @@ def check(body: dict[str, Any]) -> None:
         raise _bad("grammar must be a GBNF grammar string", "grammar")
     if grammar and (schema is not None or (isinstance(fmt, dict) and fmt.get("type") != "text")):
         raise _bad("send either a grammar or a JSON schema (response_format/json_schema), not both", "grammar")
+    _check_satisfiable(body)
+
+
+def _check_satisfiable(body: dict[str, Any]) -> None:
+    """400 naming the path of a schema no value can match (llama-server's converter drops ``not`` and
+    ran the answer unconstrained: a 200 that ignored the schema), the output's or a tool's."""
+    param = schema_param(body)
+    fmt = body.get("response_format")
+    schema = body.get("json_schema") if param == "json_schema" else None
+    if isinstance(fmt, dict) and param is not None and param.startswith("response_format"):
+        schema = format_schema(fmt)
+    schemas = [(param, schema)] if param is not None else []
+    tools = body.get("tools")
+    for i, tool in enumerate(tools if isinstance(tools, list) else []):
+        fn = tool.get("function") if isinstance(tool, dict) else None
+        if isinstance(fn, dict):
+            schemas.append((f"tools[{i}].function.parameters", fn.get("parameters")))
+    for where, value in schemas:
+        bad = unsatisfiable(value, where or "")
+        if bad is not None:
+            raise ApiError(
+                400,
+                f"{bad}: no value can match this schema, so no answer can follow it",
+                param=bad,
+                code="invalid_schema",
+            )
+
+
+def unsatisfiable(schema: Any, path: str) -> str | None:
+    """The path of a part of ``schema`` that no value can match and that every value must (the
+    root, ``allOf`` members, required properties), or None. Found: ``false``, ``{"not": {}}``,
+    ``{"not": true}``, an empty ``enum`` or ``type`` list."""
+    if schema is False:
+        return path
+    if not isinstance(schema, dict):
+        return None
+    if schema.get("not") in ({}, True) or schema.get("enum") == [] or schema.get("type") == []:
+        return path
+    for j, part in enumerate(schema.get("allOf") or []):
+        if (found := unsatisfiable(part, f"{path}.allOf[{j}]")) is not None:
+            return found
+    props, required = schema.get("properties"), schema.get("required")
+    if isinstance(props, dict) and isinstance(required, list):
+        for name in required:
+            if isinstance(name, str) and (found := unsatisfiable(props.get(name), f"{path}.properties.{name}")):
+                return found
+    return None
 
 
 def format_schema(fmt: dict[str, Any]) -> dict[str, Any] | None:

@@ -21,9 +21,12 @@ from typing import Any
 
 from orchestrator.errors import ApiError
 
-# The effort values OpenAI accepts (chat ``reasoning_effort``, Responses ``reasoning.effort``); any
-# other string turned thinking on without a word, so it is a 400 naming the field.
-EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
+# The effort values OpenAI accepts (chat ``reasoning_effort``, Responses ``reasoning.effort``), and
+# ``max``, the highest level in agent clients' menus (thinking on; a template that reads the effort
+# gets it as sent); any other string turned thinking on without a word, so it is a 400 naming the field.
+EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
+# Ollama's ``think`` levels (and ``max``): thinking on. Also honoured as a top-level ``think`` on /v1.
+THINK_LEVELS = ("low", "medium", "high", "max")
 
 
 def _bad(message: str, param: str) -> ApiError:
@@ -49,10 +52,9 @@ def chat_thinking(body: dict[str, Any], default: bool | None, add: Callable[[str
     ctk = ctk or {}
     if "enable_thinking" in ctk and not isinstance(ctk["enable_thinking"], bool):
         raise _bad("chat_template_kwargs.enable_thinking must be true or false", "chat_template_kwargs.enable_thinking")
-    if "enable_thinking" in body:
-        top = body["enable_thinking"]
-        if not isinstance(top, bool):
-            raise _bad("'enable_thinking' must be true or false", "enable_thinking")
+    top_key = "enable_thinking" if "enable_thinking" in body else "think" if "think" in body else None
+    if top_key is not None:
+        top = _top_switch(body[top_key], top_key)
         add("thinking_moved")
         if "enable_thinking" in ctk:
             return dict(ctk)  # the client's explicit kwargs win; only the top-level key goes
@@ -65,6 +67,21 @@ def chat_thinking(body: dict[str, Any], default: bool | None, add: Callable[[str
         add("thinking_default")
         return {**ctk, "enable_thinking": default}
     return None
+
+
+def _top_switch(value: Any, key: str) -> bool:
+    """A top-level ``enable_thinking`` (true or false) or Ollama-style ``think`` (also a level) as
+    the ``enable_thinking`` it means.
+
+    Raises:
+        ApiError: 400 naming ``key`` for anything else (a switch llama-server would ignore).
+    """
+    if isinstance(value, bool):
+        return value
+    if key == "think" and value in THINK_LEVELS:
+        return True
+    levels = f", or one of {', '.join(map(repr, THINK_LEVELS))}" if key == "think" else ""
+    raise _bad(f"{key!r} must be true or false{levels}", key)
 
 
 def chat_thinking_on(body: dict[str, Any]) -> bool:

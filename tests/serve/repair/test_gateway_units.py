@@ -1,0 +1,90 @@
+"""What agents send that the endpoint used to ignore or refuse, as functions on values: ``max`` as the
+highest reasoning level, Ollama's ``think`` on /v1, unsatisfiable schemas, launcher name suffixes,
+gateway model-list paging."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from orchestrator.config.schema import ModelConfig
+from orchestrator.errors import ApiError
+from orchestrator.serve.info import page
+from orchestrator.serve.ollama.translate import chat_request as to_chat
+from orchestrator.serve.repair import structured
+from orchestrator.serve.repair.chat import RepairPolicy, repair_request
+from orchestrator.serve.responses.repair import repair_request as repair_responses
+from orchestrator.serve.routing import _loosely
+
+USER = [{"role": "user", "content": "Hi"}]
+
+
+def test_max_is_the_highest_reasoning_level_everywhere() -> None:
+    chat = repair_request({"messages": USER, "reasoning_effort": "max"}, RepairPolicy())
+    assert chat.thinking is True
+    responses = repair_responses({"input": "Hi", "reasoning": {"effort": "max"}}, RepairPolicy())
+    assert responses.thinking is True
+    ollama = to_chat({"model": "m", "messages": USER, "think": "max"})
+    assert ollama["chat_template_kwargs"] == {"enable_thinking": True}
+
+
+@pytest.mark.parametrize(("think", "on"), [(False, False), (True, True), ("high", True), ("max", True)])
+def test_think_on_v1_is_honoured_not_ignored(think: Any, on: bool) -> None:
+    result = repair_request({"messages": USER, "think": think}, RepairPolicy(thinking_default=not on))
+    assert result.body["chat_template_kwargs"] == {"enable_thinking": on}
+    assert "think" not in result.body and result.thinking is on and "thinking_moved" in result.repairs
+
+
+def test_a_think_llama_server_would_ignore_is_a_400() -> None:
+    with pytest.raises(ApiError) as err:
+        repair_request({"messages": USER, "think": "ultra"}, RepairPolicy())
+    assert err.value.status == 400 and err.value.param == "think"
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"response_format": {"type": "json_schema", "json_schema": {"schema": {"not": {}}}}},
+         "response_format.json_schema.schema"),
+        ({"json_schema": {"type": "object", "properties": {"a": {"enum": []}}, "required": ["a"]}},
+         "json_schema.properties.a"),
+        ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {}}},
+                    {"type": "function", "function": {"name": "g", "parameters": {"allOf": [{"not": True}]}}}]},
+         "tools[1].function.parameters.allOf[0]"),
+    ],
+)  # fmt: skip
+def test_a_schema_nothing_can_match_is_a_400_naming_where(body: dict[str, Any], param: str) -> None:
+    with pytest.raises(ApiError) as err:
+        structured.check({"messages": USER, **body})
+    assert err.value.status == 400 and err.value.param == param and err.value.code == "invalid_schema"
+
+
+def test_satisfiable_schemas_pass() -> None:
+    optional = {"type": "object", "properties": {"a": {"not": {}}}}  # satisfied by leaving a out
+    structured.check({"messages": USER, "json_schema": optional})
+    structured.check({"messages": USER, "response_format": {"type": "json_object"}})
+
+
+def test_launcher_suffixes_and_case_resolve_to_the_model() -> None:
+    demo = ModelConfig(name="demo", path="/m.gguf")
+    table = {"demo": demo, "Qwen": ModelConfig(name="Qwen", path="/q.gguf")}
+    assert _loosely(table, "demo[1m]") is demo and _loosely(table, "DEMO") is demo
+    assert _loosely(table, "Demo[1M]") is demo
+    assert _loosely(table, "nope[1m]") is None
+    ambiguous = {"a": demo, "A": ModelConfig(name="A", path="/x.gguf")}
+    assert _loosely(ambiguous, "a[1m]") is demo  # the exact name first
+    two = {"Ab": demo, "aB": ModelConfig(name="aB", path="/y.gguf")}
+    assert _loosely(two, "ab") is None  # two models fold to it: no guess
+
+
+def test_model_list_paging() -> None:
+    entries = [{"id": f"m{i}"} for i in range(5)]
+    assert page(entries, {}) == (entries, False)
+    assert page(entries, {"limit": "2"}) == (entries[:2], True)
+    assert page(entries, {"limit": "2", "after_id": "m2"}) == (entries[3:5], False)
+    assert page(entries, {"limit": "1", "before_id": "m2"}) == (entries[1:2], True)
+    assert page(entries, {"limit": "1000"}) == (entries, False)
+    with pytest.raises(ApiError) as err:
+        page(entries, {"limit": "0"})
+    assert err.value.status == 400 and err.value.param == "limit"

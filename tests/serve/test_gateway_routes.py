@@ -1,0 +1,64 @@
+"""Gateway contracts agents probe before they send a prompt, on the real app (no llama-server needed):
+``HEAD /`` at start, model discovery with paging, errors in the shape of the client that asked,
+launcher name suffixes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from proxy_harness import Stack
+from supervision_helpers import fake_spec
+
+from orchestrator.config.schema import Config, ModelConfig, ServerConfig
+
+ANTHROPIC = {"anthropic-version": "2023-06-01"}
+
+
+@pytest.fixture
+def stack(tmp_path: Path) -> Iterator[Stack]:
+    models = [ModelConfig(name="demo", path="/unused.gguf", aliases=["tiny", "Other"])]
+    s = Stack(Config(server=ServerConfig(api_keys=["k"]), models=models), [fake_spec()], tmp_path / "logs")
+    yield s
+    s.close()
+
+
+def test_head_slash_is_200_without_a_key(stack: Stack) -> None:
+    r = httpx.head(stack.url + "/")
+    assert r.status_code == 200
+    assert httpx.get(stack.url + "/", follow_redirects=False).status_code == 307  # the console still redirects
+
+
+def test_model_discovery_pages_and_answers_anthropic_clients_in_their_shape(stack: Stack) -> None:
+    key = {"x-api-key": "k", **ANTHROPIC}
+    r = httpx.get(stack.url + "/v1/models", params={"limit": 1}, headers=key)
+    body = r.json()
+    assert r.status_code == 200 and [m["id"] for m in body["data"]] == ["demo"] and body["has_more"] is True
+    r = httpx.get(stack.url + "/v1/models", params={"limit": 1000, "after_id": "demo"}, headers=key)
+    assert [m["id"] for m in r.json()["data"]] == ["tiny", "Other"] and r.json()["has_more"] is False
+    unauth = httpx.get(stack.url + "/v1/models", headers=ANTHROPIC)
+    assert unauth.status_code == 401 and unauth.json()["type"] == "error"  # Anthropic's shape for Claude Code
+    assert unauth.json()["error"]["type"] == "authentication_error"
+    openai = httpx.get(stack.url + "/v1/models")
+    assert openai.status_code == 401 and "message" in openai.json()["error"]  # OpenAI's for the rest
+
+
+def test_a_launcher_suffix_resolves_to_the_model(stack: Stack) -> None:
+    """Claude Code forwards ``demo[1m]`` (its 1M-context variant); a name in another case resolves too.
+    Both reach the model (here: its never-started replica answers 503 while it loads), not a 404."""
+    stack.config.server.when_loading = "reject"
+    for name in ("demo[1m]", "DEMO", "other"):
+        r = httpx.post(
+            stack.url + "/v1/chat/completions",
+            json={"model": name, "messages": [{"role": "user", "content": "Hi"}]},
+            headers={"Authorization": "Bearer k"},
+        )
+        assert r.status_code == 503 and "model 'demo'" in r.json()["error"]["message"], (name, r.text)
+    r = httpx.post(
+        stack.url + "/v1/chat/completions",
+        json={"model": "nope[1m]", "messages": [{"role": "user", "content": "Hi"}]},
+        headers={"Authorization": "Bearer k"},
+    )
+    assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found"
