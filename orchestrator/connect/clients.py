@@ -26,7 +26,9 @@ from orchestrator.connect.endpoint import KEY_ENV, Endpoint, Model
 from orchestrator.errors import UserError
 
 PROVIDER = "orchestrator"
-HIDDEN = "<hidden: --show-key prints it>"
+# printed in place of the key: one shell word, so a pasted `export X=...` line runs (and fails to
+# authenticate visibly) instead of being a syntax error
+HIDDEN = "hidden-key--show-key-prints-it"
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,12 @@ def _out_tokens(m: Model) -> int:
     return m.max_output or max(256, min(32000, m.context // 4))
 
 
+def _compact_at(m: Model) -> int:
+    """Prompt tokens at which an agent should compact its history: the window less the longest
+    answer and a margin of 5% (a turn that starts below it still fits with its answer)."""
+    return max(m.context // 2, m.context - _out_tokens(m) - m.context // 20)
+
+
 def claude_code(ep: Endpoint, m: Model, key: str, shown: str) -> ClientConfig:
     env = {
         "ANTHROPIC_BASE_URL": ep.url,
@@ -68,6 +76,12 @@ def claude_code(ep: Endpoint, m: Model, key: str, shown: str) -> ClientConfig:
         "ANTHROPIC_DEFAULT_HAIKU_MODEL": m.name,
         "ANTHROPIC_SMALL_FAST_MODEL": m.name,
         "CLAUDE_CODE_MAX_OUTPUT_TOKENS": str(_out_tokens(m)),
+        # the real window: for a model name it does not know, Claude Code assumes 1M tokens (2.1.3xx;
+        # 200K before) and would compact too late, running into context_length_exceeded
+        "CLAUDE_CODE_MAX_CONTEXT_TOKENS": str(m.context),
+        # the window its auto-compaction is computed against (it compacts about min(output, 20K) +
+        # 13K tokens before the end of it)
+        "CLAUDE_CODE_AUTO_COMPACT_WINDOW": str(m.context),
         # only our endpoint: no telemetry, error reports or update checks to Anthropic
         "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
     }
@@ -78,7 +92,14 @@ def claude_code(ep: Endpoint, m: Model, key: str, shown: str) -> ClientConfig:
 
 
 def codex(ep: Endpoint, m: Model, key: str, shown: str) -> ClientConfig:
-    top = {"model": m.name, "model_provider": PROVIDER, "model_context_window": m.context}
+    top = {
+        "model": m.name,
+        "model_provider": PROVIDER,
+        "model_context_window": m.context,
+        # without catalog metadata for the model Codex assumes 272K and would never compact in time
+        "model_auto_compact_token_limit": _compact_at(m),
+        "model_max_output_tokens": _out_tokens(m),
+    }
     provider: dict[str, object] = {"name": "orchestrator (llama.cpp)", "base_url": f"{ep.url}/v1"}
     provider.update(wire_api="responses", env_key=KEY_ENV if ep.key else None)
     tables: dict[str, dict[str, object]] = {f"model_providers.{PROVIDER}": provider}

@@ -57,6 +57,7 @@ def test_every_client_gets_address_models_and_window_and_no_secret(tmp_path: Pat
     text = "\n".join(client_config(client, ep).lines)
     assert "127.0.0.1:8123" in text and "coder" in text and "c, code" in text and "32768" in text
     assert SECRET not in text and HIDDEN in text
+    assert HIDDEN.replace("-", "").isalnum()  # one shell word: a pasted export line is not a syntax error
     assert SECRET in "\n".join(client_config(client, ep, show_key=True).lines)
 
 
@@ -72,6 +73,8 @@ def test_claude_code_write_merges_env_after_a_backup(tmp_path: Path, home: Path)
     env = data["env"]
     assert env["ANTHROPIC_BASE_URL"] == "http://127.0.0.1:8123" and env["ANTHROPIC_AUTH_TOKEN"] == SECRET
     assert {env[f"ANTHROPIC_DEFAULT_{t}_MODEL"] for t in ("OPUS", "SONNET", "HAIKU")} == {"chat"}
+    # told the real window: it would assume 1M for a name it does not know and compact too late
+    assert env["CLAUDE_CODE_MAX_CONTEXT_TOKENS"] == env["CLAUDE_CODE_AUTO_COMPACT_WINDOW"] == "8192"
 
 
 def test_codex_write_keeps_the_rest_of_config_toml(tmp_path: Path, home: Path) -> None:
@@ -83,6 +86,8 @@ def test_codex_write_keeps_the_rest_of_config_toml(tmp_path: Path, home: Path) -
     assert "# mine" in text and "# keep me" in text
     data = tomllib.loads(text)
     assert (data["model"], data["model_provider"], data["model_context_window"]) == ("coder", "orchestrator", 32768)
+    # compacts before the window is full, with room for the longest answer (8192) and a 5% margin
+    assert data["model_auto_compact_token_limit"] == 32768 - 8192 - 1638 and data["model_max_output_tokens"] == 8192
     provider = data["model_providers"]["orchestrator"]
     assert provider["base_url"] == "http://127.0.0.1:8123/v1" and provider["wire_api"] == "responses"
     assert provider["env_key"] == "ORCHESTRATOR_API_KEY" and SECRET not in text  # Codex reads keys from env
