@@ -35,10 +35,10 @@ never compressed (it would buffer streams).
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -56,7 +56,7 @@ from orchestrator.serve.forward import Forwarder
 from orchestrator.serve.http.auth import ApiKeys
 from orchestrator.serve.info import InfoViews, add_info_routes
 from orchestrator.serve.metrics import ProxyMetrics
-from orchestrator.serve.pipeline import Endpoint, Forwarded
+from orchestrator.serve.pipeline import ProxyRequest, Receive, Send
 from orchestrator.serve.registry import ADAPTERS, add_api_routes, error_body
 from orchestrator.serve.routing import Router
 from orchestrator.serve.upstream.client import UpstreamPool
@@ -67,6 +67,7 @@ from orchestrator.supervise.scheduler import ModelScheduler
 if TYPE_CHECKING:
     from orchestrator.config.running import RunningConfig
     from orchestrator.config.schema import Config
+    from orchestrator.serve.adapters.base import Adapter
     from orchestrator.serve.reload import ConfigReloader
     from orchestrator.supervise.supervisor import Supervisor
 
@@ -227,6 +228,32 @@ def _add_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(StarletteHTTPException, http_error)
     app.add_exception_handler(RequestValidationError, validation_error)
     app.add_exception_handler(Exception, unexpected)
+
+
+class Endpoint:
+    """One forwarded route (its ``adapter``) as an ASGI app: one :class:`ProxyRequest` per request."""
+
+    def __init__(self, fwd: Forwarder, adapter: Adapter) -> None:
+        self.fwd = fwd
+        self.adapter = adapter
+
+    async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
+        await ProxyRequest(self.fwd, self.adapter, scope, receive, send).run()
+
+
+class Forwarded:
+    """ASGI middleware: a POST to a forwarded route goes straight to its :class:`Endpoint`, past
+    FastAPI's router and the per-request layers it adds (exception wrapping, exit stack, body
+    limit), whose work every request and every streamed chunk would pay; the request renders its
+    own errors. Anything else goes on to ``app``."""
+
+    def __init__(self, app: Callable[..., Awaitable[None]], endpoints: dict[str, Endpoint]) -> None:
+        self.app = app
+        self.endpoints = endpoints
+
+    async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
+        endpoint = self.endpoints.get(scope["path"]) if scope["type"] == "http" and scope["method"] == "POST" else None
+        await (endpoint or self.app)(scope, receive, send)
 
 
 def served_routes(app: FastAPI) -> list[str]:

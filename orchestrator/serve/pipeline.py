@@ -10,8 +10,8 @@ the APIs share, in this order:
    types, 64-bit integers, ``server.request_limits``) before the adapter reads it;
 4. **translate**: the adapter turns the body into the internal request (llama-server's route and
    body); **route**: ``model`` -> model config (``orchestrator.serve.routing``, peers' models);
-5. **repair**: the internal route's ``prepare`` with the model's repair policy; unchanged bodies
-   are forwarded as the client's bytes;
+5. **repair**: the internal route's ``prepare`` with the model's repair policy (unchanged bodies
+   go as the client's bytes); a prompt too long for the slot is refused before any replica sees it;
 6. **speculation**: :meth:`ProxyRequest.speculation` is the one place that sets this request's
    ``speculative.n_max`` (the draft-length policy, ``serve.draft_tuner``); the answer's ``timings``
    come back to it through :meth:`ProxyRequest.account` and the stream's end;
@@ -43,9 +43,11 @@ import aiohttp
 from orchestrator.errors import ApiError
 from orchestrator.serve.adapters.base import Adapter, Internal, Resend
 from orchestrator.serve.cache.prompt_cache import AFFINITY_MIN_TOKENS, NO_AFFINITY, Affinity
+from orchestrator.serve.drafting.classes import prompt_bytes
 from orchestrator.serve.holding import hold_for_lease, next_lease
 from orchestrator.serve.http.body import ClientGone, dump_body, read_json
 from orchestrator.serve.metrics import NO_MODEL, ModelMetrics
+from orchestrator.serve.repair.agent_errors import MAX_TOKEN_BYTES, too_long
 from orchestrator.serve.repair.structured import schema_error
 from orchestrator.serve.streaming import RelayOutcome, relay
 from orchestrator.serve.upstream.client import Upstream
@@ -80,8 +82,7 @@ WATCH_AFTER = 0.05
 
 
 class Outgoing:
-    """What goes upstream: llama-server's ``path``, the ``body`` and the ``content`` bytes it encodes
-    (``prompt_cache.Affinity.bind`` makes a copy naming a slot)."""
+    """What goes upstream: llama-server's ``path``, the ``body``, the ``content`` bytes it encodes."""
 
     __slots__ = ("body", "content", "path")
 
@@ -158,6 +159,7 @@ class ProxyRequest:
             self.status = await self._send_whole(dump_body(local))
             return
         self._prepare(internal)
+        self._check_fits()
         self.speculation()
         self.status = await self._run_watched()
 
@@ -179,6 +181,16 @@ class ProxyRequest:
         self.stream = body.get("stream") is True
         self.thinking, self.trim_top, self.learned = plan.thinking, plan.trim_top, plan.learned
 
+    def _check_fits(self) -> None:
+        """A prompt that cannot fit the slot is refused before any replica tokenizes it (the body's
+        bytes bound its text; only a body that large is walked for its text bytes)."""
+        model = self.model
+        slot_ctx = model.ctx_size // model.parallel
+        if len(self.out.content) > slot_ctx * MAX_TOKEN_BYTES and model.name in self.fwd.peers.local_names:
+            error = too_long(prompt_bytes(self.out.body), slot_ctx)  # a peer-only model's context is the peer's
+            if error is not None:
+                raise error
+
     def speculation(self) -> None:
         """Per-request speculation fields: the draft-length policy (``serve.draft_tuner``) sets this
         request's ``speculative.n_max`` on an adaptive model, unless the client set one or drafting
@@ -191,8 +203,7 @@ class ProxyRequest:
             self.out = Outgoing(self.out.path, tuned, dump_body(tuned))
 
     def count_repair(self, kind: str) -> None:
-        """Count one repair of ``kind`` (adapters report theirs here)."""
-        self.mm.repair(kind)
+        self.mm.repair(kind)  # adapters report their repairs here
 
     def account(self, answer: dict[str, Any]) -> None:
         """A whole answer's ``timings`` (metrics, drafting watch, draft policy, TTFT), else its ``usage``."""
@@ -363,29 +374,3 @@ class ProxyRequest:
             upstream.iter_body(response), self.send, codec, before_last_send=finished, map_error=map_error
         )
         return outcome.error.status if outcome.error is not None else 200
-
-
-class Endpoint:
-    """One forwarded route (its ``adapter``) as an ASGI app: one :class:`ProxyRequest` per request."""
-
-    def __init__(self, fwd: Forwarder, adapter: Adapter) -> None:
-        self.fwd = fwd
-        self.adapter = adapter
-
-    async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
-        await ProxyRequest(self.fwd, self.adapter, scope, receive, send).run()
-
-
-class Forwarded:
-    """ASGI middleware: a POST to a forwarded route goes straight to its :class:`Endpoint`, past
-    FastAPI's router and the per-request layers it adds (exception wrapping, exit stack, body
-    limit), whose work every request and every streamed chunk would pay; the request renders its
-    own errors. Anything else goes on to ``app``."""
-
-    def __init__(self, app: Callable[..., Awaitable[None]], endpoints: dict[str, Endpoint]) -> None:
-        self.app = app
-        self.endpoints = endpoints
-
-    async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
-        endpoint = self.endpoints.get(scope["path"]) if scope["type"] == "http" and scope["method"] == "POST" else None
-        await (endpoint or self.app)(scope, receive, send)

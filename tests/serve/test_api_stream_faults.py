@@ -71,5 +71,10 @@ def test_anthropic_stream_cut_ends_with_an_anthropic_error_event(stack: Stack) -
 def test_responses_stream_cut_raises_in_the_openai_sdk(stack: Stack) -> None:
     dying_after(stack, RESPONSE_CREATED)
     client = openai.OpenAI(base_url=stack.url + "/v1", api_key="x", max_retries=0, timeout=30)
+    seen: list[str] = []
     with pytest.raises(openai.APIError):
-        list(client.responses.create(model="demo", input="Hi", stream=True))
+        for event in client.responses.create(model="demo", input="Hi", stream=True):
+            seen.append(event.type)
+    # Codex reads response.failed as a failed turn (it stops there); the SDK raises on the error event after it
+    assert seen[-1] == "response.failed"
+    assert "response.completed" not in seen

@@ -28,6 +28,28 @@ _OVERFLOW = re.compile(
 )
 
 
+# No token of a GGUF vocabulary we serve holds more than this many bytes (the Qwen vocabulary's
+# longest is 128, a run of spaces): a prompt of more than this many bytes per token of the slot's
+# context cannot fit, whatever the tokenizer makes of it.
+MAX_TOKEN_BYTES = 256
+
+
+def too_long(text_bytes: int, slot_ctx: int) -> ApiError | None:
+    """The overflow error for a prompt of ``text_bytes`` UTF-8 bytes that cannot fit a slot of
+    ``slot_ctx`` tokens even at :data:`MAX_TOKEN_BYTES` per token, or None (it may fit: llama-server
+    counts). Refused here, before any replica tokenizes megabytes: llama-server tokenized a 10 MB
+    prompt (5,000,014 tokens) for 6 s before refusing it, and four at once grew the child to 3.5 GB."""
+    if text_bytes <= slot_ctx * MAX_TOKEN_BYTES:
+        return None
+    return ApiError(
+        400,
+        f"prompt is too long: at least {text_bytes // MAX_TOKEN_BYTES} tokens > {slot_ctx} maximum (the model's "
+        "context per slot); shorten or compact the conversation, or raise ctx_size in models.yaml",
+        code=CONTEXT_CODE,
+        type_="invalid_request_error",
+    )
+
+
 def overflow(message: str, error_type: str | None) -> ApiError | None:
     """The client's error for llama-server's context overflow (its ``message`` and ``type``), or None."""
     if error_type != "exceed_context_size_error" and _OVERFLOW.search(message) is None:

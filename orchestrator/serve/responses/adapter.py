@@ -26,6 +26,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -46,9 +47,22 @@ if TYPE_CHECKING:
 
 
 def _error_event(err: ApiError) -> bytes:
-    # Responses' "error" event; the nested OpenAI envelope makes the openai SDK raise APIError
+    """A stream that fails after its head: ``response.failed`` (what Codex reads as a failed turn;
+    it stops there), then Responses' ``error`` event (whose nested OpenAI envelope makes the openai
+    SDK raise ``APIError``), never a normal end."""
+    response = {
+        "id": f"resp_{secrets.token_hex(12)}",
+        "object": "response",
+        "status": "failed",
+        "error": {"code": err.code or "server_error", "message": err.message},
+        "output": [],
+    }
+    failed = {"type": "response.failed", "response": response}
     body = {"type": "error", "code": err.code, "message": err.message, "param": err.param, **err.body()}
-    return b"event: error\ndata: " + json.dumps(body).encode() + b"\n\n"
+    return (
+        b"event: response.failed\ndata: " + json.dumps(failed).encode() + b"\n\n"
+        b"event: error\ndata: " + json.dumps(body).encode() + b"\n\n"
+    )
 
 
 log = logging.getLogger(__name__)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -234,3 +235,34 @@ def test_a_responses_request_maps_its_tools_once(stack: Stack, monkeypatch: pyte
     assert r.status_code == 200, r.text
     assert [t["name"] for t in seen[-1][1]["tools"]] == ["ns.f"]  # mapped; the hosted tool left out
     assert len(calls) == 1
+
+
+def test_a_prompt_that_cannot_fit_is_refused_before_any_replica_sees_it(stack: Stack) -> None:
+    """Four 10 MB prompts at once: each a 400 context_length_exceeded in its API's shape, within a second,
+    and not one byte reaches the replica (llama-server tokenized such a prompt for 6 s, and four at
+    once grew it to 3.5 GB)."""
+    _fake, seen = _recording(stack)
+    huge = "word " * (2 * 1024 * 1024)  # 10 MB of text: far more than 4096 tokens of 256 bytes each
+
+    async def four() -> list[httpx.Response]:
+        async with httpx.AsyncClient(base_url=stack.url, timeout=30) as client:
+            chat = {"model": "demo", "messages": [{"role": "user", "content": huge}]}
+            messages = {"model": "demo", "max_tokens": 8, "messages": [{"role": "user", "content": huge}]}
+            return list(
+                await asyncio.gather(
+                    client.post("/v1/chat/completions", json=chat),
+                    client.post("/v1/chat/completions", json={**chat, "stream": True}),
+                    client.post("/v1/messages", json=messages),
+                    client.post("/v1/responses", json={"model": "demo", "input": huge}),
+                )
+            )
+
+    started = time.monotonic()
+    answers = asyncio.run(four())
+    assert time.monotonic() - started < 8  # four 10 MB bodies read, parsed and refused on a 2-core machine
+    for r in answers:
+        assert r.status_code == 400, r.text[:300]
+        assert "prompt is too long" in r.text and "4096 maximum" in r.text
+    assert answers[0].json()["error"]["code"] == "context_length_exceeded"
+    assert answers[2].json()["type"] == "error"  # Anthropic's shape for Claude Code
+    assert seen == []
