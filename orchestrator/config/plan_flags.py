@@ -53,6 +53,7 @@ PLAN_FLAGS: dict[str, str] = {
     "--verbosity": "nothing (GPU instances log at verbosity 4: readiness reads where the weights went)",
     "--log-verbosity": "nothing (GPU instances log at verbosity 4: readiness reads where the weights went)",
     "--rpc": "rpc",
+    "--sse-ping-interval": "nothing (the plan pings silent streams every 5 s, a long prefill included)",
     "-b": "batch_size",
     "--batch-size": "batch_size",
     "-ub": "ubatch_size",

@@ -50,6 +50,7 @@ class ServerArgs:
     tensor_split: str | None = None
     slot_save_path: Path | None = None  # kv_persist: where POST /slots/{id}?action=save writes
     rpc: tuple[str, ...] = ()  # RPC workers (host:port) sharing the layers: --rpc a,b
+    sse_ping: int | None = None  # --sse-ping-interval (s): a silent stream gets an SSE comment this often
     extra_args: tuple[str, ...] = ()
 
 
@@ -63,6 +64,7 @@ def render_argv(args: ServerArgs) -> tuple[str, ...]:
         *(("--tensor-split", args.tensor_split) if args.tensor_split else ()),
         *(("--slot-save-path", str(args.slot_save_path)) if args.slot_save_path else ()),
         *(("--rpc", ",".join(args.rpc)) if args.rpc else ()),
+        *(("--sse-ping-interval", str(args.sse_ping)) if args.sse_ping is not None else ()),
         *args.extra_args,
     )
 

@@ -283,3 +283,20 @@ def cpu_moe_layers(extra_args: list[str], n_blocks: int) -> int:
             value = value or (extra_args[j + 1] if j + 1 < len(extra_args) else "")
             found = int(value) if value.isdigit() else found
     return min(found, n_blocks)
+
+
+def split_shares(assigned: tuple[int, ...], split: str | None, usable: list[GPU]) -> tuple[float, ...] | None:
+    """The fraction of a model on each GPU of ``assigned``, as the launch splits it: the
+    ``--tensor-split`` proportions, else (llama.cpp's default) by free memory; None = equal."""
+    if len(assigned) < 2:
+        return None
+    by_index = {g.index: g for g in usable}
+    if split:
+        weights = [float(x) for x in split.split(",")]
+    else:
+        free = [by_index[x].memory_free if x in by_index else None for x in assigned]
+        if any(f is None for f in free):
+            return None
+        weights = [float(f or 0) for f in free]
+    total = sum(weights)
+    return tuple(w / total for w in weights) if total > 0 else None

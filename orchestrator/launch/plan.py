@@ -42,10 +42,11 @@ from orchestrator.launch.fit import (
     estimate_bytes,
     gpu_overhead,
     instance_memory,
+    split_shares,
 )
 from orchestrator.launch.needs import check_patch_features
 from orchestrator.launch.placement import Placer, placements, tensor_split
-from orchestrator.launch.spec import CHILD_HOST, InstanceSpec
+from orchestrator.launch.spec import CHILD_HOST, SSE_PING_S, InstanceSpec
 from orchestrator.models.facts import ModelFacts
 from orchestrator.native.build import BuildInfo
 from orchestrator.native.capabilities import ServerCapabilities, library_env
@@ -121,6 +122,9 @@ def plan_launch(
             if cpu_note and not assigned:
                 spec = dataclasses.replace(spec, notes=(*spec.notes, cpu_note))
             requests.append(request := _fit_request(config, planned, spec, usable, rpc_free or {}))
+            # streams never fall silent for long, a long prefill included (the proxy keeps the wait for a slot audible)
+            ping = SSE_PING_S if "--sse-ping-interval" in capabilities.flags else None
+            spec = replace(spec, server=replace(spec.server, sse_ping=ping))
             specs.append(replace(spec, memory=instance_memory(request), features_off=capabilities.features_off))
     fit_notes = check_fit_per_model(config, specs, requests, usable, force)
     specs = [dataclasses.replace(s, notes=s.notes + tuple(fit_notes.get(s.name, ()))) for s in specs]
@@ -284,23 +288,6 @@ def _fit_request(
         n_cpu_moe=n_cpu_moe,
         remote_free=sum(rpc_free.get(endpoint, 0) for endpoint in p.model.rpc),
     )
-
-
-def split_shares(assigned: tuple[int, ...], split: str | None, usable: list[GPU]) -> tuple[float, ...] | None:
-    """The fraction of a model on each GPU of ``assigned``, as the launch splits it: the
-    ``--tensor-split`` proportions, else (llama.cpp's default) by free memory; None = equal."""
-    if len(assigned) < 2:
-        return None
-    by_index = {g.index: g for g in usable}
-    if split:
-        weights = [float(x) for x in split.split(",")]
-    else:
-        free = [by_index[x].memory_free if x in by_index else None for x in assigned]
-        if any(f is None for f in free):
-            return None
-        weights = [float(f or 0) for f in free]
-    total = sum(weights)
-    return tuple(w / total for w in weights) if total > 0 else None
 
 
 def _decide_spec(

@@ -11,6 +11,9 @@ from orchestrator.launch.argv import ServerArgs, Speculation, render_argv
 
 #: Children always bind loopback: only the proxy faces the network.
 CHILD_HOST = "127.0.0.1"
+# llama-server pings a silent stream (a long prefill) this often (--sse-ping-interval; its default 30 s
+# is longer than some clients wait)
+SSE_PING_S = 5
 
 
 @dataclass(frozen=True)

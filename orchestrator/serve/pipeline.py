@@ -33,6 +33,7 @@ seconds), which closes the upstream request, so llama-server frees the slot.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import time
 from collections.abc import Awaitable, Callable
@@ -44,7 +45,7 @@ from orchestrator.errors import ApiError
 from orchestrator.serve.adapters.base import Adapter, Internal, Resend
 from orchestrator.serve.cache.prompt_cache import AFFINITY_MIN_TOKENS, NO_AFFINITY, Affinity
 from orchestrator.serve.drafting.classes import prompt_bytes
-from orchestrator.serve.holding import hold_for_lease, next_lease
+from orchestrator.serve.holding import Beat, audibly, hold_for_lease, next_lease
 from orchestrator.serve.http.body import ClientGone, dump_body, read_json
 from orchestrator.serve.metrics import NO_MODEL, ModelMetrics
 from orchestrator.serve.repair.agent_errors import MAX_TOKEN_BYTES, too_long
@@ -77,6 +78,7 @@ JSON_HEADER = (b"content-type", b"application/json")
 # Status counted for a request whose client went away before the answer (nginx's convention).
 CLIENT_CLOSED = 499
 DRAIN_RETRY_AFTER = 5.0
+WAITING_SLOT = "waiting for a free slot"
 # Seconds before a request starts watching for its client's disconnect (see _run_watched).
 WATCH_AFTER = 0.05
 
@@ -281,14 +283,11 @@ class ProxyRequest:
         """Forward to a peer (``PeerRouter.route``) or a serving replica; one that answered nothing
         (it just died) hands the request on to the next serving one (held while it restarts), once."""
         router, model = self.router, self.model
-        keepalive = self.settings.keepalive if self.stream else None
-        if not self.adapter.holds_with_comments:
-            keepalive = None
         with self.fwd.peers.route(model) as peer, await self._affinity() as a:
             if peer is not None:
                 return await self._exchange_on(peer, self.out, refused_ok=False)
             try:
-                lease = await hold_for_lease(router, model.name, self.send, keepalive, self, a.preference)
+                lease = await hold_for_lease(router, model.name, self._beat(), self, a.preference)
                 try:
                     return await self._exchange_on(*a.on(lease, self.out), refused_ok=True)
                 except NothingAnswered as refused:
@@ -301,6 +300,13 @@ class ProxyRequest:
                     raise
                 await self._end_stream(error)
                 return error.status
+
+    def _beat(self) -> Beat | None:
+        """How this request stays audible while it waits (``holding.audibly``); None when not a stream."""
+        if not self.stream:
+            return None
+        line = functools.partial(self.adapter.keepalive, self)
+        return Beat(self.send, self.adapter.stream_headers, line, self.settings.keepalive)
 
     async def _affinity(self) -> Affinity:
         """Prefix affinity (``serve.prompt_cache``). A body shorter than ``AFFINITY_MIN_TOKENS`` bytes
@@ -320,10 +326,9 @@ class ProxyRequest:
         try:
             for attempt in (1, 2):
                 self.attempt = attempt
-                try:
-                    response = await upstream.open(
-                        "POST", out.path, out.content, UPSTREAM_HEADERS, on_retry=self.mm.retry
-                    )
+                try:  # llama-server sends its head only once a slot takes the request: a queue is audible
+                    opening = upstream.open("POST", out.path, out.content, UPSTREAM_HEADERS, on_retry=self.mm.retry)
+                    response = await audibly(opening, self._beat(), self, lambda: WAITING_SLOT, _release)
                 except NOTHING_ANSWERED as exc:
                     # no response head even on a fresh connection: the replica just died
                     if refused_ok and attempt == 1:
@@ -374,3 +379,7 @@ class ProxyRequest:
             upstream.iter_body(response), self.send, codec, before_last_send=finished, map_error=map_error
         )
         return outcome.error.status if outcome.error is not None else 200
+
+
+def _release(response: aiohttp.ClientResponse) -> None:
+    response.release()  # a response head that came after the client left

@@ -178,7 +178,6 @@ class Adapter:
         kind: the ``endpoint`` label in metrics.
         flavor: the SSE stream shape (end marker, terminator, error event).
         stream_headers: the response head of a stream.
-        holds_with_comments: a held stream sends SSE comment lines while its model loads.
         shape: what a client's body may hold (``orchestrator.serve.http.shapes``); None checks
             numbers only.
         generates: the route generates tokens, so the draft-length policy chooses its K.
@@ -192,7 +191,6 @@ class Adapter:
     kind: str = ""
     flavor: StreamFlavor = OPENAI_SSE
     stream_headers: list[tuple[bytes, bytes]] = SSE_HEADERS
-    holds_with_comments = True
     shape: Shape | None = None
     generates = False
     error_prefix: str | None = None
@@ -249,6 +247,11 @@ class Adapter:
         ``prompt_cache_key`` (chat and Responses; Codex sends its session id), else None."""
         key = body.get("prompt_cache_key")
         return "k:" + key if isinstance(key, str) and key else None
+
+    def keepalive(self, req: Request, what: str) -> bytes:
+        """One line a waiting stream sends to stay audible (``holding.audibly``): an SSE comment,
+        which every SSE client ignores."""
+        return b": " + what.encode() + b"\n\n"
 
     def error_body(self, err: ApiError) -> dict[str, Any]:
         """``err`` as this API's JSON error body."""

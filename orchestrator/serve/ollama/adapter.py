@@ -48,6 +48,12 @@ def _line(obj: dict[str, Any]) -> bytes:
     return json.dumps(obj, ensure_ascii=False).encode() + b"\n"
 
 
+def idle_line(model: str, *, generate: bool) -> bytes:
+    """An Ollama stream chunk with nothing in it: the keepalive of a waiting stream."""
+    empty: dict[str, Any] = {"response": ""} if generate else {"message": {"role": "assistant", "content": ""}}
+    return _line({"model": model, "created_at": ollama.now(), **empty, "done": False})
+
+
 class NdjsonCodec:
     """An OpenAI SSE stream as Ollama's NDJSON lines (``orchestrator.serve.streaming.StreamCodec``).
 
@@ -93,8 +99,10 @@ class NdjsonCodec:
         return out
 
     def _event(self, event: bytes) -> bytes:
+        if not self._ended and event.startswith(b":"):  # llama-server's ping during a long prefill
+            return idle_line(self.translator.model, generate=self.translator.generate)
         if self._ended or not event.startswith(b"data: "):
-            return b""  # comments, or anything after the last line
+            return b""  # anything else, or anything after the last line
         payload = event[len(b"data: ") :]
         if payload == b"[DONE]":
             return self._flush()
@@ -138,7 +146,6 @@ class OllamaAdapter(Generation):
     shape = shapes.CHAT
     error_prefix = OLLAMA_PREFIX
     stream_headers = NDJSON_HEADERS
-    holds_with_comments = False
     generate = False  # /api/generate's answer shape (``response``) instead of /api/chat's
 
     def translate(self, body: dict[str, Any], raw: bytes) -> Internal:
@@ -163,6 +170,11 @@ class OllamaAdapter(Generation):
         if req.trim_top:
             repair = TrimStream(repair)
         return NdjsonCodec(ollama.StreamTranslator(req.model.name, req.started, generate=self.generate), repair)
+
+    def keepalive(self, req: Request, what: str) -> bytes:
+        """An empty chunk (no text, ``done: false``): NDJSON has no comments, and Ollama's clients
+        take such a line as no news."""
+        return idle_line(req.model.name, generate=self.generate)
 
     def error_body(self, err: ApiError) -> dict[str, Any]:
         return {"error": ollama.error_message(err)}

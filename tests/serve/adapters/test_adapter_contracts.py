@@ -11,6 +11,7 @@ answer back in the API's shape, and an upstream failure in the API's error shape
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import time
 from collections.abc import Iterator
@@ -266,3 +267,56 @@ def test_a_prompt_that_cannot_fit_is_refused_before_any_replica_sees_it(stack: S
     assert answers[0].json()["error"]["code"] == "context_length_exceeded"
     assert answers[2].json()["type"] == "error"  # Anthropic's shape for Claude Code
     assert seen == []
+
+
+def _slow_head(stack: Stack, wait_s: float) -> FakeUpstream:
+    """A replica whose slots are all busy: it sends the response head only after ``wait_s`` seconds
+    (llama-server sends its head when a slot takes the request), then a short stream."""
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
+        await fake.read_request(reader)
+        await asyncio.sleep(wait_s)
+        await fake.write_sse_head(writer)
+        await fake.write_chunk(writer, b'data: {"choices":[{"index":0,"delta":{"content":"Hi"}}]}\n\n')
+        await fake.write_chunk(writer, b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\n')
+        await fake.write_chunk(writer, b"data: [DONE]\n\n")
+        await fake.end_chunks(writer)
+
+    fake = FakeUpstream(stack, handler)
+    stack.point_at(fake.url)
+    return fake
+
+
+def _arrivals(stack: Stack, path: str, body: dict[str, Any]) -> list[tuple[float, bytes]]:
+    """When each piece of a streamed answer arrived (s after sending) and what it was."""
+    out: list[tuple[float, bytes]] = []
+    started = time.monotonic()
+    with httpx.stream("POST", stack.url + path, json=body, timeout=30) as r:
+        out.append((time.monotonic() - started, b"HEAD %d" % r.status_code))
+        for piece in r.iter_raw():
+            out.append((time.monotonic() - started, piece))
+    return out
+
+
+def test_a_stream_queued_for_a_slot_is_never_silent(tmp_path: Path) -> None:
+    """Queued behind busy slots, a stream gets its head within a second or two and a keepalive in its
+    API's framing every server.timeouts.keepalive seconds (here 1), not silence until a slot frees."""
+    config = Config(
+        server=ServerConfig(timeouts={"keepalive": 1.0}), models=[ModelConfig(name="demo", path="/unused.gguf")]
+    )
+    s = Stack(config, [fake_spec()], tmp_path / "logs")
+    try:
+        _slow_head(s, 6.0)  # bounds below leave seconds of slack for a loaded machine, and still tell
+        chat = _arrivals(s, "/v1/chat/completions", {**BODIES["/v1/chat/completions"], "stream": True})
+        assert chat[0][0] < 3.0 and chat[0][1] == b"HEAD 200"  # the first byte: at about 1 s, not 6
+        gaps = [b[0] - a[0] for a, b in itertools.pairwise(chat)]
+        assert max(gaps) < 3.0, chat  # never more than a keepalive (+ slack) of silence, not 6 s
+        text = b"".join(p for _, p in chat[1:])
+        assert b": waiting for a free slot\n\n" in text and text.endswith(b"data: [DONE]\n\n") and b'"Hi"' in text
+        ollama = _arrivals(s, "/api/chat", {**BODIES["/api/chat"], "stream": True})
+        assert ollama[0][0] < 3.0
+        lines = [json.loads(x) for x in b"".join(p for _, p in ollama[1:]).splitlines()]
+        assert lines[0]["message"]["content"] == "" and lines[0]["done"] is False  # NDJSON's keepalive
+        assert lines[-1]["done"] is True and "".join(x["message"]["content"] for x in lines) == "Hi"
+    finally:
+        s.close()
