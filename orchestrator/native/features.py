@@ -54,6 +54,13 @@ FEATURES: tuple[Feature, ...] = (
         "affinity, and are missing from the decode and acceptance figures and the adaptive policy",
     ),
     Feature(
+        "result-wait-deadline",
+        "abandoned requests stop while other slots work",
+        "a request whose client disconnected keeps its slot until it finishes whenever another slot is "
+        "busy (llama-server notices the disconnect only when its result wait times out), and a silent "
+        "stream's keepalive ping is starved the same way",
+    ),
+    Feature(
         "checkpoint",
         "slot checkpoints",
         "what the checkpoint patch keeps of a hybrid model's slot is not kept: more of a long prompt is "

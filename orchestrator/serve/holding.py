@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from orchestrator.serve.upstream.errors import NothingAnswered, stalled_error, to_api_error
+from orchestrator.serve.upstream.errors import NothingAnswered, died_working, stalled_error, to_api_error
 
 if TYPE_CHECKING:
     from orchestrator.serve.routing import Router
@@ -33,19 +33,23 @@ FIRST_BYTE_S = 1.0
 
 async def next_lease(router: Router, model: str, lease: Lease, refused: NothingAnswered) -> Lease:
     """After ``lease``'s replica answered nothing: a lease on the next serving replica when it died
-    (held while the model restarts), once; ``lease`` is released either way.
+    or froze (and was restarted) before the request started (held while the model restarts), once;
+    ``lease`` is released either way.
 
     Raises:
-        ApiError: the replica stalled (502 ``upstream_stalled``), or it is alive and closed the
-            connection on purpose (its transport error, not resent); as ``Router.acquire``.
+        ApiError: 502 ``upstream_died`` when the replica may have been working on it (a whole
+            answer past ``RESEND_WITHIN_S``); its transport error when it is alive and closed the
+            connection on purpose (not resent); as ``Router.acquire``.
     """
     lease.release()
-    cause, stalls = refused.args
+    cause, stalls, may_have_worked = refused.args
     inst = lease.instance
+    if may_have_worked:
+        raise died_working(inst.name) from None
     stalled = stalled_error(inst.stalls - stalls, inst.warnings)
-    if stalled is not None or not await router.left_serving(inst):
-        raise stalled or to_api_error(cause) from None  # alive: it closed on purpose
-    return await router.acquire(model)
+    if stalled is None and not await router.left_serving(inst):
+        raise to_api_error(cause) from None  # alive: it closed on purpose
+    return await router.acquire(model)  # it died or froze before the request started: the successor
 
 
 class Held(Protocol):

@@ -79,6 +79,11 @@ JSON_HEADER = (b"content-type", b"application/json")
 CLIENT_CLOSED = 499
 DRAIN_RETRY_AFTER = 5.0
 WAITING_SLOT = "waiting for a free slot"
+# A whole (non-streamed) request whose replica closed without an answer is resent to the next
+# replica only within this many seconds of sending it (a replica that died or froze with it queued,
+# or at most this much work redone): past it, the replica may have been working on it (its head
+# comes only with the answer), and the client gets 502 upstream_died to retry, not a silent re-run.
+RESEND_WITHIN_S = 5.0
 # Seconds before a request starts watching for its client's disconnect (see _run_watched).
 WATCH_AFTER = 0.05
 
@@ -301,6 +306,12 @@ class ProxyRequest:
                 await self._end_stream(error)
                 return error.status
 
+    def _may_have_worked(self, sent: float) -> bool:
+        """Whether a replica that closed without a response head may have worked on this request:
+        a stream's head comes when a slot takes it, so no head means no work; a whole answer's
+        head comes at its end, so only one that failed within ``RESEND_WITHIN_S`` surely did none."""
+        return not self.stream and time.monotonic() - sent > RESEND_WITHIN_S
+
     def _beat(self) -> Beat | None:
         """How this request stays audible while it waits (``holding.audibly``); None when not a stream."""
         if not self.stream:
@@ -326,13 +337,14 @@ class ProxyRequest:
         try:
             for attempt in (1, 2):
                 self.attempt = attempt
+                sent = time.monotonic()
                 try:  # llama-server sends its head only once a slot takes the request: a queue is audible
                     opening = upstream.open("POST", out.path, out.content, UPSTREAM_HEADERS, on_retry=self.mm.retry)
                     response = await audibly(opening, self._beat(), self, lambda: WAITING_SLOT, _release)
                 except NOTHING_ANSWERED as exc:
                     # no response head even on a fresh connection: the replica just died
                     if refused_ok and attempt == 1:
-                        raise NothingAnswered(exc, stalls) from None
+                        raise NothingAnswered(exc, stalls, self._may_have_worked(sent)) from None
                     raise
                 try:
                     if response.status >= 400:

@@ -8,8 +8,8 @@ streamed chunk, and its 1-token latency is lower). Three things live here and on
   created on first use and closed by :meth:`UpstreamPool.aclose`.
 - **The retry.** A pooled connection can be dead by the time it is reused (llama-server was
   restarted, or closed the idle socket). A request written onto it gets no response at all.
-  When sending fails that way, *before any response head arrived*, the request was never
-  processed, so it is sent once more on a fresh connection (a second session that never keeps
+  When sending fails that way, *before any response head arrived* and within ``STALE_WITHIN_S``,
+  the request was never processed, so it is sent once more on a fresh connection (a second session that never keeps
   connections, so the retry cannot land on another stale socket). A failure after the head
   arrived is never retried.
 - **Error mapping.** aiohttp's exceptions become the ``TransportFailure`` kinds of
@@ -44,6 +44,10 @@ RequestHook = Callable[[str, str, bytes], Awaitable[None]]
 
 # aiohttp's failures of a request on a connection that died before the head (closed, reset).
 _DEAD_CONNECTION = (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError, aiohttp.ClientConnectionResetError)
+# A stale pooled socket fails as soon as a request is written on it. A connection that fails later
+# was taken by a live server, which may have worked on the request: that is the caller's to decide
+# (``pipeline.RESEND_WITHIN_S``), never a silent resend here.
+STALE_WITHIN_S = 0.5
 
 
 def _failure(exc: aiohttp.ClientError, *, started: bool) -> TransportFailure:
@@ -163,6 +167,7 @@ class Upstream:
             TransportFailure: the connection failed (also after the one retry).
         """
         url = self._url(path)
+        sent = asyncio.get_running_loop().time()
         try:
             async with asyncio.timeout(self.first_byte):
                 try:
@@ -170,6 +175,8 @@ class Upstream:
                 except _DEAD_CONNECTION as exc:
                     if isinstance(exc, aiohttp.ClientConnectorError):
                         raise
+                    if asyncio.get_running_loop().time() - sent > STALE_WITHIN_S:
+                        raise  # not a stale socket: the server took it and went away (see STALE_WITHIN_S)
                     # Stale keep-alive socket (module docstring): nothing was processed; resend once
                     # on a connection that is certainly new.
                     self.retries += 1

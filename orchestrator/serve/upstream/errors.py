@@ -57,7 +57,19 @@ NOTHING_ANSWERED: tuple[type[Exception], ...] = (Refused, NoResponse)
 
 class NothingAnswered(Exception):
     """The replica answered nothing (refused the connection, closed it before any response head);
-    ``args``: the transport error, and the replica's stall count when the request was sent."""
+    ``args``: the transport error, the replica's stall count when the request was sent, and whether
+    it may have worked on the request (see ``pipeline.RESEND_WITHIN_S``)."""
+
+
+def died_working(instance: str) -> ApiError:
+    """A replica died while it may have been answering a whole (non-streamed) request: not resent
+    (the answer may have been half made, and a second try doubles the work), a 502 to retry."""
+    return ApiError(
+        502,
+        f"{instance} died while it may have been answering this request; it is restarting: retry",
+        code="upstream_died",
+        retry_after=UNREACHABLE_RETRY_AFTER,
+    )
 
 
 def to_api_error(exc: BaseException) -> ApiError:

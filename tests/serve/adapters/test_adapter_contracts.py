@@ -320,3 +320,21 @@ def test_a_stream_queued_for_a_slot_is_never_silent(tmp_path: Path) -> None:
         assert lines[-1]["done"] is True and "".join(x["message"]["content"] for x in lines) == "Hi"
     finally:
         s.close()
+
+
+def test_a_whole_answer_cut_after_work_may_have_started_is_a_502_not_a_silent_rerun(stack: Stack) -> None:
+    """A replica that takes a non-streamed request and dies without an answer after RESEND_WITHIN_S
+    may have been working on it (its head comes only with the answer): the client gets 502
+    upstream_died with Retry-After, and the request is not run again behind its back."""
+    from orchestrator.serve.pipeline import RESEND_WITHIN_S
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
+        await fake.read_request(reader)
+        await asyncio.sleep(RESEND_WITHIN_S + 1.0)  # "working" ... then the connection drops
+
+    fake = FakeUpstream(stack, handler)
+    stack.point_at(fake.url)
+    r = httpx.post(stack.url + "/v1/chat/completions", json=BODIES["/v1/chat/completions"], timeout=60)
+    assert r.status_code == 502 and r.json()["error"]["code"] == "upstream_died", r.text
+    assert r.headers.get("retry-after") is not None
+    assert len(fake.requests) == 1  # not resent
