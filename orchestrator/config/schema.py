@@ -118,6 +118,11 @@ class ServerConfig(ServerLifecycle, ServerLimits, _Strict):
     auth_health: bool = Field(False, description="require the key on /health")
     auth_metrics: bool = Field(False, description="require the key on /metrics")
     cors_origins: list[str] = Field(default_factory=list, description="CORS off when empty")
+    ollama_api: bool = Field(
+        True,
+        description="serve Ollama's API at /api/* (a change needs a restart); off for benchmark harnesses that "
+        "probe /api/version and /api/tags and then measure in Ollama's mode",
+    )
     max_body_bytes: int = Field(32 * 1024 * 1024, gt=0, description="largest request body (bytes)")
     max_header_bytes: int = Field(
         64 * 1024, ge=1024, description="largest request head: request line and headers (bytes); more is a 431"

@@ -57,7 +57,8 @@ from orchestrator.serve.http.auth import ApiKeys
 from orchestrator.serve.info import InfoViews, add_info_routes
 from orchestrator.serve.metrics import ProxyMetrics
 from orchestrator.serve.pipeline import ProxyRequest, Receive, Send
-from orchestrator.serve.registry import ADAPTERS, add_api_routes, error_body
+from orchestrator.serve.registry import add_api_routes, error_body
+from orchestrator.serve.registry import served as served_adapters
 from orchestrator.serve.routing import Router
 from orchestrator.serve.upstream.client import UpstreamPool
 from orchestrator.serve.upstream.peers import PeerRouter
@@ -113,11 +114,12 @@ def create_app(config: Config, supervisor: Supervisor, scheduler: ModelScheduler
     app.state.served = served  # for ``served_by(app)``: up's runtime and tests; no route reads app.state
     served.forwarder = fwd
     # the route table, group by group (docs/architecture.md); auth is each group's own
-    endpoints = {adapter.path: Endpoint(fwd, adapter) for adapter in ADAPTERS}
+    off = set() if config.server.ollama_api else {"ollama"}  # a change needs a restart
+    endpoints = {adapter.path: Endpoint(fwd, adapter) for adapter in served_adapters(off)}
     for path, endpoint in endpoints.items():  # other methods get FastAPI's 405
         app.router.routes.append(Route(path, endpoint, methods=["POST"]))
     app.add_middleware(Forwarded, endpoints=endpoints)  # inside CORS and the 500 handler, before the router
-    add_api_routes(app, fwd)  # each API's own routes besides its POSTs (listings, stored responses)
+    add_api_routes(app, fwd, off)  # each API's own routes besides its POSTs (listings, stored responses)
     app.add_api_route("/", _probe, methods=["HEAD"])  # agents' connectivity check (Claude Code at start)
     _add_error_handlers(app)
     _add_cors(app, config)

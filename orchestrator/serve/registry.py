@@ -68,7 +68,13 @@ def error_body(path: str, err: ApiError, headers: Mapping[str, str] | None = Non
     return for_path(path, headers).error_body(err)
 
 
-def add_api_routes(app: FastAPI, fwd: Forwarder) -> None:
+def served(off: set[str]) -> tuple[Adapter, ...]:
+    """The adapters of every API family not in ``off`` (``server.ollama_api: false`` -> ``{"ollama"}``)."""
+    return tuple(a for a in ADAPTERS if a.api not in off)
+
+
+def add_api_routes(app: FastAPI, fwd: Forwarder, off: set[str]) -> None:
     """Each API's routes besides its forwarded POSTs: Ollama's listings, Responses' stored responses."""
-    OllamaApi(fwd).add_to(app)
+    if "ollama" not in off:
+        OllamaApi(fwd).add_to(app)
     stored.add_routes(app)

@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 
 # server keys the running endpoint cannot change: its socket, CORS, and what uvicorn's HTTP
 # protocol was built with (the header limits)
-RESTART_KEYS = ("host", "port", "cors_origins", "max_header_bytes", "timeouts.client_header")
+RESTART_KEYS = ("host", "port", "cors_origins", "ollama_api", "max_header_bytes", "timeouts.client_header")
 
 
 class RestartRequired(UserError):

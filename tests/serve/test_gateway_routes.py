@@ -62,3 +62,22 @@ def test_a_launcher_suffix_resolves_to_the_model(stack: Stack) -> None:
         headers={"Authorization": "Bearer k"},
     )
     assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found"
+
+
+def test_the_ollama_routes_can_be_turned_off(tmp_path: Path) -> None:
+    """Benchmark harnesses probe /api/version and /api/tags and switch to Ollama's mode: with
+    server.ollama_api false those routes are not there (404), and the OpenAI routes stay."""
+    config = Config(server=ServerConfig(ollama_api=False), models=[ModelConfig(name="demo", path="/unused.gguf")])
+    s = Stack(config, [fake_spec()], tmp_path / "logs")
+    try:
+        assert httpx.get(s.url + "/api/version").status_code == 404
+        assert httpx.get(s.url + "/api/tags").status_code == 404
+        assert httpx.post(s.url + "/api/chat", json={"model": "demo", "messages": []}).status_code in (404, 405)
+        assert httpx.get(s.url + "/v1/models").status_code == 200
+    finally:
+        s.close()
+    on = Stack(Config(models=[ModelConfig(name="demo", path="/unused.gguf")]), [fake_spec()], tmp_path / "logs2")
+    try:
+        assert httpx.get(on.url + "/api/version").status_code == 200
+    finally:
+        on.close()

@@ -183,6 +183,7 @@ class Adapter:
         generates: the route generates tokens, so the draft-length policy chooses its K.
         error_prefix: the path prefix of this API's family, whose errors take this adapter's
             shape on every route under it (the proxy's own 404s too); None for OpenAI's, the default.
+        api: the API family (``server.ollama_api: false`` leaves the ``ollama`` routes out).
         client_header: a request header only this API's clients send; errors on the proxy's own
             routes (``/v1/models``, 404s, 401s) take this adapter's shape for such a request.
     """
@@ -195,6 +196,7 @@ class Adapter:
     generates = False
     error_prefix: str | None = None
     client_header: str | None = None
+    api = "openai"
 
     def __init__(self, path: str = "", kind: str = "", shape: Shape | None = None) -> None:
         self.path = path or self.path

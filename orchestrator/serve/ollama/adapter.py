@@ -145,6 +145,7 @@ class OllamaAdapter(Generation):
     kind = "ollama_chat"
     shape = shapes.CHAT
     error_prefix = OLLAMA_PREFIX
+    api = "ollama"
     stream_headers = NDJSON_HEADERS
     generate = False  # /api/generate's answer shape (``response``) instead of /api/chat's
 
