@@ -118,13 +118,10 @@ def plan_launch(
                 f"the native build is {capabilities.backend}-only, so it runs on CPU; build with --backend cuda"
             )
         for r, assigned in enumerate(placements(config, i, model, usable, placer)):
-            spec = _replica(config, planned, r, assigned, usable, build, capabilities.backend)
+            spec = _replica(config, planned, r, assigned, usable, build, capabilities)
             if cpu_note and not assigned:
                 spec = dataclasses.replace(spec, notes=(*spec.notes, cpu_note))
             requests.append(request := _fit_request(config, planned, spec, usable, rpc_free or {}))
-            # streams never fall silent for long, a long prefill included (the proxy keeps the wait for a slot audible)
-            ping = SSE_PING_S if "--sse-ping-interval" in capabilities.flags else None
-            spec = replace(spec, server=replace(spec.server, sse_ping=ping))
             specs.append(replace(spec, memory=instance_memory(request), features_off=capabilities.features_off))
     fit_notes = check_fit_per_model(config, specs, requests, usable, force)
     specs = [dataclasses.replace(s, notes=s.notes + tuple(fit_notes.get(s.name, ()))) for s in specs]
@@ -212,7 +209,7 @@ def _replica(
     assigned: tuple[int, ...],
     usable: list[GPU],
     build: BuildInfo,
-    backend: str,
+    capabilities: ServerCapabilities,
 ) -> InstanceSpec:
     model = p.model
     port = 0 if not model.port else model.port + r
@@ -245,9 +242,11 @@ def _replica(
         tensor_split=tensor_split(assigned, usable) if len(assigned) > 1 else None,
         slot_save_path=_slot_save_path(model),
         rpc=tuple(model.rpc),
+        # streams never fall silent for long, a long prefill included (the proxy keeps a queue audible)
+        sse_ping=SSE_PING_S if "--sse-ping-interval" in capabilities.flags else None,
         extra_args=(*ctx_override(model, p.facts), *model.extra_args),
     )
-    env = _env(build, backend, model, assigned)
+    env = _env(build, capabilities.backend, model, assigned)
     protocol = build.manifest.get("rpc_protocol") if model.rpc else None
     return InstanceSpec(f"{model.name}-{r}", model.name, r, assigned, env, server, tuple(p.notes), protocol)
 
