@@ -32,11 +32,12 @@ from supervision_helpers import fake_spec
 
 from orchestrator.config.running import RunningConfig
 from orchestrator.config.schema import Config, ModelConfig, ServerConfig, Timeouts
-from orchestrator.errors import ApiError
 from orchestrator.launch.spec import InstanceSpec
+from orchestrator.serve.routing import refused_to_http
 from orchestrator.supervise.budget import MemoryBudget
 from orchestrator.supervise.managed import Lease, ManagedModel
 from orchestrator.supervise.model_state import SchedulerPolicy
+from orchestrator.supervise.refusals import ModelRefused
 from orchestrator.supervise.scheduler import ModelScheduler
 from orchestrator.supervise.states import TERMINAL, ProcessState
 
@@ -266,8 +267,10 @@ class World:
         assert len(held) == count, f"{len(held)} held for {model}, expected {count}"
 
     async def _refused(self, model: str, status: int, code: str, *words: str) -> None:
-        err = self._answered(model).exception()
-        assert isinstance(err, ApiError), repr(err)
+        refused = self._answered(model).exception()
+        # the scheduler refuses in its own terms; the rows say what a client gets (serve maps it)
+        assert isinstance(refused, ModelRefused), repr(refused)
+        err = refused_to_http(refused)
         assert (err.status, err.code) == (status, code), (err.status, err.code, str(err))
         for word in words:
             assert word in str(err), str(err)

@@ -46,7 +46,8 @@ from orchestrator.launch.spec import InstanceSpec, with_port
 from orchestrator.supervise.child_auth import CHILD_AUTH
 from orchestrator.supervise.supervisor import ProcessState, Supervisor
 
-MARGIN = 0.03  # a setting must beat the default by more than this to be recommended
+MARGIN = 0.03
+LLAMA_BATCH = 2048  # llama-server's default -b  # a setting must beat the default by more than this to be recommended
 DECODE_PROMPT = "Write a short Python function that returns the sum of a list, with a docstring."
 BACKEND_SAMPLING_FLAG = "--spec-draft-backend-sampling"
 
@@ -85,8 +86,12 @@ class Sample:
 def settings_for(target: BenchTarget, ubatches: Sequence[int], flags: frozenset[str]) -> list[Setting]:
     """The settings a tune measures: the default first (the baseline), each other ``ubatch``, and
     backend sampling where it can run (the model drafts, one slot, the flag exists)."""
+    # llama.cpp cuts -ub to -b: a larger candidate would measure the same as -b and could be written
+    # into a models.yaml that refuses it; the model's own ubatch_size is measured too
+    batch = target.model.batch_size or LLAMA_BATCH
+    wanted = {*ubatches, *([target.model.ubatch_size] if target.model.ubatch_size else [])}
     out = [Setting(None)]
-    out += [Setting(ub) for ub in ubatches if ub != N_UBATCH]
+    out += [Setting(ub) for ub in sorted(wanted) if ub != N_UBATCH and ub <= batch]
     if target.base.server.speculation is not None and target.model.parallel == 1 and BACKEND_SAMPLING_FLAG in flags:
         out.append(Setting(None, backend_sampling=True))
     return out

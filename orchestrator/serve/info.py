@@ -148,8 +148,8 @@ def page(entries: list[dict[str, Any]], query: dict[str, str]) -> tuple[list[dic
     if "limit" not in query:
         return rows, False
     limit = query["limit"]
-    if not limit.isdigit() or int(limit) < 1:
-        raise ApiError(400, f"limit must be a positive integer (got {shown(limit)})", param="limit")
+    if not (limit.isascii() and limit.isdigit()) or len(limit) > 9 or int(limit) < 1:
+        raise ApiError(400, f"limit must be a positive integer below 10**9 (got {shown(limit)})", param="limit")
     if "before_id" in query and "after_id" not in query:  # the page just before before_id
         return rows[-int(limit) :], len(rows) > int(limit)
     return rows[: int(limit)], len(rows) > int(limit)

@@ -44,11 +44,10 @@ import aiohttp
 from orchestrator.errors import ApiError
 from orchestrator.serve.adapters.base import Adapter, Internal, Resend
 from orchestrator.serve.cache.prompt_cache import AFFINITY_MIN_TOKENS, NO_AFFINITY, Affinity
-from orchestrator.serve.drafting.classes import prompt_bytes
 from orchestrator.serve.holding import Beat, audibly, hold_for_lease, next_lease
 from orchestrator.serve.http.body import ClientGone, dump_body, read_json
 from orchestrator.serve.metrics import NO_MODEL, ModelMetrics
-from orchestrator.serve.repair.agent_errors import MAX_TOKEN_BYTES, too_long
+from orchestrator.serve.repair.agent_errors import MAX_TOKEN_BYTES, text_bytes, too_long
 from orchestrator.serve.repair.structured import schema_error
 from orchestrator.serve.streaming import RelayOutcome, relay
 from orchestrator.serve.upstream.client import Upstream
@@ -68,6 +67,7 @@ if TYPE_CHECKING:
     from orchestrator.serve.request_settings import RequestSettings
     from orchestrator.serve.routing import Router
     from orchestrator.serve.upstream.peers import Peer
+    from orchestrator.supervise.managed import Lease
     from orchestrator.supervise.supervisor import Instance
 
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -79,6 +79,7 @@ JSON_HEADER = (b"content-type", b"application/json")
 CLIENT_CLOSED = 499
 DRAIN_RETRY_AFTER = 5.0
 WAITING_SLOT = "waiting for a free slot"
+WAITING_RESTART = "waiting for a replica to restart"
 # A whole (non-streamed) request whose replica closed without an answer is resent to the next
 # replica only within this many seconds of sending it (a replica that died or froze with it queued,
 # or at most this much work redone): past it, the replica may have been working on it (its head
@@ -189,12 +190,13 @@ class ProxyRequest:
         self.thinking, self.trim_top, self.learned = plan.thinking, plan.trim_top, plan.learned
 
     def _check_fits(self) -> None:
-        """A prompt that cannot fit the slot is refused before any replica tokenizes it (the body's
-        bytes bound its text; only a body that large is walked for its text bytes)."""
+        """A prompt that cannot fit the slot is refused before any replica tokenizes it."""
         model = self.model
         slot_ctx = model.ctx_size // model.parallel
-        if len(self.out.content) > slot_ctx * MAX_TOKEN_BYTES and model.name in self.fwd.peers.local_names:
-            error = too_long(prompt_bytes(self.out.body), slot_ctx)  # a peer-only model's context is the peer's
+        if not self.route.generates or len(self.out.content) <= slot_ctx * MAX_TOKEN_BYTES:
+            return  # embeddings, token counts, tokenize: not one prompt in one slot
+        if model.name in self.fwd.peers.local_names:  # a peer-only model's context is the peer's
+            error = too_long(text_bytes(self.out.body), slot_ctx)
             if error is not None:
                 raise error
 
@@ -296,7 +298,8 @@ class ProxyRequest:
                 try:
                     return await self._exchange_on(*a.on(lease, self.out), refused_ok=True)
                 except NothingAnswered as refused:
-                    lease = await next_lease(router, model.name, lease, refused)
+                    restarting = next_lease(router, model.name, lease, refused)  # audible while it restarts
+                    lease = await audibly(restarting, self._beat(), self, lambda: WAITING_RESTART, _release)
                     return await self._exchange_on(*a.on(lease, self.out), refused_ok=False)
                 finally:
                     lease.release()
@@ -393,5 +396,5 @@ class ProxyRequest:
         return outcome.error.status if outcome.error is not None else 200
 
 
-def _release(response: aiohttp.ClientResponse) -> None:
-    response.release()  # a response head that came after the client left
+def _release(late: aiohttp.ClientResponse | Lease) -> None:
+    late.release()  # a response head or a lease that came after the client left

@@ -177,11 +177,14 @@ def _loosely(table: dict[str, ModelConfig], name: str) -> ModelConfig | None:
     """The model ``name`` means when it is not a name or alias as written: without a bracketed
     suffix (``demo[1m]``), and in another case (``Demo``), when exactly one model matches."""
     bare = _SUFFIX.sub("", name).strip()
-    if bare != name and bare in table:
-        return table[bare]
-    folded = {m.name for key, m in table.items() if key.casefold() == bare.casefold()}
-    if len(folded) == 1:
-        return next(m for key, m in table.items() if key.casefold() == bare.casefold())
+    for candidate in (name, bare):  # the whole name first: an alias may hold brackets (qwen[q8])
+        if candidate != name and candidate in table:
+            return table[candidate]
+        folded = {m.name: m for key, m in table.items() if key.casefold() == candidate.casefold()}
+        if len(folded) == 1:
+            return next(iter(folded.values()))
+        if folded:
+            return None  # several models fold to it: no guess
     return None
 
 

@@ -34,6 +34,22 @@ _OVERFLOW = re.compile(
 MAX_TOKEN_BYTES = 256
 
 
+# Keys whose strings are media (base64 images, audio, files), not prompt text: a 1.6 MB image is a
+# few hundred tokens
+_MEDIA_KEYS = frozenset({"image_url", "input_image", "input_audio", "source", "file_data", "images", "file"})
+
+
+def text_bytes(value: object) -> int:
+    """UTF-8 bytes of the prompt text in a request body: every string but media data and keys."""
+    if isinstance(value, str):
+        return len(value.encode("utf-8", "replace"))
+    if isinstance(value, dict):
+        return sum(text_bytes(v) for k, v in value.items() if k not in _MEDIA_KEYS)
+    if isinstance(value, list):
+        return sum(text_bytes(v) for v in value)
+    return 0
+
+
 def too_long(text_bytes: int, slot_ctx: int) -> ApiError | None:
     """The overflow error for a prompt of ``text_bytes`` UTF-8 bytes that cannot fit a slot of
     ``slot_ctx`` tokens even at :data:`MAX_TOKEN_BYTES` per token, or None (it may fit: llama-server

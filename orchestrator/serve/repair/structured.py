@@ -103,7 +103,8 @@ def unsatisfiable(schema: Any, path: str) -> str | None:
         return None
     if schema.get("not") in ({}, True) or schema.get("enum") == [] or schema.get("type") == []:
         return path
-    for j, part in enumerate(schema.get("allOf") or []):
+    parts = schema.get("allOf")
+    for j, part in enumerate(parts if isinstance(parts, list) else []):
         if (found := unsatisfiable(part, f"{path}.allOf[{j}]")) is not None:
             return found
     props, required = schema.get("properties"), schema.get("required")

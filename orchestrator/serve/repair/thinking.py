@@ -52,17 +52,21 @@ def chat_thinking(body: dict[str, Any], default: bool | None, add: Callable[[str
     ctk = ctk or {}
     if "enable_thinking" in ctk and not isinstance(ctk["enable_thinking"], bool):
         raise _bad("chat_template_kwargs.enable_thinking must be true or false", "chat_template_kwargs.enable_thinking")
-    top_key = "enable_thinking" if "enable_thinking" in body else "think" if "think" in body else None
-    if top_key is not None:
-        top = _top_switch(body[top_key], top_key)
-        add("thinking_moved")
-        if "enable_thinking" in ctk:
-            return dict(ctk)  # the client's explicit kwargs win; only the top-level key goes
-        return {**ctk, "enable_thinking": top}
     effort = body.get("reasoning_effort")
     # false, 5 or "ultra" said nothing llama-server reads, and skipping the model's default for it
     # turned thinking on for a model configured thinking: false
     check_effort(effort, "reasoning_effort")
+    switches = {k: _top_switch(body[k], k) for k in ("enable_thinking", "think") if body.get(k) is not None}
+    if len(set(switches.values())) > 1:
+        raise _bad("'think' and 'enable_thinking' disagree; send one of them", "think")
+    if "enable_thinking" in body and body["enable_thinking"] is None:
+        raise _bad("'enable_thinking' must be true or false", "enable_thinking")
+    if switches:
+        top = next(iter(switches.values()))
+        add("thinking_moved")
+        if "enable_thinking" in ctk:
+            return dict(ctk)  # the client's explicit kwargs win; only the top-level key goes
+        return {**ctk, "enable_thinking": top}
     if default is not None and "enable_thinking" not in ctk and effort is None:
         add("thinking_default")
         return {**ctk, "enable_thinking": default}

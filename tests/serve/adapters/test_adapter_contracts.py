@@ -338,3 +338,21 @@ def test_a_whole_answer_cut_after_work_may_have_started_is_a_502_not_a_silent_re
     assert r.status_code == 502 and r.json()["error"]["code"] == "upstream_died", r.text
     assert r.headers.get("retry-after") is not None
     assert len(fake.requests) == 1  # not resent
+
+
+def test_media_embeddings_and_counts_are_not_refused_as_too_long(stack: Stack) -> None:
+    """Only one generating prompt's text counts against the slot: a 1.6 MB base64 image is a few
+    hundred tokens, 600 embedding inputs are embedded one by one, a count answers how long it is."""
+    _fake, seen = _recording(stack)
+    image = "data:image/png;base64," + "A" * 1_600_000
+    parts = [{"type": "text", "text": "What is this?"}, {"type": "image_url", "image_url": {"url": image}}]
+    with httpx.Client(base_url=stack.url, timeout=30) as client:
+        r = client.post(
+            "/v1/chat/completions", json={"model": "demo", "messages": [{"role": "user", "content": parts}]}
+        )
+        assert "prompt is too long" not in r.text
+        r = client.post("/v1/embeddings", json={"model": "demo", "input": ["x" * 2000] * 600})
+        assert "prompt is too long" not in r.text
+        r = client.post("/tokenize", json={"model": "demo", "content": "word " * 240_000})
+        assert "prompt is too long" not in r.text
+    assert {path for path, _ in seen} >= {"/v1/embeddings", "/tokenize"}  # they reached the replica

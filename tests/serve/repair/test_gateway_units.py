@@ -88,3 +88,29 @@ def test_model_list_paging() -> None:
     with pytest.raises(ApiError) as err:
         page(entries, {"limit": "0"})
     assert err.value.status == 400 and err.value.param == "limit"
+
+
+def test_review_findings_on_client_input() -> None:
+    """Inputs an adversarial review found: each is a clear 400 (or passes), never a 500 or a guess."""
+    entries = [{"id": "m0"}]
+    for bad in ("²", "9" * 4400, "-1"):
+        with pytest.raises(ApiError) as err:
+            page(entries, {"limit": bad})
+        assert err.value.status == 400 and err.value.param == "limit"
+    structured.check({"messages": USER, "json_schema": {"allOf": 5}})  # not a list: not ours to refuse
+    structured.check(
+        {"messages": USER, "tools": [{"type": "function", "function": {"name": "f", "parameters": {"allOf": True}}}]}
+    )
+    for body in ({"think": False, "enable_thinking": True}, {"think": "bogus", "enable_thinking": True},
+                 {"think": True, "reasoning_effort": "ultra"}):  # fmt: skip
+        with pytest.raises(ApiError) as err:
+            repair_request({"messages": USER, **body}, RepairPolicy())
+        assert err.value.status == 400
+    assert "think" not in repair_request({"messages": USER, "think": None}, RepairPolicy()).repairs  # null: absent
+
+
+def test_a_bracketed_alias_beats_the_suffix_rule() -> None:
+    qwen = ModelConfig(name="qwen", path="/a.gguf")
+    q8 = ModelConfig(name="qwen-q8", path="/b.gguf", aliases=["qwen[q8]"])
+    table = {"qwen": qwen, "qwen-q8": q8, "qwen[q8]": q8}
+    assert _loosely(table, "QWEN[Q8]") is q8 and _loosely(table, "qwen[1m]") is qwen
