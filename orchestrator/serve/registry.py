@@ -19,7 +19,7 @@ from orchestrator.serve.ollama.adapter import ollama_routes
 from orchestrator.serve.ollama.listings import OllamaApi
 from orchestrator.serve.openai.adapter import ChatCompletions, Completions, Embeddings
 from orchestrator.serve.responses import stored
-from orchestrator.serve.responses.adapter import InputTokens, Responses
+from orchestrator.serve.responses.adapter import Compact, InputTokens, Responses
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -34,6 +34,7 @@ ADAPTERS: tuple[Adapter, ...] = (
     CountTokens(),
     Responses(),
     InputTokens(),
+    Compact(),
     *native_routes(),
     *ollama_routes(),
 )

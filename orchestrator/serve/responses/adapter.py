@@ -32,8 +32,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.errors import ApiError
-from orchestrator.serve.adapters.base import Adapter, BodyPlan, Generation, Request, Resend
+from orchestrator.serve.adapters.base import Adapter, BodyPlan, Generation, Internal, Request, Resend
 from orchestrator.serve.repair import structured
+from orchestrator.serve.responses import compaction
 from orchestrator.serve.responses import repair as responses
 from orchestrator.serve.responses.chat_view import responses_chat
 from orchestrator.serve.responses.items import hosted_item
@@ -293,3 +294,24 @@ class InputTokens(Adapter):
 
     def prepare(self, body: dict[str, Any], model: ModelConfig, policy: chat.RepairPolicy) -> BodyPlan:
         return _repair(body, model, policy)
+
+
+_RESPONSES = Responses()
+
+
+class Compact(Generation):
+    """``POST /v1/responses/compact`` (Codex's remote compaction): the model writes the summary
+    (``responses.compaction``) through a whole ``/v1/responses`` request; the answer is the
+    ``response.compaction`` object with one ``compaction`` item that later requests replay."""
+
+    path = "/v1/responses/compact"
+    kind = "compact"
+    shape = RESPONSES
+
+    def translate(self, body: dict[str, Any], raw: bytes) -> Internal:
+        return Internal(_RESPONSES.path, compaction.summary_request(body), _RESPONSES)
+
+    def fix(self, req: Request, obj: dict[str, Any]) -> tuple[dict[str, Any], bool] | Resend:
+        if obj.get("object") != "response":
+            return obj, False  # not an answer to compact (an error passes on as it came)
+        return compaction.compacted(req.client_body, obj), True

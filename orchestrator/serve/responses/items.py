@@ -20,8 +20,10 @@ reasoning with only encrypted content  dropped (nothing a local model can read)
 ``custom_tool_call_output``            a ``function_call_output``
 =====================================  =============================================================
 
-Replayed items of hosted tools (:data:`HOSTED_ITEMS`: ``web_search_call``, ``local_shell_call``,
-``compaction``...), which a session that started on a hosted model carries in its history, are
+A ``compaction`` item this server made (``POST /v1/responses/compact``) becomes the user message
+carrying its summary (``responses.compaction``); one from another server cannot be read and is
+dropped. Replayed items of hosted tools (:data:`HOSTED_ITEMS`: ``web_search_call``,
+``local_shell_call``...), which a session that started on a hosted model carries in its history, are
 skipped like the hosted tools themselves (``responses_tools``): nothing here ran them and the
 model cannot read them. An ``item_reference`` is skipped too: it points into a store this server
 does not have. The same item is skipped on every turn, so the rendered prompt stays a prefix of
@@ -38,6 +40,7 @@ from typing import Any
 
 from orchestrator.errors import ApiError
 from orchestrator.serve.repair.agent_errors import checked_arguments
+from orchestrator.serve.responses.compaction import expand
 from orchestrator.serve.responses.tools import CUSTOM_ARG, joined_name
 
 _TEXT_PARTS = ("output_text", "input_text", "text")
@@ -69,7 +72,6 @@ HOSTED_ITEMS = (
     "mcp_approval_response",
     "tool_search_call",
     "tool_search_output",
-    "compaction",
     "item_reference",
 )
 
@@ -130,6 +132,8 @@ def normalize_item(item: Any, where: str) -> dict[str, Any] | None:
         if item.get("role") == "assistant" and itype is None:
             return {**item, "type": "message"}
         return item
+    if itype == "compaction":  # ours: the summary it stands for; another server's: unreadable
+        return expand(item)
     if itype in HOSTED_ITEMS:
         return None
     if itype not in _KNOWN:

@@ -42,6 +42,7 @@ BODIES: dict[str, dict[str, Any]] = {
     "/v1/messages/count_tokens": {"model": "demo", "messages": USER},
     "/v1/responses": {"model": "demo", "instructions": "Be brief.", "input": "Hi"},
     "/v1/responses/input_tokens": {"model": "demo", "input": "Hi"},
+    "/v1/responses/compact": {"model": "demo", "input": [{"role": "user", "content": "Hi"}]},
     "/v1/chat/completions/input_tokens": {"model": "demo", "messages": USER},
     "/apply-template": {"model": "demo", "messages": USER},
     "/infill": {"model": "demo", "input_prefix": "a", "input_suffix": "b"},
@@ -356,3 +357,29 @@ def test_media_embeddings_and_counts_are_not_refused_as_too_long(stack: Stack) -
         r = client.post("/tokenize", json={"model": "demo", "content": "word " * 240_000})
         assert "prompt is too long" not in r.text
     assert {path for path, _ in seen} >= {"/v1/embeddings", "/tokenize"}  # they reached the replica
+
+
+def test_codex_remote_compaction_round_trip(stack: Stack) -> None:
+    """``POST /v1/responses/compact`` asks the model for the summary and answers one compaction item
+    after the user messages; a later request that replays the item has the summary in its prompt."""
+    _fake, seen = _recording(stack)
+    history = [
+        {"role": "user", "content": "Fix the failing test"},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Done."}]},
+    ]
+    with httpx.Client(base_url=stack.url, timeout=30) as client:
+        r = client.post("/v1/responses/compact", json={"model": "demo", "input": history})
+        assert r.status_code == 200, r.text
+        compacted = r.json()
+        path, asked = seen[-1]
+        assert path == "/v1/responses" and asked["stream"] is False  # the model itself writes the summary
+        assert "Summarize the conversation" in json.dumps(asked["input"][-1])
+        assert compacted["object"] == "response.compaction"
+        *users, item = compacted["output"]
+        assert [u["content"][0]["text"] for u in users] == ["Fix the failing test"]
+        assert item["type"] == "compaction" and item["encrypted_content"]
+        later = [*compacted["output"], {"role": "user", "content": "Now run it"}]
+        r = client.post("/v1/responses", json={"model": "demo", "input": later})
+        assert r.status_code == 200, r.text
+        replayed = json.dumps(seen[-1][1]["input"])
+        assert "Hello" in replayed and "conversation_summary" in replayed  # the fake's answer text, as the summary

@@ -114,3 +114,17 @@ def test_a_bracketed_alias_beats_the_suffix_rule() -> None:
     q8 = ModelConfig(name="qwen-q8", path="/b.gguf", aliases=["qwen[q8]"])
     table = {"qwen": qwen, "qwen-q8": q8, "qwen[q8]": q8}
     assert _loosely(table, "QWEN[Q8]") is q8 and _loosely(table, "qwen[1m]") is qwen
+
+
+def test_compaction_items_are_sealed_and_expanded_the_same_way_every_turn() -> None:
+    from orchestrator.serve.responses.compaction import expand, seal
+
+    item = {"type": "compaction", "id": "cmp_1", "encrypted_content": seal("we fixed the test")}
+    out = repair_responses({"input": [item, {"role": "user", "content": "next"}]}, RepairPolicy()).body["input"]
+    assert out[0] == expand(item) and "we fixed the test" in out[0]["content"] and out[0]["role"] == "user"
+    foreign = {"type": "compaction", "encrypted_content": "gAAAAABpM0Yj"}  # another server's: unreadable
+    out = repair_responses({"input": [foreign, {"role": "user", "content": "next"}]}, RepairPolicy()).body["input"]
+    assert out == [{"role": "user", "content": "next"}]
+    with pytest.raises(ApiError) as err:
+        expand({"type": "compaction", "encrypted_content": seal("x")[:-4] + "!!!!"})
+    assert err.value.status == 400
