@@ -47,6 +47,7 @@ from orchestrator.launch.fit import (
 from orchestrator.launch.needs import check_patch_features
 from orchestrator.launch.placement import Placer, placements, tensor_split
 from orchestrator.launch.spec import CHILD_HOST, SSE_PING_S, InstanceSpec
+from orchestrator.launch.template import template_args
 from orchestrator.models.facts import ModelFacts
 from orchestrator.native.build import BuildInfo
 from orchestrator.native.capabilities import ServerCapabilities, library_env
@@ -65,6 +66,7 @@ class _Planned:
     draft_facts: ModelFacts | None
     spec_type: str | None
     notes: list[str]
+    template: tuple[Path | None, str | None] = (None, None)  # --chat-template-file, --chat-template-kwargs
 
 
 def plan_launch(
@@ -164,7 +166,9 @@ def _plan_model(
             hint="rebuild from the pinned llama.cpp with `orchestrator build --force`, or set speculative.type: none",
         )
     check_patch_features(config, i, model, spec_type, capabilities)
-    return _Planned(i, model, gguf, draft, model_facts, draft_facts, spec_type, notes)
+    template_file, kwargs, template_notes = template_args(config, i, model, gguf)
+    notes += template_notes
+    return _Planned(i, model, gguf, draft, model_facts, draft_facts, spec_type, notes, (template_file, kwargs))
 
 
 def _check_trained_context(config: Config, i: int, model: ModelConfig, facts: ModelFacts) -> None:
@@ -244,6 +248,8 @@ def _replica(
         rpc=tuple(model.rpc),
         # streams never fall silent for long, a long prefill included (the proxy keeps a queue audible)
         sse_ping=SSE_PING_S if "--sse-ping-interval" in capabilities.flags else None,
+        chat_template_file=p.template[0],
+        template_kwargs=p.template[1],
         extra_args=(*ctx_override(model, p.facts), *model.extra_args),
     )
     env = _env(build, capabilities.backend, model, assigned)

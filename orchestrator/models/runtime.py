@@ -179,8 +179,11 @@ def render_chat(
     add_generation_prompt: bool = True,
     enable_thinking: bool | None = None,
     tools: list[dict[str, Any]] | None = None,
+    template: str | None = None,
+    kwargs: dict[str, Any] | None = None,
 ) -> str:
-    """Render ``messages`` with the GGUF's own chat template: the prompt text llama-server
+    """Render ``messages`` with the GGUF's own chat template (or ``template``, the one the server was
+    launched with, and its ``--chat-template-kwargs`` ``kwargs``): the prompt text llama-server
     would build (before tokenization).
 
     Raises ``ChatTemplateError`` when the template refuses the messages (``.rule`` quotes it)
@@ -192,13 +195,14 @@ def render_chat(
     bos = vocab.token_text(vocab.bos_id) if vocab.bos_id is not None else ""
     eos = vocab.token_text(vocab.eos_id) if vocab.eos_id is not None else ""
     return render_template(
-        vocab.chat_template,
+        template or vocab.chat_template,
         messages,
         bos_token=bos,
         eos_token=eos,
         add_generation_prompt=add_generation_prompt,
         enable_thinking=enable_thinking,
         tools=tools,
+        kwargs=kwargs,
     )
 
 
@@ -211,8 +215,10 @@ def render_template(
     add_generation_prompt: bool = True,
     enable_thinking: bool | None = None,
     tools: list[dict[str, Any]] | None = None,
+    kwargs: dict[str, Any] | None = None,
 ) -> str:
-    """Render a Jinja chat ``template`` (the text of ``tokenizer.chat_template``).
+    """Render a Jinja chat ``template`` (the text of ``tokenizer.chat_template``); ``kwargs`` are
+    more template variables (a server's ``--chat-template-kwargs``).
 
     ``enable_thinking=None`` leaves the variable undefined, so the template's default
     applies. Raises ``ChatTemplateError`` as ``render_chat`` does.
@@ -224,6 +230,7 @@ def render_template(
     except TemplateError as err:
         raise ChatTemplateError(f"the chat template does not parse: {err}") from None
     context: dict[str, Any] = {
+        **(kwargs or {}),
         "messages": messages,
         "bos_token": bos_token,
         "eos_token": eos_token,

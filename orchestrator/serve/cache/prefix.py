@@ -13,6 +13,8 @@ with any user message extends it exactly, as a hybrid model's cache needs).
 
 from __future__ import annotations
 
+import functools
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -49,9 +51,10 @@ def chat_tokens(gguf: Path, body: dict[str, Any], policy: RepairPolicy) -> list[
     return prompt_tokens(gguf, repair_request(body, policy).body)
 
 
-def prompt_tokens(gguf: Path, chat: dict[str, Any]) -> list[int]:
+def prompt_tokens(gguf: Path, chat: dict[str, Any], launch: Launched | None = None) -> list[int]:
     """The prompt tokens llama-server will build for the chat request ``chat`` (an already
-    repaired body, as a route adapter's ``chat_request`` gives it).
+    repaired body, as a route adapter's ``chat_request`` gives it), with the template the server
+    was ``launch``-ed with (``--chat-template-file``, ``--chat-template-kwargs``) when it has one.
 
     Raises:
         UserError: the template refused it or the GGUF has none (``ChatTemplateError``).
@@ -63,8 +66,28 @@ def prompt_tokens(gguf: Path, chat: dict[str, Any]) -> list[int]:
         template_messages(chat["messages"]),
         enable_thinking=thinking if isinstance(thinking, bool) else None,
         tools=chat.get("tools"),
+        template=launch.template() if launch else None,
+        kwargs=launch.kwargs() if launch else None,
     )
     return load_vocab(gguf).tokenize(text)
+
+
+class Launched:
+    """The chat template a server was launched with (``launch.template``): its file and kwargs."""
+
+    def __init__(self, template_file: Path | None, template_kwargs: str | None) -> None:
+        self.template_file, self.template_kwargs = template_file, template_kwargs
+
+    def template(self) -> str | None:
+        return _read(self.template_file) if self.template_file else None
+
+    def kwargs(self) -> dict[str, Any] | None:
+        return json.loads(self.template_kwargs) if self.template_kwargs else None
+
+
+@functools.lru_cache(maxsize=8)
+def _read(path: Path) -> str:
+    return path.read_text(encoding="utf-8")
 
 
 def warm_text(item: str | WarmPrefixFile, config_dir: Path) -> str:

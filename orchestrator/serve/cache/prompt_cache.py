@@ -32,7 +32,7 @@ from prometheus_client.registry import Collector
 
 from orchestrator.errors import ApiError, UserError
 from orchestrator.paths import kv_root
-from orchestrator.serve.cache.prefix import prompt_tokens, warm_tokens_for
+from orchestrator.serve.cache.prefix import Launched, prompt_tokens, warm_tokens_for
 from orchestrator.serve.http.body import dump_body
 from orchestrator.supervise.affinity import Choice, Replica, SlotHoldings
 from orchestrator.supervise.kv_files import KvStore
@@ -163,6 +163,11 @@ class PromptCache:
             return inst.spec.gguf
         raise KeyError(model.name)
 
+    def _launched(self, model: ModelConfig) -> Launched:
+        """The chat template ``model``'s servers were launched with."""
+        server = next(iter(self.supervisor.for_model(model.name))).spec.server
+        return Launched(server.chat_template_file, server.template_kwargs)
+
     def attach(self, scheduler: ModelScheduler) -> None:
         """Register the save and restore hooks with the model lifecycle."""
         scheduler.before_stop.append(self._before_stop)
@@ -233,8 +238,8 @@ class PromptCache:
         if chat_of is None or "id_slot" in body or (model.parallel == 1 and replicas == 1):
             return NO_AFFINITY
         try:
-            gguf = self._gguf(model)
-            tokens = await asyncio.to_thread(_tokens, gguf, chat_of, body)
+            gguf, launch = self._gguf(model), self._launched(model)
+            tokens = await asyncio.to_thread(_tokens, gguf, chat_of, body, launch)
         except (ApiError, UserError, KeyError, TypeError, IndexError) as err:
             log.debug("kv: no prefix affinity for this request: %s", err)
             return NO_AFFINITY
@@ -247,9 +252,11 @@ class PromptCache:
         return self.kv.model(model).row()
 
 
-def _tokens(gguf: Path, chat_of: Callable[[dict[str, Any]], dict[str, Any]], body: dict[str, Any]) -> list[int]:
+def _tokens(
+    gguf: Path, chat_of: Callable[[dict[str, Any]], dict[str, Any]], body: dict[str, Any], launch: Launched
+) -> list[int]:
     """The prompt tokens of ``body`` (already repaired) through its route's chat view (in a thread)."""
-    return prompt_tokens(gguf, chat_of(body))
+    return prompt_tokens(gguf, chat_of(body), launch)
 
 
 class KvCollector(Collector):

@@ -241,7 +241,9 @@ def _repair_message(i: int, msg: Any, policy: RepairPolicy, kinds: _Kinds) -> di
         new["role"] = role = "system"
         kinds.add("developer_role")
     blank = isinstance(content, str) and not content.strip()
-    if blank and (role == "system" or (role == "assistant" and not msg.get("tool_calls"))):
+    # an assistant turn that only thought is a turn (the slot holds it; dropping it rewrites history)
+    reasoned = isinstance(msg.get("reasoning_content"), str) and bool(msg["reasoning_content"].strip())
+    if blank and (role == "system" or (role == "assistant" and not msg.get("tool_calls") and not reasoned)):
         kinds.add("empty_dropped")
         return None
     calls = checked_calls(msg.get("tool_calls"), f"{where}.tool_calls") if role == "assistant" else None
