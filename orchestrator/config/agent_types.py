@@ -19,3 +19,9 @@ class ModelAgentKeys(BaseModel):
         description="let a client's default switch thinking (Anthropic thinking.type adaptive, as Claude Code "
         "sends on every request); false: the model's configured `thinking` wins over it",
     )
+    preserve_thinking: bool | None = Field(
+        None,
+        description="render every earlier turn with its reasoning, so a new user message re-processes only itself "
+        "(Qwen3.6's switch; Qwen3.5's template is rewritten to take it); costs the reasoning's context; "
+        "null = on where the template allows it",
+    )

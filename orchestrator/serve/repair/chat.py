@@ -35,7 +35,7 @@ kind                        what happened
 ``null_content``            null or missing ``content`` became ``""``
 ``content_parts_joined``    a list of text parts became one string
 ``empty_dropped``           an empty system message, or an empty assistant message without
-                            ``tool_calls``, was dropped
+                            ``tool_calls`` or reasoning (a turn that only thought is a turn), was dropped
 ``arguments_empty``         a replayed tool call's empty ``arguments`` became ``{}`` (other
                             arguments that are not a JSON object: 400, ``agent_errors``)
 ``thinking_moved``          a top-level ``enable_thinking`` (or ``think``) moved into ``chat_template_kwargs``
@@ -241,7 +241,6 @@ def _repair_message(i: int, msg: Any, policy: RepairPolicy, kinds: _Kinds) -> di
         new["role"] = role = "system"
         kinds.add("developer_role")
     blank = isinstance(content, str) and not content.strip()
-    # an assistant turn that only thought is a turn (the slot holds it; dropping it rewrites history)
     reasoned = isinstance(msg.get("reasoning_content"), str) and bool(msg["reasoning_content"].strip())
     if blank and (role == "system" or (role == "assistant" and not msg.get("tool_calls") and not reasoned)):
         kinds.add("empty_dropped")
