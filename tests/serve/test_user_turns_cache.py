@@ -22,6 +22,7 @@ pytestmark = [pytest.mark.server, pytest.mark.slow]
 
 SYSTEM = "You are a coding agent. Follow the repository's conventions. " * 30
 TOOL_OUTPUT = "def main():\n    print('hello')\n" * 60
+MODEL = "demo"  # the model the per-API tests run on (test_without_... uses "stock")
 TOOLS = [{"type": "function", "function": {"name": "read", "parameters": {"type": "object", "properties": {}}}}]
 
 
@@ -99,3 +100,35 @@ def test_the_same_on_anthropic_messages(stack: Stack, send_thinking: bool) -> No
     before = t2["prompt_n"] + t2.get("cache_n", 0) + t2["predicted_n"]
     new = max(0, t3["prompt_n"] + t3.get("cache_n", 0) - before)
     assert t3["prompt_n"] <= new + 64, (t3["prompt_n"], new)
+
+
+def _responses(stack: Stack, items: list[dict[str, Any]]) -> dict[str, Any]:
+    tools = [{"type": "function", "name": "read", "parameters": {"type": "object", "properties": {}}}]
+    body = {"model": MODEL, "instructions": SYSTEM, "input": items, "tools": tools, "max_output_tokens": 24}
+    r = httpx.post(stack.url + "/v1/responses", json=body, timeout=120)
+    assert r.status_code == 200, r.text
+    answer: dict[str, Any] = r.json()
+    return answer
+
+
+def test_the_same_on_responses_as_codex_replays_it(stack: Stack) -> None:
+    """Codex's shape: its reasoning comes back encrypted (unreadable here, so dropped), the call and
+    its output as items; the turn after a new user message still processes only its new tokens."""
+    items: list[dict[str, Any]] = [{"role": "user", "content": "Fix main.py"}]
+    _responses(stack, items)
+    items += [
+        {"type": "reasoning", "summary": [], "encrypted_content": "gAAAA-opaque"},
+        {"type": "function_call", "call_id": "c1", "name": "read", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": TOOL_OUTPUT},
+    ]
+    second = _responses(stack, items)
+    text = "".join(
+        p.get("text", "") for o in second["output"] if o.get("type") == "message" for p in o.get("content", [])
+    )
+    items += [{"role": "assistant", "content": [{"type": "output_text", "text": text}]},
+              {"role": "user", "content": "Thanks. Now add a test for it."}]  # fmt: skip
+    third = _responses(stack, items)
+    u2, u3 = second["usage"], third["usage"]  # Responses answers carry usage, not timings
+    processed = u3["input_tokens"] - u3["input_tokens_details"]["cached_tokens"]
+    new = max(0, u3["input_tokens"] - (u2["input_tokens"] + u2["output_tokens"]))
+    assert processed <= new + 64, (processed, new)
