@@ -37,17 +37,18 @@ async def next_lease(router: Router, model: str, lease: Lease, refused: NothingA
     ``lease`` is released either way.
 
     Raises:
-        ApiError: 502 ``upstream_died`` when the replica may have been working on it (a whole
-            answer past ``RESEND_WITHIN_S``); its transport error when it is alive and closed the
-            connection on purpose (not resent); as ``Router.acquire``.
+        ApiError: 502 ``upstream_stalled`` or ``upstream_died`` when the replica may have been
+            working on it (a whole answer past ``RESEND_WITHIN_S``, or one it stalled on); its
+            transport error when it is alive and closed the connection on purpose (not resent);
+            as ``Router.acquire``.
     """
     lease.release()
     cause, stalls, may_have_worked = refused.args
     inst = lease.instance
-    if may_have_worked:
-        raise died_working(inst.name) from None
     stalled = stalled_error(inst.stalls - stalls, inst.warnings)
-    if stalled is None and not await router.left_serving(inst):
+    if may_have_worked:
+        raise (stalled or died_working(inst.name)) from None
+    if not await router.left_serving(inst) and stalled is None:
         raise to_api_error(cause) from None  # alive: it closed on purpose
     return await router.acquire(model)  # it died or froze before the request started: the successor
 

@@ -78,8 +78,7 @@ JSON_HEADER = (b"content-type", b"application/json")
 # Status counted for a request whose client went away before the answer (nginx's convention).
 CLIENT_CLOSED = 499
 DRAIN_RETRY_AFTER = 5.0
-WAITING_SLOT = "waiting for a free slot"
-WAITING_RESTART = "waiting for a replica to restart"
+WAITING_SLOT, WAITING_RESTART = "waiting for a free slot", "waiting for a replica to restart"
 # A whole (non-streamed) request whose replica closed without an answer is resent to the next
 # replica only within this many seconds of sending it (a replica that died or froze with it queued,
 # or at most this much work redone): past it, the replica may have been working on it (its head
@@ -309,11 +308,11 @@ class ProxyRequest:
                 await self._end_stream(error)
                 return error.status
 
-    def _may_have_worked(self, sent: float) -> bool:
+    def _may_have_worked(self, sent: float, stalled: bool) -> bool:
         """Whether a replica that closed without a response head may have worked on this request:
-        a stream's head comes when a slot takes it, so no head means no work; a whole answer's
-        head comes at its end, so only one that failed within ``RESEND_WITHIN_S`` surely did none."""
-        return not self.stream and time.monotonic() - sent > RESEND_WITHIN_S
+        a stream's head comes when a slot takes it, so no head means no work; a whole answer's head
+        comes at its end: only one that failed within ``RESEND_WITHIN_S``, unstalled, did none."""
+        return not self.stream and (stalled or time.monotonic() - sent > RESEND_WITHIN_S)
 
     def _beat(self) -> Beat | None:
         """How this request stays audible while it waits (``holding.audibly``); None when not a stream."""
@@ -347,7 +346,8 @@ class ProxyRequest:
                 except NOTHING_ANSWERED as exc:
                     # no response head even on a fresh connection: the replica just died
                     if refused_ok and attempt == 1:
-                        raise NothingAnswered(exc, stalls, self._may_have_worked(sent)) from None
+                        worked = self._may_have_worked(sent, instance.stalls > stalls)
+                        raise NothingAnswered(exc, stalls, worked) from None
                     raise
                 try:
                     if response.status >= 400:
