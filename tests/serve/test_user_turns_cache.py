@@ -35,36 +35,42 @@ def stack(tmp_path_factory: pytest.TempPathFactory, bin_info: Any, echo_model: P
     s.close()
 
 
-def _chat(stack: Stack, model: str, messages: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
+def _chat(
+    stack: Stack, model: str, messages: list[dict[str, Any]], thinking: bool = True
+) -> tuple[dict[str, Any], dict[str, Any]]:
     body = {"model": model, "messages": messages, "tools": TOOLS, "max_tokens": 24, "temperature": 0}
+    if not thinking:
+        body["chat_template_kwargs"] = {"enable_thinking": False}
     r = httpx.post(stack.url + "/v1/chat/completions", json=body, timeout=120)
     assert r.status_code == 200, r.text
     return r.json()["choices"][0]["message"], r.json()["timings"]
 
 
-def _session(stack: Stack, model: str, *, send_reasoning: bool) -> tuple[int, int]:
+def _session(stack: Stack, model: str, *, send_reasoning: bool, thinking: bool = True) -> tuple[int, int]:
     """A tool chain, then a new user message: ``(processed, new)`` tokens of that last request."""
     msgs: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Fix main.py"}]
-    m1, _ = _chat(stack, model, msgs)
+    m1, _ = _chat(stack, model, msgs, thinking)
     call = {"id": "c1", "type": "function", "function": {"name": "read", "arguments": "{}"}}
     a1: dict[str, Any] = {"role": "assistant", "content": m1.get("content") or "", "tool_calls": [call]}
     if send_reasoning:  # as a client that replays reasoning does on every turn
         a1["reasoning_content"] = m1.get("reasoning_content") or ""
     msgs += [a1, {"role": "tool", "tool_call_id": "c1", "content": TOOL_OUTPUT}]
-    m2, t2 = _chat(stack, model, msgs)
+    m2, t2 = _chat(stack, model, msgs, thinking)
     a2: dict[str, Any] = {"role": "assistant", "content": m2.get("content") or ""}
     if send_reasoning:
         a2["reasoning_content"] = m2.get("reasoning_content") or ""
     msgs += [a2, {"role": "user", "content": "Thanks. Now add a test for it."}]
-    _m3, t3 = _chat(stack, model, msgs)
+    _m3, t3 = _chat(stack, model, msgs, thinking)
     before = t2["prompt_n"] + t2.get("cache_n", 0) + t2["predicted_n"]
     total = t3["prompt_n"] + t3.get("cache_n", 0)
     return t3["prompt_n"], max(0, total - before)
 
 
-@pytest.mark.parametrize("send_reasoning", [True, False])
-def test_a_user_turn_after_a_tool_chain_processes_only_its_new_tokens(stack: Stack, send_reasoning: bool) -> None:
-    processed, new = _session(stack, "demo", send_reasoning=send_reasoning)
+@pytest.mark.parametrize(("send_reasoning", "thinking"), [(True, True), (False, True), (True, False)])
+def test_a_user_turn_after_a_tool_chain_processes_only_its_new_tokens(
+    stack: Stack, send_reasoning: bool, thinking: bool
+) -> None:
+    processed, new = _session(stack, "demo", send_reasoning=send_reasoning, thinking=thinking)
     assert processed <= new + 64, (processed, new)
 
 
