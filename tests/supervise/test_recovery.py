@@ -185,3 +185,40 @@ def test_failed_model_gets_503_without_retry_after(tmp_path: Path) -> None:
         assert health.status_code == 503 and "retry-after" not in health.headers
     finally:
         stack.close()
+
+
+def test_a_stream_queued_on_a_frozen_replica_is_answered_by_its_successor(
+    tmp_path: Path, bin_info: Any, echo_model: Path
+) -> None:
+    """One slot, busy; a second stream waits in llama-server's queue (it has its head and keepalives
+    from the endpoint). The replica freezes and is restarted: the stream it was working on ends with
+    an error event, the one that never started is answered in full by the restarted replica."""
+    models = [{"name": "demo", "parallel": 1, "ctx_size": 4096, "threads": 1}]
+    stack = real_stack(tmp_path, echo_model, bin_info, policy=stall_policy(), models=models)
+    try:
+        inst = stack.supervisor.instances[0]
+        busy_body = dict(CHAT, max_tokens=3000, stream=True)
+        queued_body = dict(CHAT, max_tokens=8, stream=True)
+        queued: list[str] = []
+        with httpx.stream("POST", stack.url + "/v1/chat/completions", json=busy_body, timeout=120) as busy:
+            lines = busy.iter_lines()
+            assert next(line for line in lines if line.startswith("data:"))  # the slot is taken
+
+            def second() -> None:
+                with httpx.stream("POST", stack.url + "/v1/chat/completions", json=queued_body, timeout=120) as r:
+                    queued.append(r.read().decode())
+
+            waiter = threading.Thread(target=second, daemon=True)
+            waiter.start()
+            wait_for(lambda: inst.in_flight == 2, 30, "the second stream reached the replica")
+            assert inst.pid is not None
+            os.kill(inst.pid, signal.SIGSTOP)
+            rest = "\n".join(lines)
+        assert "upstream_stalled" in rest  # the one it was working on
+        waiter.join(120)
+        (text,) = queued
+        assert '"error"' not in text and text.rstrip().endswith("data: [DONE]"), text[-500:]
+        assert '"finish_reason":"length"' in text  # all 8 tokens, from the restarted replica
+        assert inst.stalls == 1
+    finally:
+        stack.close()
