@@ -11,6 +11,9 @@ picks for a new prompt:
    hybrid model (gated delta-net beside attention) can only reuse a cache the prompt
    *extends*: its recurrent state cannot be rolled back to a shorter prefix, so a slot holding
    exactly the system prompt beats one holding that system prompt plus another conversation;
+   A slot whose held tokens the prompt only partly shares (another conversation with the same
+   system prompt, a side request) and that another session used within ``ACTIVE_S`` is not
+   taken while a slot is empty: that conversation keeps its history;
 2. with no match of at least ``MIN_MATCH`` tokens, the least busy replica and its free slot
    that is empty or least recently used;
 3. with no free slot at all, no slot is named and llama-server queues the request itself.
@@ -24,6 +27,9 @@ from dataclasses import dataclass
 
 MIN_MATCH = 16  # tokens: a shorter shared start (a chat template's header) is no reason to wait for a slot
 MAX_KEYS = 4096  # client session keys remembered (the oldest is forgotten first)
+# A slot whose conversation was served this recently is that conversation's: another one that
+# shares only its start (a system prompt) takes an empty slot instead of cutting its history off
+ACTIVE_S = 600.0
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
@@ -63,6 +69,7 @@ class SlotHoldings:
         self._busy: set[tuple[str, int]] = set()
         self._used: dict[tuple[str, int], float] = {}
         self._keyed: dict[str, tuple[str, int]] = {}  # a client's session key -> its slot, oldest first
+        self._owner: dict[tuple[str, int], str] = {}  # slot -> the session key of its last request
 
     def set(self, replica: str, slot: int, tokens: Sequence[int]) -> None:
         """Slot ``slot`` of ``replica`` now holds ``tokens``."""
@@ -77,13 +84,18 @@ class SlotHoldings:
         """Forget everything about ``replica`` (it stopped or restarted: its slots are empty)."""
         for key in [k for k in self._held if k[0] == replica]:
             del self._held[key]
+        for key in [k for k in self._owner if k[0] == replica]:
+            del self._owner[key]
         self._busy = {k for k in self._busy if k[0] != replica}
 
     def begin(self, replica: str, slot: int, tokens: Sequence[int], key: str | None = None) -> None:
         """A request with prompt ``tokens`` (of the client session ``key``) was sent to the slot."""
         self.set(replica, slot, tokens)
         self._busy.add((replica, slot))
-        if key is not None:
+        if key is None:
+            self._owner.pop((replica, slot), None)
+        else:
+            self._owner[(replica, slot)] = key
             self._keyed.pop(key, None)
             self._keyed[key] = (replica, slot)
             if len(self._keyed) > MAX_KEYS:
@@ -117,6 +129,10 @@ class SlotHoldings:
                 if matched >= MIN_MATCH and (best is None or score > best[0]):
                     best = (score, rep, slot)
         if best is not None:
+            if not best[0][0] and self._protected(best[1].name, best[2], key):
+                empty = self._empty(replicas)
+                if empty is not None:  # not another active conversation's slot while one is empty
+                    return Choice(empty[0], empty[1], 0)
             return Choice(best[1].name, best[2], best[0][1])
         rep = min(replicas, key=lambda r: r.load)
         free = [s for s in range(rep.slots) if not self.busy(rep.name, s)]
@@ -124,3 +140,17 @@ class SlotHoldings:
             return Choice(rep.name, None, 0)
         slot = min(free, key=lambda s: (len(self.held(rep.name, s)) > 0, self._used.get((rep.name, s), 0.0)))
         return Choice(rep.name, slot, 0)
+
+    def _protected(self, replica: str, slot: int, key: str | None) -> bool:
+        """Whether the slot holds another session's conversation that was served within ``ACTIVE_S``."""
+        owner = self._owner.get((replica, slot))
+        recent = time.monotonic() - self._used.get((replica, slot), 0.0) < ACTIVE_S
+        return owner is not None and owner != key and recent
+
+    def _empty(self, replicas: Sequence[Replica]) -> tuple[str, int] | None:
+        """A free slot that holds nothing, on the least busy replica that has one, or None."""
+        for rep in sorted(replicas, key=lambda r: r.load):
+            for slot in range(rep.slots):
+                if not self.busy(rep.name, slot) and not self.held(rep.name, slot):
+                    return rep.name, slot
+        return None

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from orchestrator.serve.anthropic.adapter import Messages
 from orchestrator.serve.responses.adapter import Responses
-from orchestrator.supervise.affinity import Replica, SlotHoldings
+from orchestrator.supervise.affinity import ACTIVE_S, Replica, SlotHoldings
 
 REPLICAS = [Replica("m-0", 2, 0), Replica("m-1", 2, 0)]
 
@@ -34,3 +34,27 @@ def test_session_keys_of_codex_and_claude_code() -> None:
     assert messages.session_key({"metadata": {"user_id": user_id}}) == "s:7e89f25a"
     assert messages.session_key({"metadata": {"user_id": "plain"}}) is None and messages.session_key({}) is None
     assert Responses().session_key({"metadata": {"user_id": user_id}}) is None  # not a Responses field
+
+
+def test_another_conversation_on_the_same_system_prompt_takes_an_empty_slot() -> None:
+    """Conversation A holds slot 0 (system prompt + its history); B shares only the system prompt.
+    While a slot is empty, B goes there instead of cutting A's history off; a side request (its own
+    key) does the same; A's own next turn stays; a slot idle past ACTIVE_S is fair game."""
+    one = [Replica("m-0", 2, 0)]
+    system = list(range(100))
+    holdings = SlotHoldings()
+    holdings.begin("m-0", 0, [*system, 1, 2, 3], key="s|A")
+    holdings.end("m-0", 0)
+    b = holdings.choose([*system, 7, 8], one, key="s|B")
+    assert b is not None and (b.slot, b.matched) == (1, 0)
+    a = holdings.choose([*system, 1, 2, 3, 4, 5], one, key="s|A")
+    assert a is not None and (a.slot, a.matched) == (0, 103)
+    holdings.begin("m-0", 1, [*system, 7, 8], key="s|B")  # B on slot 1, busy
+    side = holdings.choose([*system, 9], one, key="s|title")
+    assert side is not None and side.slot == 0  # no empty slot left: the shared start is better than nothing
+    quiet = SlotHoldings()
+    quiet.begin("m-0", 0, [*system, 1, 2, 3], key="s|A")
+    quiet.end("m-0", 0)
+    quiet._used[("m-0", 0)] -= ACTIVE_S + 1  # A went quiet long ago: its slot's shared start is reused
+    late = quiet.choose([*system, 7, 8], one, key="s|B")
+    assert late is not None and (late.slot, late.matched) == (0, 100)

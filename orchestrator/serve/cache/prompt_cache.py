@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import hashlib
+import json
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -239,13 +241,15 @@ class PromptCache:
             return NO_AFFINITY
         try:
             gguf, launch = self._gguf(model), self._launched(model)
-            tokens = await asyncio.to_thread(_tokens, gguf, chat_of, body, launch)
+            tokens, conversation = await asyncio.to_thread(_tokens, gguf, chat_of, body, launch)
         except (ApiError, UserError, KeyError, TypeError, IndexError) as err:
             log.debug("kv: no prefix affinity for this request: %s", err)
             return NO_AFFINITY
         if len(tokens) < AFFINITY_MIN_TOKENS:
             return NO_AFFINITY
-        return Affinity(self.kv.holdings, tokens, key)
+        # one key per conversation of a session: its first user message tells a side request (a title,
+        # a summary) and another conversation on the same system prompt from it
+        return Affinity(self.kv.holdings, tokens, f"{key or '-'}|{conversation}")
 
     def status(self, model: str) -> dict[str, Any]:
         """The ``kv`` block of model ``model``'s status row (``ModelKv.row``)."""
@@ -254,9 +258,13 @@ class PromptCache:
 
 def _tokens(
     gguf: Path, chat_of: Callable[[dict[str, Any]], dict[str, Any]], body: dict[str, Any], launch: Launched
-) -> list[int]:
-    """The prompt tokens of ``body`` (already repaired) through its route's chat view (in a thread)."""
-    return prompt_tokens(gguf, chat_of(body), launch)
+) -> tuple[list[int], str]:
+    """The prompt tokens of ``body`` (already repaired) through its route's chat view (in a thread),
+    and a digest of its first user message (which conversation it is)."""
+    chat = chat_of(body)
+    first = next((m.get("content") for m in chat["messages"] if m.get("role") == "user"), None)
+    digest = hashlib.sha256(json.dumps(first, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    return prompt_tokens(gguf, chat, launch), digest
 
 
 class KvCollector(Collector):
