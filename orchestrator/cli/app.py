@@ -275,8 +275,9 @@ def tune(
 
 bench_app = typer.Typer(
     cls=SweepByDefault,
-    help="Measure: the draft-length sweep (the default: `orchestrator bench [MODEL] --k ...`), "
-    "and the benchmarks behind our published figures (policy, agent, proxy, gpu; each: --help).",
+    help="Measure: the draft-length sweep (the default: `orchestrator bench [MODEL] --k 0,1,2,3 --apply`; "
+    "its options: `orchestrator bench sweep --help`), and the benchmarks behind our published figures "
+    "(policy, agent, proxy, gpu; each one's --help is its own).",
     no_args_is_help=False,
     invoke_without_command=False,
 )
