@@ -158,7 +158,7 @@ class Stack:
         try:
             for fake in self.fakes:
                 fake.close()
-            self.run(stop(), 60)
+            self.run(stop(), 180)  # bounded inside (uvicorn 10 s, stop grace); seen once past 60 s under CI load
         finally:
             self.loop.call_soon_threadsafe(self.loop.stop)
             self._thread.join(10)

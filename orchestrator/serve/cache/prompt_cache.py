@@ -247,8 +247,8 @@ class PromptCache:
             return NO_AFFINITY
         if len(tokens) < AFFINITY_MIN_TOKENS:
             return NO_AFFINITY
-        # one key per conversation of a session: its first user message tells a side request (a title,
-        # a summary) and another conversation on the same system prompt from it
+        # one key per conversation of a session: its opening (system prompt, first user message) tells a
+        # side request (a title, a summary) and another conversation on the same system prompt from it
         return Affinity(self.kv.holdings, tokens, f"{key or '-'}|{conversation}")
 
     def status(self, model: str) -> dict[str, Any]:
@@ -260,10 +260,12 @@ def _tokens(
     gguf: Path, chat_of: Callable[[dict[str, Any]], dict[str, Any]], body: dict[str, Any], launch: Launched
 ) -> tuple[list[int], str]:
     """The prompt tokens of ``body`` (already repaired) through its route's chat view (in a thread),
-    and a digest of its first user message (which conversation it is)."""
+    and a digest of its opening, up to its first user message (which conversation it is)."""
     chat = chat_of(body)
-    first = next((m.get("content") for m in chat["messages"] if m.get("role") == "user"), None)
-    digest = hashlib.sha256(json.dumps(first, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    messages = chat["messages"]
+    first = next((i for i, m in enumerate(messages) if m.get("role") == "user"), len(messages))
+    opening = json.dumps(messages[: first + 1], sort_keys=True, default=str)  # system prompt + first user message
+    digest = hashlib.sha256(opening.encode()).hexdigest()[:16]
     return prompt_tokens(gguf, chat, launch), digest
 
 
