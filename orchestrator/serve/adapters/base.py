@@ -195,6 +195,7 @@ class Adapter:
     shape: Shape | None = None
     generates = False
     error_prefix: str | None = None
+    renders_chat = False  # chat_request gives the chat request llama-server renders (prefix affinity)
     client_header: str | None = None
     api = "openai"
 
@@ -236,13 +237,13 @@ class Adapter:
 
     def chat_request(self, body: dict[str, Any]) -> dict[str, Any]:
         """The chat request llama-server renders for this route's repaired ``body`` (only called
-        when :meth:`chat_of` gives it)."""
+        when :meth:`chat_of` gives it; routes with ``renders_chat`` define it)."""
         raise NotImplementedError
 
     def chat_of(self) -> Callable[[dict[str, Any]], dict[str, Any]] | None:
         """:meth:`chat_request` when this route renders a chat prompt (prefix affinity renders and
         tokenizes it in-process), else None."""
-        return None
+        return self.chat_request if self.renders_chat else None
 
     def session_key(self, body: dict[str, Any]) -> str | None:
         """The client's session key in ``body``, which keeps a session on its slot: OpenAI's

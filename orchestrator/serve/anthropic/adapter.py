@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.errors import ApiError
@@ -99,6 +98,7 @@ class Messages(Generation):
     flavor = ANTHROPIC_SSE
     shape = MESSAGES
     generates = True
+    renders_chat = True
     error_prefix = "/v1/messages"
     client_header = "anthropic-version"  # Claude Code's gateway model discovery sends it to /v1/models
 
@@ -117,9 +117,6 @@ class Messages(Generation):
 
     def chat_request(self, body: dict[str, Any]) -> dict[str, Any]:
         return anthropic_chat(body)
-
-    def chat_of(self) -> Callable[[dict[str, Any]], dict[str, Any]] | None:
-        return self.chat_request
 
     def session_key(self, body: dict[str, Any]) -> str | None:
         """``prompt_cache_key``, else the ``session_id`` in ``metadata.user_id`` (a JSON string, as

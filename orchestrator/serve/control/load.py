@@ -11,7 +11,7 @@ models.yaml (``orchestrator reload``).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI, Request
@@ -55,23 +55,21 @@ def add_model_routes(
             )
         return router.resolve(name).name
 
-    @app.post("/models/load")
-    async def load(request: Request) -> JSONResponse:
+    async def act(request: Request, action: Callable[[str], Awaitable[object]]) -> JSONResponse:
         name = await model_name(request)
         try:
-            await scheduler.load(name)
+            await action(name)
         except ModelRefused as refused:
             raise refused_to_http(refused) from None
         return JSONResponse({"success": True, **row(name)})
 
+    @app.post("/models/load")
+    async def load(request: Request) -> JSONResponse:
+        return await act(request, scheduler.load)
+
     @app.post("/models/unload")
     async def unload(request: Request) -> JSONResponse:
-        name = await model_name(request)
-        try:
-            await scheduler.unload(name)
-        except ModelRefused as refused:
-            raise refused_to_http(refused) from None
-        return JSONResponse({"success": True, **row(name)})
+        return await act(request, scheduler.unload)
 
     @app.post("/reload")
     async def reload(request: Request) -> JSONResponse:

@@ -16,7 +16,6 @@ route                       before forwarding / on the answer
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.errors import ApiError
@@ -37,6 +36,7 @@ class ChatCompletions(Generation):
     kind = "chat"
     shape = shapes.CHAT
     generates = True
+    renders_chat = True
 
     def prepare(self, body: dict[str, Any], model: ModelConfig, policy: chat.RepairPolicy) -> BodyPlan:
         check_n(body, model)
@@ -64,9 +64,6 @@ class ChatCompletions(Generation):
 
     def chat_request(self, body: dict[str, Any]) -> dict[str, Any]:
         return body  # the repaired chat body is the chat request
-
-    def chat_of(self) -> Callable[[dict[str, Any]], dict[str, Any]] | None:
-        return self.chat_request
 
     def stream_repair(self, req: Request) -> Any:
         return repair_for_stream(req.body, req.thinking, req.model.extra_args)

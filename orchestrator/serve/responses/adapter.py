@@ -27,7 +27,7 @@ import copy
 import json
 import logging
 import secrets
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -261,6 +261,7 @@ class Responses(Generation):
     kind = "responses"
     shape = RESPONSES
     generates = True
+    renders_chat = True
     flavor = RESPONSES_SSE
 
     def prepare(self, body: dict[str, Any], model: ModelConfig, policy: chat.RepairPolicy) -> BodyPlan:
@@ -276,9 +277,6 @@ class Responses(Generation):
 
     def chat_request(self, body: dict[str, Any]) -> dict[str, Any]:
         return responses_chat(body)
-
-    def chat_of(self) -> Callable[[dict[str, Any]], dict[str, Any]] | None:
-        return self.chat_request
 
     def stream_repair(self, req: Request) -> Any:
         return ResponsesStreamFix(_call(req))
