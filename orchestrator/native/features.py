@@ -61,6 +61,12 @@ FEATURES: tuple[Feature, ...] = (
         "stream's keepalive ping is starved the same way",
     ),
     Feature(
+        "prefill-continued",
+        "an assistant prefill continued, not repeated",
+        "a request that ends with the assistant's own text (a prefill) gets that text again at the start "
+        "of the answer, so a client that appends the answer to its prefill has it twice",
+    ),
+    Feature(
         "checkpoint",
         "slot checkpoints",
         "what the checkpoint patch keeps of a hybrid model's slot is not kept: more of a long prompt is "
