@@ -32,8 +32,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 def _body(thinking: bool, **extra: Any) -> dict[str, Any]:
     messages = [{"role": "user", "content": "U1"}, {"role": "assistant", "content": PREFILL}]
-    kwargs = {"enable_thinking": thinking}
-    return {"model": "tiny", "max_tokens": 6, "temperature": 0.0, "messages": messages, "chat_template_kwargs": kwargs, **extra}
+    body = {"model": "tiny", "max_tokens": 6, "temperature": 0.0, "messages": messages}
+    return {**body, "chat_template_kwargs": {"enable_thinking": thinking}, **extra}
 
 
 def _chat(client: httpx.Client, body: dict[str, Any]) -> str:
