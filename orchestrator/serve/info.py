@@ -4,7 +4,8 @@
 
 The model list serves the OpenAI and the Anthropic SDKs alike: each entry has both APIs' fields
 (``object``/``created``/``owned_by`` and ``type``/``display_name``/``created_at``), and the list
-Anthropic's paging fields (``has_more``, ``first_id``, ``last_id``).
+Anthropic's paging fields (``has_more``, ``first_id``, ``last_id``); a request from Codex also gets
+Codex's catalog (``models``, ``orchestrator.connect.catalog``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
+from orchestrator.connect.catalog import codex_entry
 from orchestrator.errors import ApiError
 from orchestrator.host import disk
 from orchestrator.serve.http.auth import ApiKeys
@@ -76,7 +78,7 @@ def add_info_routes(
         local = model_entries(running.current, supervisor, scheduler, created)
         return local + peer_router.model_entries(created)
 
-    _add_model_list(app, entries_now, guard)
+    _add_model_list(app, running, entries_now, guard)
 
     # HEAD too: uptime checkers and load balancers probe with it
     @app.api_route("/health", methods=["GET", "HEAD"])
@@ -101,7 +103,10 @@ def add_info_routes(
 
 
 def _add_model_list(
-    app: FastAPI, entries_now: Callable[[], list[dict[str, Any]]], guard: Callable[[Request], None]
+    app: FastAPI,
+    running: RunningConfig,
+    entries_now: Callable[[], list[dict[str, Any]]],
+    guard: Callable[[Request], None],
 ) -> None:
     """``GET /v1/models`` (OpenAI's and Anthropic's list shape) and ``GET /v1/models/{id}``."""
 
@@ -109,13 +114,16 @@ def _add_model_list(
     async def list_models(request: Request) -> dict[str, Any]:
         guard(request)
         data, more = page(entries_now(), dict(request.query_params))
-        return {
+        body = {
             "object": "list",
             "data": data,
             "has_more": more,
             "first_id": data[0]["id"] if data else None,
             "last_id": data[-1]["id"] if data else None,
         }
+        if from_codex(request.headers):  # Codex reads its catalog from the same route
+            body["models"] = codex_catalog(running.current)
+        return body
 
     @app.get("/v1/models/{model_id:path}")
     async def retrieve_model(request: Request, model_id: str) -> dict[str, Any]:
@@ -129,6 +137,22 @@ def _add_model_list(
         raise ApiError(
             404, f"model {shown(model_id)} not found; available: {names}", param="model", code="model_not_found"
         )
+
+
+def codex_catalog(config: Config) -> list[dict[str, Any]]:
+    """Codex's ``models`` array: one entry per served model, its window a slot's
+    (``orchestrator.connect.catalog``)."""
+    return [
+        codex_entry(m.name, m.ctx_size // m.parallel, thinking=m.thinking is not False, images=m.multimodal)
+        for m in config.models
+    ]
+
+
+def from_codex(headers: Any) -> bool:
+    """Whether a request comes from Codex: its ``originator`` header (``codex_cli_rs``,
+    ``codex_exec``, ...) or its user agent."""
+    who = headers.get("originator") or headers.get("user-agent") or ""
+    return str(who).lower().startswith("codex")
 
 
 def page(entries: list[dict[str, Any]], query: dict[str, str]) -> tuple[list[dict[str, Any]], bool]:

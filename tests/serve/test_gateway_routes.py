@@ -81,3 +81,21 @@ def test_the_ollama_routes_can_be_turned_off(tmp_path: Path) -> None:
         assert httpx.get(on.url + "/api/version").status_code == 200
     finally:
         on.close()
+
+
+def test_codex_finds_its_model_catalog_on_v1_models(stack: Stack) -> None:
+    """Codex reads a ``models`` array of its ``ModelInfo`` from ``/models``; other clients get the
+    OpenAI/Anthropic list unchanged."""
+    key = {"Authorization": "Bearer k"}
+    codex = httpx.get(stack.url + "/v1/models", headers={**key, "originator": "codex_cli_rs"}).json()
+    (entry,) = codex["models"]
+    slot = stack.config.models[0].ctx_size // stack.config.models[0].parallel
+    assert entry["slug"] == "demo" and entry["context_window"] == slot
+    assert entry["auto_compact_token_limit"] < slot and entry["visibility"] == "list"
+    assert [lv["effort"] for lv in entry["supported_reasoning_levels"]] == ["low", "medium", "high"]
+    assert entry["input_modalities"] == ["text"] and entry["base_instructions"]
+    assert [m["id"] for m in codex["data"]] == ["demo", "tiny", "Other"]
+    plain = httpx.get(stack.url + "/v1/models", headers=key).json()
+    assert "models" not in plain and [m["id"] for m in plain["data"]] == ["demo", "tiny", "Other"]
+    by_agent = httpx.get(stack.url + "/v1/models", headers={**key, "User-Agent": "codex_exec/0.171.0"}).json()
+    assert by_agent["models"] == codex["models"]
