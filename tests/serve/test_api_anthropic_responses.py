@@ -8,6 +8,7 @@ thinking mapping on every route.
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -378,3 +379,53 @@ def test_responses_cut_by_max_output_tokens_is_incomplete(stack: Stack) -> None:
     assert roomy.usage is not None
     if roomy.usage.output_tokens < 4000:
         assert roomy.status == "completed" and roomy.incomplete_details is None
+
+
+def _input_tokens(stack: Stack, items: list[dict[str, Any]]) -> int:
+    r = httpx.post(
+        stack.url + "/v1/responses/input_tokens",
+        json={"model": "demo", "instructions": "S0", "input": items},
+        headers={"Authorization": f"Bearer {KEY}"},
+    )
+    assert r.status_code == 200, r.text
+    return int(r.json()["input_tokens"])
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_compaction_trigger_is_answered_with_one_compaction_item(stack: Stack, rec: Any, stream: bool) -> None:
+    """Codex's ``remote_compaction_v2``: a ``compaction_trigger`` item at the end of the input asks
+    for the compaction; the model writes the summary (thinking off) and the answer is one
+    ``compaction`` item, whole or as a stream of the response's life; a later request replaying the
+    item has the summary in its prompt (it counts the same tokens as the summary written out)."""
+    history = [{"role": "user", "content": "Fix the failing test"}, {"role": "assistant", "content": "Done."}]
+    body = {"model": "demo", "instructions": "S0", "max_output_tokens": 12, "stream": stream}
+    body["input"] = [*history, {"type": "compaction_trigger"}]
+    headers = {"Authorization": f"Bearer {KEY}"}
+    if stream:
+        with httpx.stream("POST", stack.url + "/v1/responses", json=body, headers=headers, timeout=60) as r:
+            assert r.status_code == 200
+            events = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: ")]
+        kinds = [e["type"] for e in events]
+        assert kinds == [
+            "response.created",
+            "response.in_progress",
+            "response.output_item.added",
+            "response.output_item.done",
+            "response.completed",
+        ], kinds
+        output = events[-1]["response"]["output"]
+    else:
+        r = httpx.post(stack.url + "/v1/responses", json=body, headers=headers, timeout=60)
+        assert r.status_code == 200, r.text
+        output = r.json()["output"]
+    (item,) = output
+    assert item["type"] == "compaction" and item["encrypted_content"]
+    sent = rec.bodies("/v1/responses")[-1]
+    assert "Summarize the conversation" in json.dumps(sent["input"][-1])
+    assert "compaction_trigger" not in json.dumps(sent)
+    summary = json.loads(base64.urlsafe_b64decode(item["encrypted_content"].split(":", 1)[1]))["summary"]
+    assert summary  # the model's words (thinking off: the answer is text)
+    written = {"role": "user", "content": f"<conversation_summary>\n{summary}\n</conversation_summary>"}
+    later = {"role": "user", "content": "Now run it"}
+    assert _input_tokens(stack, [item, later]) == _input_tokens(stack, [written, later])
+    assert _input_tokens(stack, [item, later]) > _input_tokens(stack, [later]) + 3

@@ -37,10 +37,11 @@ from orchestrator.serve.repair import structured
 from orchestrator.serve.responses import compaction
 from orchestrator.serve.responses import repair as responses
 from orchestrator.serve.responses.chat_view import responses_chat
+from orchestrator.serve.responses.compaction_stream import CompactionStream
 from orchestrator.serve.responses.items import hosted_item
 from orchestrator.serve.responses.shapes import RESPONSES
 from orchestrator.serve.responses.tools import ToolMap, client_call, map_tools, remap_output
-from orchestrator.serve.streaming import StreamFlavor
+from orchestrator.serve.streaming import StreamCodec, StreamFlavor
 
 if TYPE_CHECKING:
     from orchestrator.config.schema import ModelConfig
@@ -268,7 +269,20 @@ class Responses(Generation):
         structured.check(body)
         return _repair(body, model, policy)
 
+    def translate(self, body: dict[str, Any], raw: bytes) -> Internal:
+        if compaction.triggered(body):  # Codex's remote_compaction_v2: the summary, as one item
+            return Internal(self.path, compaction.summary_request(body, stream=body.get("stream") is True), _TRIGGERED)
+        return Internal(self.path, body, self, raw)
+
+    def codec(self, req: Request, route: Adapter) -> StreamCodec:
+        if isinstance(route, CompactionTriggered):
+            return CompactionStream(self.flavor)
+        return super().codec(req, route)
+
     def fix(self, req: Request, obj: dict[str, Any]) -> tuple[dict[str, Any], bool] | Resend:
+        if isinstance(getattr(req, "route", None), CompactionTriggered) and obj.get("object") == "response":
+            req.count_repair("compaction_triggered")
+            return compaction.as_compaction(obj), True
         call = _call(req)
         kind = _fix(obj, call.limits, call.tools)
         if kind is not None:
@@ -280,6 +294,14 @@ class Responses(Generation):
 
     def stream_repair(self, req: Request) -> Any:
         return ResponsesStreamFix(_call(req))
+
+
+class CompactionTriggered(Responses):
+    """The internal route of a ``/v1/responses`` request that ends with a ``compaction_trigger``
+    item: the summary request (``responses.compaction``), answered as one ``compaction`` item."""
+
+
+_TRIGGERED = CompactionTriggered()
 
 
 class InputTokens(Adapter):

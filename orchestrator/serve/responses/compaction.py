@@ -9,6 +9,10 @@ encoded (:func:`seal`), and a replayed item is expanded back into a user message
 summary (:func:`expand`, called by the input repair), so the model reads it on every later turn,
 always rendered the same way. A ``compaction`` item from another server (OpenAI's encrypted one)
 cannot be read and is dropped, as before.
+
+Codex's newer form (``remote_compaction_v2``) asks ``/v1/responses`` itself, with a
+``compaction_trigger`` item at the end of the input: the same summary, answered as a response whose
+one output item is the ``compaction`` item, whole or streamed (``responses.compaction_stream``).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from typing import Any
 from orchestrator.errors import ApiError
 
 SEAL = "orchestrator-compaction-v1:"
+TRIGGER = "compaction_trigger"
 COMPACT_PROMPT = (
     "Summarize the conversation so far for whoever continues this task: the goal, the decisions made, "
     "what was done and its results (files, commands, errors), the current state, and the next steps. "
@@ -52,15 +57,47 @@ def expand(item: dict[str, Any]) -> dict[str, Any] | None:
     return {"role": "user", "content": SUMMARY_OPEN + summary + SUMMARY_CLOSE}
 
 
-def summary_request(body: dict[str, Any]) -> dict[str, Any]:
-    """The whole ``/v1/responses`` request that asks the model for the summary of ``body``'s input."""
+def triggered(body: dict[str, Any]) -> bool:
+    """Whether a ``/v1/responses`` request ends with a ``compaction_trigger`` item (Codex's
+    ``remote_compaction_v2``): it asks for the compaction instead of an answer."""
+    items = body.get("input")
+    return isinstance(items, list) and bool(items) and isinstance(items[-1], dict) and items[-1].get("type") == TRIGGER
+
+
+def summary_request(body: dict[str, Any], *, stream: bool = False) -> dict[str, Any]:
+    """The ``/v1/responses`` request that asks the model for the summary of ``body``'s input (the
+    history as sent, a trailing ``compaction_trigger`` left out, then :data:`COMPACT_PROMPT`)."""
     items = body.get("input")
     history: list[Any] = [{"role": "user", "content": items}] if isinstance(items, str) else list(items or [])
+    while history and isinstance(history[-1], dict) and history[-1].get("type") == TRIGGER:
+        history.pop()
     out = {k: v for k, v in body.items() if k not in ("stream", "previous_response_id", "store")}
     out["input"] = [*history, {"role": "user", "content": COMPACT_PROMPT}]
-    out["stream"] = False
+    out["stream"] = stream
+    out["reasoning"] = {"effort": "none"}  # the summary is the answer's text: no thinking before it
     out.setdefault("max_output_tokens", SUMMARY_TOKENS)
     return out
+
+
+def answer_text(response: dict[str, Any]) -> str:
+    """The output text of a Responses answer (its messages' ``output_text`` parts)."""
+    return "".join(
+        part.get("text", "")
+        for item in response.get("output") or []
+        if isinstance(item, dict) and item.get("type") == "message"
+        for part in item.get("content") or []
+        if isinstance(part, dict) and part.get("type") == "output_text"
+    )
+
+
+def compaction_item(summary: str) -> dict[str, Any]:
+    """One ``compaction`` output item carrying ``summary``."""
+    return {"id": f"cmp_{secrets.token_hex(12)}", "type": "compaction", "encrypted_content": seal(summary.strip())}
+
+
+def as_compaction(response: dict[str, Any]) -> dict[str, Any]:
+    """A triggered request's answer: the model's summary as the one ``compaction`` output item."""
+    return {**response, "output": [compaction_item(answer_text(response))]}
 
 
 def compacted(request: dict[str, Any], answer: dict[str, Any]) -> dict[str, Any]:
@@ -68,14 +105,7 @@ def compacted(request: dict[str, Any], answer: dict[str, Any]) -> dict[str, Any]
     with the answer's text."""
     history = (request.get("input") or [])[:-1]  # without COMPACT_PROMPT
     users = [_user_message(i, item) for i, item in enumerate(history) if _is_user(item)]
-    text = "".join(
-        part.get("text", "")
-        for item in answer.get("output") or []
-        if isinstance(item, dict) and item.get("type") == "message"
-        for part in item.get("content") or []
-        if isinstance(part, dict) and part.get("type") == "output_text"
-    )
-    item = {"id": f"cmp_{secrets.token_hex(12)}", "type": "compaction", "encrypted_content": seal(text.strip())}
+    item = compaction_item(answer_text(answer))
     return {
         "id": answer.get("id") or f"resp_{secrets.token_hex(12)}",
         "object": "response.compaction",

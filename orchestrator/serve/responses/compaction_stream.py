@@ -1,0 +1,77 @@
+"""A streamed ``compaction_trigger`` request: the model's streamed summary becomes one
+``compaction`` output item (``responses.compaction``).
+
+The summary streams from llama-server as an ordinary Responses answer; the client must see none of
+its message events, only the response's life and the one item: ``response.created`` and
+``response.in_progress`` pass, the answer's output events are dropped, and its
+``response.completed`` becomes ``response.output_item.added`` and ``.done`` of the compaction item,
+then ``response.completed`` with that item as the whole output. Pings pass (the summary may take a
+while); an error event passes and the stream ends with it.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from orchestrator.errors import ApiError
+from orchestrator.serve.responses.compaction import answer_text, compaction_item
+from orchestrator.serve.streaming import StreamFlavor
+
+_PASS = ("response.created", "response.in_progress", "response.failed", "response.incomplete", "error")
+
+
+class CompactionStream:
+    """The ``StreamCodec`` of a streamed ``compaction_trigger`` request."""
+
+    def __init__(self, flavor: StreamFlavor) -> None:
+        self.flavor = flavor
+        self.repairs: list[str] = ["compaction_triggered"]
+        self.pending = b""
+        self.sequence = 0
+        self.completed = False
+
+    def feed(self, chunk: bytes) -> bytes:
+        buf = self.pending + chunk
+        cut = buf.rfind(b"\n\n")
+        if cut < 0:
+            self.pending = buf
+            return b""
+        self.pending = buf[cut + 2 :]
+        return b"".join(self._event(ev) for ev in buf[: cut + 2].split(b"\n\n")[:-1])
+
+    def is_end(self, body: bytes) -> bool:
+        return self.flavor.is_end(body)
+
+    def close(self, tail: bytes, error: ApiError | None) -> bytes:
+        if self.completed:
+            return b""
+        return self.flavor.error_event(error or ApiError(502, "the summary stream ended early", code="upstream_died"))
+
+    def _event(self, event: bytes) -> bytes:
+        data = next((line[5:].strip() for line in event.split(b"\n") if line.startswith(b"data:")), None)
+        if data is None:
+            return event + b"\n\n"  # a ping comment: the client hears the summary is coming
+        try:
+            obj = json.loads(data)
+        except ValueError:
+            return b""
+        kind = obj.get("type") if isinstance(obj, dict) else None
+        if kind == "response.completed" and isinstance(obj.get("response"), dict):
+            return self._completed(obj["response"])
+        if kind in _PASS:
+            return self._send(obj)
+        return b""  # the summary's own output events
+
+    def _completed(self, response: dict[str, Any]) -> bytes:
+        item = compaction_item(answer_text(response))
+        self.completed = True
+        added = {"type": "response.output_item.added", "output_index": 0, "item": item}
+        done = {"type": "response.output_item.done", "output_index": 0, "item": item}
+        final = {"type": "response.completed", "response": {**response, "output": [item]}}
+        return self._send(added) + self._send(done) + self._send(final)
+
+    def _send(self, obj: dict[str, Any]) -> bytes:
+        obj["sequence_number"] = self.sequence
+        self.sequence += 1
+        return f"event: {obj['type']}\ndata: {json.dumps(obj, separators=(',', ':'))}\n\n".encode()
