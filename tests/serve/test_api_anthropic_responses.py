@@ -429,3 +429,43 @@ def test_a_compaction_trigger_is_answered_with_one_compaction_item(stack: Stack,
     later = {"role": "user", "content": "Now run it"}
     assert _input_tokens(stack, [item, later]) == _input_tokens(stack, [written, later])
     assert _input_tokens(stack, [item, later]) > _input_tokens(stack, [later]) + 3
+
+
+SEARCH_TOOLS = [
+    {"name": "Bash", "description": "Run a command", "input_schema": {"type": "object", "properties": {}}},
+    {
+        "name": "mcp__srv__get_x",
+        "description": "Get x for a city",
+        "defer_loading": True,
+        "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}},
+    },
+    {"type": "tool_search_tool_regex_20251119", "name": "tool_search_tool_regex"},
+]
+
+
+def test_claude_code_tool_search_is_served_and_keeps_the_prompt(stack: Stack, rec: Any) -> None:
+    """Claude Code's tool search (``defer_loading`` tools and the regex search server tool): a 200
+    where the server tool was a 400; the model sees every tool at the top from the first turn, the
+    search's ``tool_reference`` result is text, and the turn after the search processes only its
+    new tokens (+ 64), since the tools block never changes."""
+    headers = {"x-api-key": KEY, "anthropic-version": "2023-06-01", "anthropic-beta": "advanced-tool-use-2025-11-20"}
+    first = [{"role": "user", "content": "What is x in Paris?"}]
+    call = {"type": "tool_use", "id": "toolu_1", "name": "tool_search_tool_regex", "input": {"pattern": "get_x"}}
+    found = [{"type": "tool_reference", "tool_name": "mcp__srv__get_x"}]
+    search = [
+        {"role": "assistant", "content": [call]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": found}]},
+    ]
+    usage = []
+    for messages in (first, first + search):
+        body = {"model": "demo", "max_tokens": 8, "tools": SEARCH_TOOLS, "messages": messages}
+        r = httpx.post(stack.url + "/v1/messages", json=body, headers=headers, timeout=60)
+        assert r.status_code == 200, r.text
+        usage.append(r.json()["usage"])
+    sent = rec.bodies("/v1/messages")[-1]
+    assert [t["name"] for t in sent["tools"]] == ["Bash", "mcp__srv__get_x"]  # the deferred tool, from turn 1
+    result = sent["messages"][-1]["content"][0]["content"]
+    assert result[0]["type"] == "text" and "mcp__srv__get_x" in result[0]["text"]
+    before = usage[0]["input_tokens"] + usage[0]["cache_read_input_tokens"] + usage[0]["output_tokens"]
+    total = usage[1]["input_tokens"] + usage[1]["cache_read_input_tokens"]
+    assert usage[1]["input_tokens"] <= max(0, total - before) + 64, usage

@@ -28,6 +28,8 @@ kind                        what happened
 ``tool_choice_none``        ``tool_choice: none``: ``tools`` removed (llama-server ignores ``none``)
 ``tool_choice_named``       ``tool_choice: {type: tool, name}``: ``tools`` cut to that one
                             (llama-server maps it to "any tool")
+``tool_search_served``,     Claude Code's tool search (``anthropic.tool_search``)
+``tool_reference_text``
 ==========================  ======================================================================
 
 Refused with 400 (the field named in the message): a role other than user/assistant (or system/
@@ -51,6 +53,7 @@ import json
 from typing import Any
 
 from orchestrator.errors import ApiError
+from orchestrator.serve.anthropic import tool_search
 from orchestrator.serve.drafting.fields import flat_speculative_fields
 from orchestrator.serve.repair.chat import (
     SYSTEM_AS_USER_PREFIX,
@@ -337,6 +340,7 @@ def repair_request(body: dict[str, Any], policy: RepairPolicy) -> RepairResult:
         ApiError: 400 with ``param`` for the faults in the module docstring.
     """
     kinds: list[str] = []
+    body = tool_search.prepare(body, kinds)
     _refuse_unsupported(body)
     spec = flat_speculative_fields(body)  # reaches the slot through native patch 0005
     if spec is not None:

@@ -10,6 +10,7 @@ import pytest
 
 from orchestrator.config.schema import ModelConfig
 from orchestrator.errors import ApiError
+from orchestrator.serve.anthropic.repair import repair_request as repair_messages
 from orchestrator.serve.info import page
 from orchestrator.serve.ollama.translate import chat_request as to_chat
 from orchestrator.serve.repair import structured
@@ -128,3 +129,30 @@ def test_compaction_items_are_sealed_and_expanded_the_same_way_every_turn() -> N
     with pytest.raises(ApiError) as err:
         expand({"type": "compaction", "encrypted_content": seal("x")[:-4] + "!!!!"})
     assert err.value.status == 400
+
+
+def test_tool_search_blocks_replayed_from_anthropic_become_text() -> None:
+    """A conversation moved from Anthropic's API replays the search as ``server_tool_use`` and
+    ``tool_search_tool_result`` blocks: the call is dropped, the result names the tools found."""
+    found = [{"type": "tool_reference", "tool_name": "get_x"}]
+    refs = {"type": "tool_search_tool_result_content", "tool_references": found}
+    assistant = [
+        {"type": "server_tool_use", "id": "srvtoolu_1", "name": "tool_search_tool_regex", "input": {"pattern": "x"}},
+        {"type": "tool_search_tool_result", "tool_use_id": "srvtoolu_1", "content": refs},
+        {"type": "text", "text": "Found it."},
+    ]
+    body = {
+        "model": "demo",
+        "max_tokens": 8,
+        "tools": [{"type": "tool_search_tool_bm25_20251119", "name": "tool_search_tool_bm25"}],
+        "messages": [
+            {"role": "user", "content": "Q"},
+            {"role": "assistant", "content": assistant},
+            {"role": "user", "content": "go"},
+        ],
+    }
+    result = repair_messages(body, RepairPolicy())
+    assert {"tool_search_served", "tool_reference_text"} <= set(result.repairs)
+    blocks = result.body["messages"][1]["content"]
+    assert [b["type"] for b in blocks] == ["text", "text"] and "get_x" in blocks[0]["text"]
+    assert "tools" not in result.body or result.body["tools"] == []
