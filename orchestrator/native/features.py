@@ -67,6 +67,13 @@ FEATURES: tuple[Feature, ...] = (
         "of the answer, so a client that appends the answer to its prefill has it twice",
     ),
     Feature(
+        "slot-switch",
+        "a slot saved in the prompt cache before another conversation cuts it off",
+        "conversations sharing a system prompt on one slot cut off each other's history at every switch "
+        "(llama-server saves the slot only when over half of it would go): each turn re-processes its own "
+        "history since the system prompt",
+    ),
+    Feature(
         "checkpoint",
         "slot checkpoints",
         "what the checkpoint patch keeps of a hybrid model's slot is not kept: more of a long prompt is "

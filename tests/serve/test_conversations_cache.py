@@ -1,11 +1,16 @@
-"""Several conversations on one model: each keeps its own history in its own slot.
+"""Several conversations on one model: each keeps its own history, at ``parallel: 1`` and ``2``.
 
 Two conversations share a long system prompt (two Claude Code sessions, an agent and its
 subagent); before, the second took the slot holding the first (the longest shared prefix) and each
-turn re-processed the other's history (668 of 1,379 tokens where 52 were new). Now a conversation
-that shares only the start of an active one's slot takes an empty slot, so at ``parallel: 2`` every
-turn after each one's first processes at most its new tokens + 64; a side request (a title, with the
-same session) goes to the other slot too and leaves the main conversation's history alone.
+turn re-processed the other's history (668 of 1,379 tokens where 52 were new). Now every turn after
+each one's first processes at most its new tokens + 64:
+
+- at ``parallel: 2`` a conversation that shares only the start of an active one's slot takes an
+  empty slot (``supervise/affinity.py``), and a side request (a title, with the same session) goes
+  to the other slot too and leaves the main conversation's history alone;
+- at ``parallel: 1`` the one slot is switched: llama-server saves the conversation a request would
+  cut off in its host-memory prompt cache and loads the newcomer's own state from there (native
+  patch 0008; upstream saved a slot only when over half of it would go).
 """
 
 from __future__ import annotations
@@ -21,11 +26,16 @@ from proxy_harness import Stack, real_stack
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 
 SYSTEM = "You are a careful coding agent working in a large repository. " * 40
+DETAIL = " The tokenizer drops the last line of every file it reads." * 4  # a first message's own tail
 
 
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory, bin_info: Any, echo_model: Path) -> Iterator[Stack]:
-    models = [{"name": "demo", "parallel": 2, "ctx_size": 16384, "threads": 2, "allow_ctx_beyond_trained": True}]
+@pytest.fixture(scope="module", params=[1, 2], ids=["parallel-1", "parallel-2"])
+def stack(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, bin_info: Any, echo_model: Path
+) -> Iterator[Stack]:
+    parallel = request.param
+    models = [{"name": "demo", "parallel": parallel, "ctx_size": 8192 * parallel, "threads": 2,
+               "allow_ctx_beyond_trained": True}]  # fmt: skip
     s = real_stack(tmp_path_factory.mktemp("convs"), echo_model, bin_info, models=models)
     yield s
     s.close()
@@ -36,7 +46,7 @@ class Conversation:
         self.stack, self.key = stack, key
         self.messages: list[dict[str, Any]] = [
             {"role": "system", "content": SYSTEM},
-            {"role": "user", "content": first},
+            {"role": "user", "content": first + DETAIL},
         ]
         self.before: int | None = None  # prompt + answer tokens of the last turn
 
@@ -58,7 +68,7 @@ class Conversation:
         return t["prompt_n"], new
 
 
-def test_two_conversations_sharing_a_system_prompt_keep_their_slots(stack: Stack) -> None:
+def test_two_conversations_sharing_a_system_prompt_keep_their_histories(stack: Stack) -> None:
     a, b = Conversation(stack, "Fix the parser bug"), Conversation(stack, "Write the release notes")
     rows = []
     for k in range(3):
@@ -67,6 +77,20 @@ def test_two_conversations_sharing_a_system_prompt_keep_their_slots(stack: Stack
     for who, k, processed, new in rows:
         if k > 0:
             assert processed <= new + 64, (who, k, processed, new, rows)
+
+
+def test_more_conversations_than_slots_keep_their_histories(stack: Stack) -> None:
+    """One conversation more than the model has slots: the slot a conversation finds taken is
+    switched through llama-server's host-memory cache (patch 0008), at ``parallel: 1`` and ``2``."""
+    parallel = stack.config.models[0].parallel
+    convs = [Conversation(stack, f"Task {n}: migrate module {n} to the new API") for n in range(parallel + 1)]
+    rows = []
+    for k in range(3):
+        for n, conv in enumerate(convs):
+            rows.append((n, k, *conv.turn(f"{n}: and then step {k}")))
+    for n, k, processed, new in rows:
+        if k > 0:
+            assert processed <= new + 64, (n, k, processed, new, rows)
 
 
 def test_a_side_request_leaves_the_main_conversation_alone(stack: Stack) -> None:
