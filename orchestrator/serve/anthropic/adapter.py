@@ -24,6 +24,7 @@ from orchestrator.serve.adapters.base import Adapter, BodyPlan, Generation, Requ
 from orchestrator.serve.anthropic import repair as anthropic
 from orchestrator.serve.anthropic.chat_view import anthropic_chat
 from orchestrator.serve.anthropic.shapes import MESSAGES
+from orchestrator.serve.repair import structured
 from orchestrator.serve.streaming import StreamFlavor
 
 if TYPE_CHECKING:
@@ -106,6 +107,7 @@ class Messages(Generation):
         if body.get("max_tokens") is None:
             # Anthropic's API requires it; without it llama-server answers until the slot's context is full
             raise ApiError(400, "max_tokens: Field required (the longest answer, in tokens)", param="max_tokens")
+        structured.check_tools(body)
         return _repair(body, policy)
 
     def fix(self, req: Request, obj: dict[str, Any]) -> tuple[dict[str, Any], bool] | Resend:

@@ -77,17 +77,45 @@ def _check_satisfiable(body: dict[str, Any]) -> None:
     if isinstance(fmt, dict) and param is not None and param.startswith("response_format"):
         schema = format_schema(fmt)
     schemas = [(param, schema)] if param is not None else []
-    tools = body.get("tools")
-    for i, tool in enumerate(tools if isinstance(tools, list) else []):
-        fn = tool.get("function") if isinstance(tool, dict) else None
-        if isinstance(fn, dict):
-            schemas.append((f"tools[{i}].function.parameters", fn.get("parameters")))
-    for where, value in schemas:
+    for where, value in [*schemas, *tool_schemas(body.get("tools"))]:
         bad = unsatisfiable(value, where or "")
         if bad is not None:
             raise ApiError(
                 400,
                 f"{bad}: no value can match this schema, so no answer can follow it",
+                param=bad,
+                code="invalid_schema",
+            )
+
+
+def tool_schemas(tools: Any) -> list[tuple[str, Any]]:
+    """Each tool's parameter schema with its path, in any API's spelling: chat's
+    ``function.parameters``, Responses' ``parameters``, Anthropic's ``input_schema``."""
+    out: list[tuple[str, Any]] = []
+    for i, tool in enumerate(tools if isinstance(tools, list) else []):
+        if not isinstance(tool, dict):
+            continue
+        fn = tool.get("function")
+        if isinstance(fn, dict):
+            out.append((f"tools[{i}].function.parameters", fn.get("parameters")))
+        for key in ("parameters", "input_schema"):
+            if key in tool:
+                out.append((f"tools[{i}].{key}", tool[key]))
+    return out
+
+
+def check_tools(body: dict[str, Any]) -> None:
+    """400 naming the path of a tool schema no value can match (a route without ``check``).
+
+    Raises:
+        ApiError: 400 ``invalid_schema`` naming ``tools[i]....``.
+    """
+    for where, value in tool_schemas(body.get("tools")):
+        bad = unsatisfiable(value, where)
+        if bad is not None:
+            raise ApiError(
+                400,
+                f"{bad}: no value can match this schema, so no tool call can follow it",
                 param=bad,
                 code="invalid_schema",
             )

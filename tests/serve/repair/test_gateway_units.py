@@ -13,6 +13,7 @@ from orchestrator.errors import ApiError
 from orchestrator.serve.anthropic.repair import repair_request as repair_messages
 from orchestrator.serve.info import page
 from orchestrator.serve.ollama.translate import chat_request as to_chat
+from orchestrator.serve.registry import adapter_for
 from orchestrator.serve.repair import structured
 from orchestrator.serve.repair.chat import RepairPolicy, repair_request
 from orchestrator.serve.responses.repair import repair_request as repair_responses
@@ -156,3 +157,28 @@ def test_tool_search_blocks_replayed_from_anthropic_become_text() -> None:
     blocks = result.body["messages"][1]["content"]
     assert [b["type"] for b in blocks] == ["text", "text"] and "get_x" in blocks[0]["text"]
     assert "tools" not in result.body or result.body["tools"] == []
+
+
+@pytest.mark.parametrize(
+    ("path", "tools", "param"),
+    [
+        ("/v1/messages", [{"name": "a", "input_schema": {"type": "object"}},
+                          {"name": "b", "input_schema": {"not": {}}}], "tools[1].input_schema"),
+        ("/v1/responses", [{"type": "function", "name": "b", "parameters": {"type": "object", "properties": {
+            "x": {"enum": []}}, "required": ["x"]}}], "tools[0].parameters.properties.x"),
+        ("/v1/chat/completions", [{"type": "function", "function": {"name": "b", "parameters": False}}],
+         "tools[0].function.parameters"),
+    ],
+)  # fmt: skip
+def test_a_tool_schema_no_call_can_match_is_a_400_naming_its_path(
+    path: str, tools: list[dict[str, Any]], param: str
+) -> None:
+    """llama-server drops what it cannot convert (``not``) and runs the tool unconstrained: a 200 whose
+    calls can never be valid. Every API refuses it, naming the tool's index and the schema path."""
+    body: dict[str, Any] = {"model": "demo", "max_tokens": 8, "tools": tools}
+    body.update({"input": "hi"} if path == "/v1/responses" else {"messages": [{"role": "user", "content": "hi"}]})
+    adapter = adapter_for(path)
+    assert adapter is not None
+    with pytest.raises(ApiError) as caught:
+        adapter.prepare(body, ModelConfig(name="demo", path="/x.gguf"), RepairPolicy())
+    assert caught.value.status == 400 and caught.value.param == param, caught.value
