@@ -15,4 +15,8 @@ Concern -> file:
 - formulas (pure): ``stats.py``; per-(K, domain) aggregation and the recommendation (pure):
   ``summary.py``
 - CSV, JSON, plot and analysis lines: ``report.py``; what the numbers depend on: ``manifest.py``
+- ``orchestrator bench agent`` (``scripts/bench_agent.py``): the session scenarios built from recorded
+  agent sessions (pure): ``agent_scenarios.py`` over the per-API body edits of ``agent_shapes.py``;
+  one streamed request timed (TTFT, longest silence, usage): ``agent_stream.py``; per-turn figures,
+  scenario summaries and the before/after table (pure): ``agent_report.py``
 """
