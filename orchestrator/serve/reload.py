@@ -20,12 +20,13 @@ import asyncio
 import contextlib
 import logging
 import signal
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from orchestrator.errors import ApiError, UserError
-from orchestrator.supervise.rollout import RestartRequired
+from orchestrator.supervise.rollout import NO_CHANGE, RestartRequired
 
 if TYPE_CHECKING:
     from orchestrator.config.schema import Config
@@ -61,6 +62,9 @@ class ConfigReloader:
         self.on_note = on_note
         self.reloads = 0
         self.attempts = 0
+        # the last reload that changed something: (time.time(), why, summary); `orchestrator reload`
+        # right after the file watcher applied an edit says so instead of a bare "no change"
+        self.last_change: tuple[float, str, str] | None = None
         self._pending: tuple[asyncio.Future[ReloadReport], str] | None = None
         self._worker: asyncio.Task[None] | None = None
 
@@ -127,7 +131,19 @@ class ConfigReloader:
         for note in notes:
             self.on_note(note)
         self.on_note(f"reloaded {self.path} ({why}): {report.summary()}")
+        if report.summary() != NO_CHANGE:
+            self.last_change = (time.time(), why, report.summary())
         return report
+
+    def summary(self, report: ReloadReport) -> str:
+        """``report``'s summary; for no change, the last reload that did change something, if any."""
+        said = report.summary()
+        if said != NO_CHANGE or self.last_change is None:
+            return said
+        at, why, what = self.last_change
+        return (
+            f"{said} (already applied by the {why} reload at {time.strftime('%H:%M:%S', time.localtime(at))}: {what})"
+        )
 
     async def watch(self) -> None:
         """Ask for a reload whenever the file changes (until cancelled). Editors often replace the

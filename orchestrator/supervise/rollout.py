@@ -59,7 +59,10 @@ class ReloadReport:
     def summary(self) -> str:
         """``"restarted a; added b"`` (or ``"no change"``)."""
         parts = [f"{k} {', '.join(v)}" for k, v in vars(self).items() if v]
-        return "; ".join(parts) or "no change"
+        return "; ".join(parts) or NO_CHANGE
+
+
+NO_CHANGE = "no change"
 
 
 def _launch(spec: InstanceSpec) -> tuple[object, ...]:

@@ -78,4 +78,4 @@ def add_model_routes(
         if current is None:
             raise ApiError(501, "this server was not started from a models.yaml, so it cannot reload", code="no_reload")
         report = await current.reload("request")
-        return JSONResponse({"success": True, "summary": report.summary(), **vars(report)})
+        return JSONResponse({"success": True, "summary": current.summary(report), **vars(report)})
