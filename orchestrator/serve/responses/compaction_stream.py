@@ -30,6 +30,7 @@ class CompactionStream:
         self.pending = b""
         self.sequence = 0
         self.completed = False
+        self.failed = False  # an error event already went out: the stream ends with it
 
     def feed(self, chunk: bytes) -> bytes:
         buf = self.pending + chunk
@@ -44,7 +45,7 @@ class CompactionStream:
         return self.flavor.is_end(body)
 
     def close(self, tail: bytes, error: ApiError | None) -> bytes:
-        if self.completed:
+        if self.completed or self.failed:
             return b""
         return self.flavor.error_event(error or ApiError(502, "the summary stream ended early", code="upstream_died"))
 
@@ -60,6 +61,7 @@ class CompactionStream:
         if kind == "response.completed" and isinstance(obj.get("response"), dict):
             return self._completed(obj["response"])
         if kind in _PASS:
+            self.failed = self.failed or kind in ("response.failed", "error")
             return self._send(obj)
         return b""  # the summary's own output events
 

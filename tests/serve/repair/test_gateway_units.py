@@ -4,6 +4,7 @@ gateway model-list paging."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -182,3 +183,40 @@ def test_a_tool_schema_no_call_can_match_is_a_400_naming_its_path(
     with pytest.raises(ApiError) as caught:
         adapter.prepare(body, ModelConfig(name="demo", path="/x.gguf"), RepairPolicy())
     assert caught.value.status == 400 and caught.value.param == param, caught.value
+
+
+def _sse(kind: str, **fields: Any) -> bytes:
+    return f"event: {kind}\ndata: {json.dumps({'type': kind, **fields})}\n\n".encode()
+
+
+def test_a_streamed_compaction_shows_only_the_compaction_item_and_ends_once_on_failure() -> None:
+    from orchestrator.serve.responses.adapter import RESPONSES_SSE
+    from orchestrator.serve.responses.compaction_stream import CompactionStream
+
+    message = {"type": "message", "content": [{"type": "output_text", "text": "the summary"}]}
+    upstream = [
+        _sse("response.created", response={"id": "r"}),
+        b": ping\n\n",
+        _sse("response.output_item.added", item={"type": "message"}),
+        _sse("response.output_text.delta", delta="the summary"),
+        _sse("response.completed", response={"id": "r", "status": "completed", "output": [message]}),
+    ]
+    codec = CompactionStream(RESPONSES_SSE)
+    sent = b"".join(codec.feed(chunk[:7]) + codec.feed(chunk[7:]) for chunk in upstream)  # split mid-event
+    sent += codec.close(b"", None)
+    events = [json.loads(line[6:]) for line in sent.decode().splitlines() if line.startswith("data: ")]
+    assert [e["type"] for e in events] == [
+        "response.created",
+        "response.output_item.added",
+        "response.output_item.done",
+        "response.completed",
+    ]
+    assert b": ping" in sent and [e["sequence_number"] for e in events] == [0, 1, 2, 3]
+    (item,) = events[-1]["response"]["output"]
+    assert item["type"] == "compaction" and events[1]["item"] == item
+    failing = CompactionStream(RESPONSES_SSE)
+    out = failing.feed(_sse("response.created", response={"id": "r"}) + _sse("error", message="boom"))
+    assert failing.close(b"", None) == b"" and out.count(b"event: error") == 1
+    cut = CompactionStream(RESPONSES_SSE)
+    cut.feed(_sse("response.created", response={"id": "r"}))
+    assert b"event: error" in cut.close(b"", None)  # an upstream that ended early: the client hears it
