@@ -221,11 +221,21 @@ def _preserve(text: str) -> bool | None:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("recordings", nargs="*", type=Path, help="recorded sessions (default: tests/data/...)")
-    parser.add_argument("--scenarios", default="", help="shell patterns, comma-separated; 'list' names them")
+    parser.add_argument(
+        "recordings", nargs="*", type=Path, help="recorded sessions (default: every one in tests/data/agent_sessions)"
+    )
+    parser.add_argument(
+        "--scenarios",
+        default="",
+        metavar="PATTERNS",
+        help="shell patterns, comma-separated ('list' names them; default: "
+        "every scenario of the recordings named, else the default set)",
+    )
     parser.add_argument("--sides", default="after,before", help=f"of {', '.join(SIDES)}; the first is the base")
     parser.add_argument("--parallel", default="1", help="slots of the model, comma-separated: one table each")
-    parser.add_argument("--preserve-thinking", type=_preserve, default=None, help="the after side's: null|true|false")
+    parser.add_argument(
+        "--preserve-thinking", type=_preserve, default=None, metavar="null|true|false", help="the after side's"
+    )
     parser.add_argument("--ctx", type=int, default=32768, help="context tokens per slot")
     parser.add_argument("--max-tokens", type=int, default=8)
     parser.add_argument("--swap-at", type=int, default=sc.SWAP_AT, help="the swap scenario's turn")

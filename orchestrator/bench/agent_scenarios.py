@@ -3,9 +3,11 @@
 Pure (no I/O). A recording (``tests/data/agent_sessions/*.json``) is the list of request bodies one
 real client sent, turn by turn, on one route. A :class:`Scenario` is a list of steps; a step's calls
 are sent at once (two sessions in flight together) and each call names the session it continues,
-so its new tokens are counted against that session's previous prompt. The scenarios:
+so its new tokens are counted against that session's previous prompt. The scenarios
+(``replay/REC`` is the recording as the client sent it; the others start from it as a growing
+session, :func:`growing`):
 
-- ``replay/REC``: the recording as it is.
+- ``replay/REC``: the recording, thinking off.
 - ``user-turn/REC/think`` and ``/no-think``: its tool chain, then the model's text answer and a new
   user message; thinking on (every answer's reasoning sent back the client's way) or off.
 - ``alternate/REC``: two sessions of the same client (the second: another first message and
@@ -71,13 +73,15 @@ class Scenario:
 class Recording:
     name: str
     route: str
-    requests: list[dict[str, Any]]
+    requests: list[dict[str, Any]]  # each extending the one before (:func:`growing`)
+    recorded: list[dict[str, Any]]  # as the client sent them
     client: str = ""
 
 
 def recording(name: str, data: dict[str, Any]) -> Recording:
-    """A recording file's content (``{"route", "requests", "client"}``) as a growing session."""
-    return Recording(name, data["route"], growing(data["requests"], data["route"]), str(data.get("client", "")))
+    """A recording file's content (``{"route", "requests", "client"}``)."""
+    route, requests = data["route"], data["requests"]
+    return Recording(name, route, growing(requests, route), requests, str(data.get("client", "")))
 
 
 def growing(requests: list[dict[str, Any]], route: str) -> list[dict[str, Any]]:
@@ -89,8 +93,8 @@ def growing(requests: list[dict[str, Any]], route: str) -> list[dict[str, Any]]:
     return [shapes.with_history(b, route, shapes.cut_before_answer(last, n)) for n, b in enumerate(requests, 1)]
 
 
-def _session(rec: Recording, thinking: bool = False) -> list[dict[str, Any]]:
-    bodies = [shapes.with_thinking(b, rec.route, thinking) for b in rec.requests]
+def _session(rec: Recording, thinking: bool = False, recorded: bool = False) -> list[dict[str, Any]]:
+    bodies = [shapes.with_thinking(b, rec.route, thinking) for b in (rec.recorded if recorded else rec.requests)]
     return [shapes.with_reasoning(b, rec.route) for b in bodies] if thinking else bodies
 
 
@@ -103,7 +107,8 @@ def _one(session: str, route: str, bodies: list[dict[str, Any]]) -> list[list[Ca
 
 
 def replay(rec: Recording) -> Scenario:
-    return Scenario(f"replay/{rec.name}", _one("a", rec.route, _session(rec)), about="the recording as it is")
+    steps = _one("a", rec.route, _session(rec, recorded=True))
+    return Scenario(f"replay/{rec.name}", steps, about="the recording as it is (thinking off)")
 
 
 def user_turn(rec: Recording, thinking: bool) -> Scenario:

@@ -47,6 +47,14 @@ def test_claude_codes_first_request_takes_the_reminder_form_of_the_later_ones() 
     assert first["role"] == "user" and shapes.first_prompt(rec.requests[0], rec.route) == "Say hello in one word"
 
 
+def test_the_replay_sends_the_recording_as_the_client_did() -> None:
+    rec = _rec("claude_code_reminder")
+    bodies = [step[0].body for step in sc.replay(rec).steps]
+    assert [b["messages"] for b in bodies] == [b["messages"] for b in rec.recorded]
+    assert [m["role"] for m in bodies[0]["messages"]] == ["user", "system"]  # its real first request
+    assert all(b["chat_template_kwargs"] == {"enable_thinking": False} for b in bodies)
+
+
 @pytest.mark.parametrize("name", RECORDINGS)
 @pytest.mark.parametrize("thinking", [True, False])
 def test_a_user_turn_follows_the_tool_chain(name: str, thinking: bool) -> None:
