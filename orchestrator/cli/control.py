@@ -122,7 +122,25 @@ def status(json_out: bool = False) -> int:
             markup=False,
         )
     _print_drafts(console, drafts)
+    _print_sessions(console, doc)
     return 0
+
+
+def _print_sessions(console: Any, doc: Any) -> None:
+    """Per model: its latest client sessions and how much of their prompts came from the cache."""
+    for model in (doc or {}).get("models") or []:
+        sessions = (model.get("kv") or {}).get("sessions") or []
+        if sessions:
+            console.print(f"prompt cache of {model.get('model')} per session (latest first):", markup=False)
+        for s in sessions:
+            rate = "-" if s.get("hit_rate") is None else f"{s['hit_rate']:.0%}"
+            last = s.get("last") or {}
+            console.print(
+                f"  {str(s.get('session'))[:40]}: {s.get('requests')} requests, {rate} of prompt tokens cached "
+                f"({s.get('cached_tokens')} cached, {s.get('processed_tokens')} processed); last request "
+                f"{last.get('cached_tokens')} cached, {last.get('processed_tokens')} processed",
+                markup=False,
+            )
 
 
 def _print_drafts(console: Any, drafts: Any) -> None:

@@ -22,8 +22,8 @@ the APIs share, in this order:
    replica that answered nothing (it just died) hands the request to the next serving one, once;
 9. **answer**: whole answers through the adapter's ``whole`` (the request accounts ``timings``
    or ``usage``), streams through its ``codec`` (``orchestrator.serve.streaming.relay``);
-10. **metrics**: requests, durations, TTFT, repairs, tokens per model; ``timings`` to the
-    replica's drafting watch (``Instance.record_timings``).
+10. **metrics**: requests, durations, TTFT, repairs, tokens per model, cache hits per session;
+    ``timings`` to the replica's drafting watch (``Instance.record_timings``).
 
 Errors before the answer starts are rendered here in the adapter's shape; inside a stream they
 are its last event. A client that disconnects cancels the work (noticed within ``WATCH_AFTER``
@@ -227,6 +227,7 @@ class ProxyRequest:
     def _timings(self, timings: dict[str, Any]) -> None:
         self.timings = timings
         self.mm.timings(timings)
+        self.router.count_session(self.model.name, self.route.session_key(self.out.body), self.out.body, timings)
         if self.instance is not None:
             self.instance.record_timings(timings)
         self.fwd.tuner.learn(self.ticket, timings)
@@ -323,9 +324,8 @@ class ProxyRequest:
 
     async def _affinity(self) -> Affinity:
         """Prefix affinity (``serve.prompt_cache``). A body shorter than ``AFFINITY_MIN_TOKENS`` bytes
-        cannot hold a prompt that long (every token is at least a byte; only the template's own
-        text could add some), so it is not rendered and tokenized in a thread at all: most
-        requests skip that cost; llama-server's own slot choice still reuses what a slot holds."""
+        cannot hold a prompt that long (every token is at least a byte), so it is not rendered and
+        tokenized at all; llama-server's own slot choice still reuses what a slot holds."""
         if len(self.out.content) < AFFINITY_MIN_TOKENS:
             return NO_AFFINITY
         route, body = self.route, self.out.body

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from orchestrator.errors import ApiError
 from orchestrator.serve.cache.prompt_cache import NO_AFFINITY, Affinity, ChatOf
+from orchestrator.serve.cache.sessions import session_of
 from orchestrator.supervise.model_rules import RETRY_AFTER as SCHEDULER_RETRY_AFTER
 from orchestrator.supervise.refusals import ModelRefused, Refusal
 from orchestrator.supervise.states import SERVING
@@ -120,6 +121,12 @@ class Router:
         """Where a request should go by its prompt's prefix (``PromptCache.route``); ``NO_AFFINITY``
         without a prompt cache."""
         return await self.prompt_cache.route(chat_of, model, body, key) if self.prompt_cache else NO_AFFINITY
+
+    def count_session(self, model: str, key: str | None, body: dict[str, Any], timings: dict[str, Any]) -> None:
+        """An answer's prompt-cache hits to its session (``PromptCache.sessions``; ``key``: the
+        client's session key, else the session is told by the body's opening)."""
+        if self.prompt_cache is not None:
+            self.prompt_cache.sessions.record(model, session_of(key, body), timings)
 
     async def left_serving(self, failed: Instance) -> bool:
         """Whether ``failed``, which answered nothing, left the serving states within ``REFUSED_WAIT`` s.

@@ -262,3 +262,20 @@ def test_down_when_the_orchestrator_exits_before_the_signal(
     monkeypatch.setattr(statefile, "read_live", lambda: {"pid": never_a_pid(), "endpoint": "http://127.0.0.1:1"})
     assert control.down(timeout=1) == 0
     assert "stopped" in capsys.readouterr().out
+
+
+def test_status_prints_prompt_cache_hits_per_session() -> None:
+    """``orchestrator status`` prints each model's latest sessions from ``/status``'s ``kv.sessions``."""
+    import io
+
+    from rich.console import Console
+
+    last = {"cached_tokens": 740, "processed_tokens": 25}
+    session = {"session": "k:s1", "requests": 3, "hit_rate": 0.62, "cached_tokens": 1500, "processed_tokens": 900}
+    doc = {"models": [{"model": "demo", "kv": {"sessions": [{**session, "last": last}]}}, {"model": "idle"}]}
+    out = io.StringIO()
+    control._print_sessions(Console(file=out, width=200), doc)
+    text = out.getvalue()
+    assert "prompt cache of demo per session" in text and "idle" not in text
+    assert "k:s1: 3 requests, 62% of prompt tokens cached (1500 cached, 900 processed)" in text
+    assert "last request 740 cached, 25 processed" in text

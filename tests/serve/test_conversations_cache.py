@@ -101,3 +101,9 @@ def test_a_side_request_leaves_the_main_conversation_alone(stack: Stack) -> None
     title.turn("ok")
     processed, new = main.turn("and finish")
     assert processed <= new + 64, (processed, new)
+    # /status shows the session's cache hits (orchestrator status prints them)
+    rows = httpx.get(stack.url + "/status", timeout=30).json()["models"][0]["kv"]["sessions"]
+    mine = next(r for r in rows if r["session"] == "k:session-1")
+    assert mine["requests"] == 4
+    assert mine["last"]["processed_tokens"] == processed
+    assert mine["cached_tokens"] > mine["processed_tokens"]

@@ -7,6 +7,7 @@ module               what
 ``prompt_cache.py``  the lifecycle hooks, ``id_slot`` affinity, the ``kv`` status block
 ``prefix.py``        prompts as tokens in-process (warm prefixes, a chat request's prompt)
 ``chat_view.py``     a chat request as the template sees it (tool-call arguments parsed)
+``sessions.py``      prompt-cache hits per client session (``/status``, the console)
 ===================  ================================================================
 
 Which routes are rendered here, and how their body becomes a chat request, is the route

@@ -35,6 +35,7 @@ from prometheus_client.registry import Collector
 from orchestrator.errors import ApiError, UserError
 from orchestrator.paths import kv_root
 from orchestrator.serve.cache.prefix import Launched, prompt_tokens, warm_tokens_for
+from orchestrator.serve.cache.sessions import Sessions
 from orchestrator.serve.http.body import dump_body
 from orchestrator.supervise.affinity import Choice, Replica, SlotHoldings
 from orchestrator.supervise.kv_files import KvStore
@@ -147,6 +148,7 @@ class PromptCache:
         self._scheduler: ModelScheduler | None = None
         self._watch: asyncio.Task[None] | None = None
         self._idle_saved: dict[str, tuple[float, float]] = {}  # model -> (its last_used then, when)
+        self.sessions = Sessions()  # prompt-cache hits per client session (``status``)
 
     @classmethod
     def attached(
@@ -252,8 +254,9 @@ class PromptCache:
         return Affinity(self.kv.holdings, tokens, f"{key or '-'}|{conversation}")
 
     def status(self, model: str) -> dict[str, Any]:
-        """The ``kv`` block of model ``model``'s status row (``ModelKv.row``)."""
-        return self.kv.model(model).row()
+        """The ``kv`` block of model ``model``'s status row (``ModelKv.row``), with its latest
+        sessions' prompt-cache hits (``sessions``)."""
+        return {**self.kv.model(model).row(), "sessions": self.sessions.rows(model)}
 
 
 def _tokens(

@@ -115,6 +115,8 @@ class Console:
             if self.views is not None:  # peers and where requests went; the per-request K choices
                 data["peers"] = self.views.peers.snapshot()
                 data["draft_policy"] = self.views.tuner.status()
+                cache = self.views.prompt_cache  # prompt-cache hits per client session
+                data["sessions"] = cache.sessions.snapshot() if cache is not None else {}
             return JSONResponse(data, headers=HEADERS)
 
         @app.get("/ui/api/logs/{instance}", include_in_schema=False)

@@ -6,6 +6,7 @@ import { loadBench, initBench } from "./bench.js";
 import { Charts } from "./charts.js";
 import { initChat } from "./chat.js";
 import { renderDrafts } from "./drafts.js";
+import { renderSessions } from "./sessions.js";
 import { LogTail } from "./logs.js";
 
 const state = {
@@ -216,6 +217,7 @@ async function poll(once) {
     renderPeers(live.peers);
     renderDisk(live.disk || []);
     renderDrafts(live.draft_policy);
+    renderSessions(live.sessions);
     await logTail.follow();
     connection("live", "· " + new Date().toLocaleTimeString());
   } catch (err) {

@@ -1,0 +1,93 @@
+"""Prompt-cache hits per client session, for ``/status`` (each model's ``kv.sessions``) and
+``orchestrator status``.
+
+A session is the client's session key (Claude Code's session id in ``metadata.user_id``, OpenAI's
+``prompt_cache_key``; ``Adapter.session_key``), else the opening of its messages (``session_of``),
+else ``-``. Every answer's
+``timings`` add its prompt tokens taken from the cache (``cache_n``) and processed (``prompt_n``).
+Only the ``MAX_SESSIONS`` most recently seen sessions of a model are kept; ``rows`` shows the
+``SHOWN`` latest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+MAX_SESSIONS = 256  # per model: the least recently seen is forgotten first
+SHOWN = 8  # sessions per model in /status
+
+
+@dataclass
+class SessionHits:
+    """One session's counters: requests, prompt tokens taken from the cache and processed."""
+
+    requests: int = 0
+    cached: int = 0
+    processed: int = 0
+    last_cached: int = 0
+    last_processed: int = 0
+    seen: float = 0.0  # wall clock of the last answer
+
+    def row(self, session: str) -> dict[str, Any]:
+        total = self.cached + self.processed
+        return {
+            "session": session,
+            "requests": self.requests,
+            "cached_tokens": self.cached,
+            "processed_tokens": self.processed,
+            "hit_rate": round(self.cached / total, 3) if total else None,
+            "last": {"cached_tokens": self.last_cached, "processed_tokens": self.last_processed},
+            "seen": self.seen,
+        }
+
+
+class Sessions:
+    """Cache hits per model and session (see the module)."""
+
+    def __init__(self) -> None:
+        self._models: dict[str, OrderedDict[str, SessionHits]] = {}
+
+    def record(self, model: str, session: str, timings: dict[str, Any]) -> None:
+        """Add an answer's ``timings`` (``cache_n``, ``prompt_n``) to ``session`` of ``model``."""
+        cached, processed = timings.get("cache_n", 0), timings.get("prompt_n", 0)
+        if not isinstance(cached, int) or not isinstance(processed, int):
+            return
+        table = self._models.setdefault(model, OrderedDict())
+        hits = table.pop(session, None) or SessionHits()
+        table[session] = hits
+        if len(table) > MAX_SESSIONS:
+            table.popitem(last=False)
+        hits.requests += 1
+        hits.cached += max(0, cached)
+        hits.processed += max(0, processed)
+        hits.last_cached, hits.last_processed = max(0, cached), max(0, processed)
+        hits.seen = time.time()
+
+    def rows(self, model: str) -> list[dict[str, Any]]:
+        """The ``SHOWN`` most recently seen sessions of ``model``, latest first."""
+        table = self._models.get(model) or OrderedDict()
+        return [hits.row(session) for session, hits in list(reversed(table.items()))[:SHOWN]]
+
+    def snapshot(self) -> dict[str, list[dict[str, Any]]]:
+        """``rows`` of every model with a session (the console's poll)."""
+        return {model: self.rows(model) for model, table in self._models.items() if table}
+
+
+def session_of(key: str | None, body: dict[str, Any]) -> str:
+    """The session a request counts under: its client ``key``, else the opening of its ``messages``
+    (``p:`` and a digest of the system prompt and the messages up to the first user message: which
+    conversation it is), else ``-``. Reads the body only: nothing is rendered."""
+    messages = body.get("messages")
+    if key is not None:
+        return key
+    if not isinstance(messages, list):
+        return "-"
+    first = next((i for i, m in enumerate(messages) if isinstance(m, dict) and m.get("role") == "user"), len(messages))
+    opening = [body.get("system"), messages[: first + 1]]  # Anthropic's system prompt is beside its messages
+    text = json.dumps(opening, sort_keys=True, default=str)
+    return "p:" + hashlib.sha256(text.encode()).hexdigest()[:12]
