@@ -5,19 +5,23 @@ The summary streams from llama-server as an ordinary Responses answer; the clien
 its message events, only the response's life and the one item: ``response.created`` and
 ``response.in_progress`` pass, the answer's output events are dropped, and its
 ``response.completed`` becomes ``response.output_item.added`` and ``.done`` of the compaction item,
-then ``response.completed`` with that item as the whole output. Pings pass (the summary may take a
-while); an error event passes and the stream ends with it.
+then ``response.completed`` with that item as the whole output. Pings pass, and while the summary's
+tokens flow (dropped) a comment goes out every :data:`KEEPALIVE_S` seconds, so the client never
+waits in silence; an error event passes and the stream ends with it.
 """
 
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 from orchestrator.errors import ApiError
 from orchestrator.serve.responses.compaction import answer_text, compaction_item
 from orchestrator.serve.streaming import StreamFlavor
 
+# the summary's own events are dropped; while they flow, the client hears a comment this often
+KEEPALIVE_S = 5.0
 _PASS = ("response.created", "response.in_progress", "response.failed", "response.incomplete", "error")
 
 
@@ -31,6 +35,7 @@ class CompactionStream:
         self.sequence = 0
         self.completed = False
         self.failed = False  # an error event already went out: the stream ends with it
+        self.sent_at = time.monotonic()
 
     def feed(self, chunk: bytes) -> bytes:
         buf = self.pending + chunk
@@ -52,6 +57,7 @@ class CompactionStream:
     def _event(self, event: bytes) -> bytes:
         data = next((line[5:].strip() for line in event.split(b"\n") if line.startswith(b"data:")), None)
         if data is None:
+            self.sent_at = time.monotonic()
             return event + b"\n\n"  # a ping comment: the client hears the summary is coming
         try:
             obj = json.loads(data)
@@ -63,7 +69,14 @@ class CompactionStream:
         if kind in _PASS:
             self.failed = self.failed or kind in ("response.failed", "error")
             return self._send(obj)
-        return b""  # the summary's own output events
+        return self._keepalive()  # the summary's own output events are not the client's
+
+    def _keepalive(self) -> bytes:
+        now = time.monotonic()
+        if now - self.sent_at < KEEPALIVE_S:
+            return b""
+        self.sent_at = now
+        return b": writing the compaction summary\n\n"
 
     def _completed(self, response: dict[str, Any]) -> bytes:
         item = compaction_item(answer_text(response))
@@ -74,6 +87,7 @@ class CompactionStream:
         return self._send(added) + self._send(done) + self._send(final)
 
     def _send(self, obj: dict[str, Any]) -> bytes:
+        self.sent_at = time.monotonic()
         obj["sequence_number"] = self.sequence
         self.sequence += 1
         return f"event: {obj['type']}\ndata: {json.dumps(obj, separators=(',', ':'))}\n\n".encode()

@@ -220,3 +220,16 @@ def test_a_streamed_compaction_shows_only_the_compaction_item_and_ends_once_on_f
     cut = CompactionStream(RESPONSES_SSE)
     cut.feed(_sse("response.created", response={"id": "r"}))
     assert b"event: error" in cut.close(b"", None)  # an upstream that ended early: the client hears it
+
+
+def test_a_long_compaction_summary_is_never_silent() -> None:
+    """The summary's own events are dropped; once KEEPALIVE_S has passed since the last byte, a
+    dropped event sends a comment instead, and a sent event restarts the wait."""
+    from orchestrator.serve.responses.adapter import RESPONSES_SSE
+    from orchestrator.serve.responses.compaction_stream import KEEPALIVE_S, CompactionStream
+
+    codec = CompactionStream(RESPONSES_SSE)
+    assert codec.feed(_sse("response.output_text.delta", delta="a")) == b""  # just sent: quiet
+    codec.sent_at -= KEEPALIVE_S + 1  # as if that long had passed
+    assert codec.feed(_sse("response.output_text.delta", delta="b")).startswith(b": ")
+    assert codec.feed(_sse("response.output_text.delta", delta="c")) == b""
