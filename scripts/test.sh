@@ -18,8 +18,9 @@ orchestrator build --backend cpu
 # build; ccache makes it a few minutes once): tests/native/test_adopt.py serves through it as a
 # user's own llama-server (build.llama_server)
 orchestrator build --backend cpu --no-patches
-# the real agent clients (Claude Code, Codex CLI, opencode) at pinned versions, cached outside the repo;
-# status 2 (npm unreachable) leaves their tests to skip with that reason
+# the real agent clients (Claude Code, Codex CLI, opencode, Qwen Code, Kilo, Continue cn, aider) at pinned
+# versions, cached outside the repo; status 2 (npm or PyPI unreachable) leaves their tests to skip with
+# that reason
 bash scripts/install_agent_clients.sh >/dev/null || [ $? -eq 2 ]
 export ORCHESTRATOR_REQUIRE_NATIVE=1
 exec python -m pytest "$@"

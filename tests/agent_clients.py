@@ -1,9 +1,11 @@
-"""The real coding-agent clients (Claude Code, Codex CLI, opencode) at pinned versions, for tests.
+"""The real coding-agent clients at pinned versions, for tests: Claude Code, Codex CLI, opencode,
+Qwen Code, Kilo Code CLI, Continue's CLI (``cn``) and aider.
 
-``scripts/install_agent_clients.sh`` installs them with npm into a cached folder outside the
-repository (``$ORCHESTRATOR_CACHE/agent-clients/<key>/``); :func:`install` runs it once per test
-session and returns their paths. The ``agent_clients`` fixture (``tests/conftest.py``) yields them and
-skips, with the installer's reason, only when npm is missing or its registry cannot be reached.
+``scripts/install_agent_clients.sh`` installs them into a cached folder outside the repository
+(``$ORCHESTRATOR_CACHE/agent-clients/<key>/``: the npm clients with a Node 22 of their own, aider in
+its own virtualenv); :func:`install` runs it once per test session and returns their paths. The
+``agent_clients`` fixture (``tests/conftest.py``) yields them and skips, with the installer's reason,
+only when npm is missing or its registry (or PyPI) cannot be reached.
 
 :func:`client_env` is the environment every test (and ``orchestrator connect``) runs a client with:
 its own home (no user config, no credentials), and every update check, telemetry and auto-update
@@ -19,32 +21,36 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 INSTALLER = REPO / "scripts" / "install_agent_clients.sh"
-INSTALL_TIMEOUT = 900.0  # seconds; about 20 s on this project's machine with a warm npm cache
+INSTALL_TIMEOUT = 1200.0  # seconds; about 3 minutes on this project's machine with warm npm and pip caches
 
-# exit status of the installer when npm or its registry is unreachable (anything else is a failure)
+# exit status of the installer when npm, its registry or PyPI is unreachable (anything else is a failure)
 UNREACHABLE = 2
 
 
 @dataclass(frozen=True)
 class AgentClients:
-    """Paths of the installed executables."""
+    """Paths of the installed executables (each named as its command)."""
 
     bin_dir: Path
     claude: Path
     codex: Path
     opencode: Path
+    qwen: Path
+    kilo: Path
+    cn: Path
+    aider: Path
 
 
 class ClientsUnavailable(Exception):
-    """npm is missing or its registry is unreachable (the message says which)."""
+    """npm is missing, or its registry or PyPI is unreachable (the message says which)."""
 
 
 def install() -> AgentClients:
     """Run the installer (a no-op when the pinned versions are there) and return the paths.
 
     Raises:
-        ClientsUnavailable: npm or its registry cannot be reached.
-        RuntimeError: npm failed for another reason (its output is in the message).
+        ClientsUnavailable: npm, its registry or PyPI cannot be reached.
+        RuntimeError: the installer failed for another reason (its output is in the message).
     """
     proc = subprocess.run(
         ["bash", str(INSTALLER)], capture_output=True, text=True, timeout=INSTALL_TIMEOUT, check=False
@@ -54,7 +60,8 @@ def install() -> AgentClients:
     if proc.returncode != 0:
         raise RuntimeError(f"{INSTALLER.name} failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
     bin_dir = Path(proc.stdout.strip().splitlines()[-1])
-    return AgentClients(bin_dir, bin_dir / "claude", bin_dir / "codex", bin_dir / "opencode")
+    names = ("claude", "codex", "opencode", "qwen", "kilo", "cn", "aider")
+    return AgentClients(bin_dir, *(bin_dir / name for name in names))
 
 
 def client_env(home: Path, **extra: str) -> dict[str, str]:
@@ -85,6 +92,17 @@ def client_env(home: Path, **extra: str) -> dict[str, str]:
         "OPENCODE_DISABLE_MODELS_FETCH": "1",
         "OPENCODE_DISABLE_SHARE": "1",
         "OPENCODE_DISABLE_LSP_DOWNLOAD": "1",
+        # Kilo (opencode's fork): the same switches under its own name
+        "KILO_DISABLE_AUTOUPDATE": "1",
+        "KILO_DISABLE_MODELS_FETCH": "1",
+        "KILO_DISABLE_SHARE": "1",
+        "KILO_DISABLE_LSP_DOWNLOAD": "1",
+        # Qwen Code and Continue's cn: no usage statistics
+        "QWEN_USAGE_STATISTICS_ENABLED": "false",
+        "CONTINUE_METRICS_ENABLED": "0",
+        # aider: no PyPI version check, no analytics
+        "AIDER_CHECK_UPDATE": "false",
+        "AIDER_ANALYTICS": "false",
         **extra,
     }
 
@@ -122,6 +140,7 @@ class Up:
         import time
 
         self._signal = signal
+        self.config, self.state = config, state
         self.log = state.parent / "up.log"
         env = {**os.environ, "ORCHESTRATOR_STATE": str(state), "ORCHESTRATOR_KV": str(state / "kv")}
         with self.log.open("w") as log:

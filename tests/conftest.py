@@ -219,9 +219,10 @@ def llama_server(bin_info: Any, tmp_path: Path) -> Iterator[Callable[..., LlamaS
 
 @pytest.fixture(scope="session")
 def agent_clients() -> Any:
-    """The real Claude Code, Codex CLI and opencode at pinned versions (``tests/agent_clients.py``):
-    installed by ``scripts/install_agent_clients.sh`` into the cache; skips only when npm or its
-    registry is unreachable."""
+    """The real agent clients (Claude Code, Codex CLI, opencode, Qwen Code, Kilo CLI, Continue's cn,
+    aider) at pinned versions (``tests/agent_clients.py``): installed by
+    ``scripts/install_agent_clients.sh`` into the cache; skips only when npm, its registry or PyPI is
+    unreachable."""
     from tests.agent_clients import ClientsUnavailable, install
 
     try:

@@ -155,10 +155,10 @@ def pull(
 
 @app.command()
 def connect(
-    client: str = typer.Argument(..., help="claude-code, codex, opencode, continue or openwebui"),
+    client: str = typer.Argument(..., help="claude-code, codex, qwen-code, opencode, kilo, continue, aider, openwebui"),
     config: Path = typer.Option(DEFAULT_CONFIG, "--config", "-c"),
     model: str | None = typer.Option(None, help="the model the client uses (default: the first in models.yaml)"),
-    write: bool = typer.Option(False, "--write", help="update the client's own config file (a backup first)"),
+    write: bool = typer.Option(False, "--write", help="update the client's own config files (a backup first)"),
     show_key: bool = typer.Option(False, "--show-key", help="print the API key (hidden otherwise)"),
     max_output: int | None = typer.Option(
         None, help="the longest answer (tokens) the client asks for (default: a quarter of the context window)"

@@ -11,7 +11,7 @@ def run(
     client: str, config: Path, *, model: str | None, write: bool, show_key: bool, max_output: int | None = None
 ) -> int:
     """Print ``client``'s settings (the running ``up``'s address when there is one); with ``write``
-    update the client's config file after a backup. The key is printed only with ``show_key``.
+    update the client's config files after a backup. The key is printed only with ``show_key``.
     Without ``config`` on disk, a running ``up``'s models.yaml serves."""
     from orchestrator.config.load import load_config
     from orchestrator.connect.clients import client_config
@@ -29,6 +29,6 @@ def run(
     for line in settings.lines:
         out.print(line, markup=False)
     if write:
-        path, saved = write_config(settings)
-        out.print(f"wrote {path}" + (f" (the previous file is {saved})" if saved else " (new file)"), markup=False)
+        for path, saved in write_config(settings):
+            out.print(f"wrote {path}" + (f" (the previous file is {saved})" if saved else " (new file)"), markup=False)
     return 0

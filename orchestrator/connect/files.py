@@ -3,6 +3,7 @@ other providers, other settings) stays; the file as it was is copied aside first
 
 from __future__ import annotations
 
+import copy
 import json
 import shutil
 from collections.abc import Mapping
@@ -47,8 +48,10 @@ def _unreadable(path: Path, err: Exception) -> UserError:
     return UserError(f"{path} is not valid ({err}); left unchanged", hint="fix the file by hand, then run again")
 
 
-def merge_json(path: Path, update: dict[str, Any]) -> None:
-    """Deep-merge ``update`` into the JSON object in ``path`` (created when missing)."""
+def merge_json(path: Path, update: dict[str, Any], lists: Mapping[str, str] | None = None) -> None:
+    """Deep-merge ``update`` into the JSON object in ``path`` (created when missing). ``lists`` maps
+    the dotted path of a list of objects (``modelProviders.openai``) to its key field: the file's
+    entries with the same key as one of ``update``'s are replaced, the others kept before them."""
     text = _read(path)
     try:
         data = json.loads(text) if text.strip() else {}
@@ -56,7 +59,19 @@ def merge_json(path: Path, update: dict[str, Any]) -> None:
         raise _unreadable(path, err) from None
     if not isinstance(data, dict):
         raise _unreadable(path, ValueError("not a JSON object"))
+    update = copy.deepcopy(update)
+    for dotted, match in (lists or {}).items():
+        old, new = _at(data, dotted), _at(update, dotted)
+        if isinstance(old, list) and isinstance(new, list):
+            ours = {e.get(match) for e in new if isinstance(e, dict)}
+            new[:0] = [e for e in old if not (isinstance(e, dict) and e.get(match) in ours)]
     _write(path, json.dumps(_deep(data, update), indent=2) + "\n")
+
+
+def _at(data: Any, dotted: str) -> Any:
+    for part in dotted.split("."):
+        data = data.get(part) if isinstance(data, dict) else None
+    return data
 
 
 def _deep(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
@@ -95,28 +110,53 @@ def merge_toml(path: Path, top: Mapping[str, object], tables: Mapping[str, Mappi
     _write(path, tomlkit.dumps(doc))
 
 
-def yaml_lines(data: Mapping[str, Any]) -> list[str]:
-    """``data`` as the YAML lines ``merge_yaml_list`` would write, to print for pasting."""
+def yaml_lines(data: Mapping[str, Any] | list[Any]) -> list[str]:
+    """``data`` as the YAML lines the ``merge_yaml_*`` functions would write, to print for pasting."""
     out = StringIO()
-    YAML().dump(dict(data), out)
+    YAML().dump(dict(data) if isinstance(data, Mapping) else list(data), out)
     return out.getvalue().splitlines()
+
+
+def _load_yaml(path: Path, kind: type, empty: Any) -> Any:
+    try:
+        data = YAML().load(_read(path))
+    except YAMLError as err:
+        raise _unreadable(path, err) from None
+    if data is None:
+        return empty
+    if not isinstance(data, kind):
+        raise _unreadable(path, ValueError(f"not a {'mapping' if kind is dict else 'list'}"))
+    return data
+
+
+def _dump_yaml(path: Path, data: Any) -> None:
+    out = StringIO()
+    YAML().dump(data, out)
+    _write(path, out.getvalue())
+
+
+def merge_yaml_map(path: Path, values: Mapping[str, Any]) -> None:
+    """Set ``values`` in the YAML mapping in ``path`` (created when missing), keeping the rest."""
+    data = _load_yaml(path, dict, {})
+    data.update(values)
+    _dump_yaml(path, data)
+
+
+def merge_yaml_items(path: Path, items: list[dict[str, Any]], match: str) -> None:
+    """Put ``items`` in the YAML list in ``path`` (created when missing), replacing the entries
+    with the same ``match`` value and keeping the others before them."""
+    data = _load_yaml(path, list, [])
+    ours = {item[match] for item in items}
+    _dump_yaml(path, [e for e in data if not (isinstance(e, dict) and e.get(match) in ours)] + items)
 
 
 def merge_yaml_list(path: Path, top: dict[str, Any], list_key: str, item: dict[str, Any], match: str) -> None:
     """In the YAML mapping in ``path`` (created when missing): set ``top`` keys that are absent,
     and put ``item`` in the list ``list_key``, replacing the entry with the same ``match`` value."""
-    yaml = YAML()
-    try:
-        data = yaml.load(_read(path)) or {}
-    except YAMLError as err:
-        raise _unreadable(path, err) from None
-    if not isinstance(data, dict):
-        raise _unreadable(path, ValueError("not a mapping"))
+    data = _load_yaml(path, dict, {})
     for key, value in top.items():
         data.setdefault(key, value)
     entries = data.get(list_key) or []
     kept = [e for e in entries if not (isinstance(e, dict) and e.get(match) == item[match])]
     data[list_key] = [*kept, item]
-    out = StringIO()
-    yaml.dump(data, out)
-    _write(path, out.getvalue())
+    _dump_yaml(path, data)

@@ -14,7 +14,8 @@ import pytest
 from ruamel.yaml import YAML
 
 from orchestrator.config.load import load_config
-from orchestrator.connect.clients import CLIENTS, HIDDEN, client_config, write
+from orchestrator.connect.base import HIDDEN
+from orchestrator.connect.clients import CLIENTS, client_config, write
 from orchestrator.connect.endpoint import endpoint_of
 from orchestrator.errors import UserError
 
@@ -36,7 +37,7 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     home = tmp_path / "home"
     home.mkdir()
     monkeypatch.setenv("HOME", str(home))
-    for var in ("CLAUDE_CONFIG_DIR", "CODEX_HOME", "XDG_CONFIG_HOME"):
+    for var in ("CLAUDE_CONFIG_DIR", "CODEX_HOME", "XDG_CONFIG_HOME", "QWEN_HOME", "CONTINUE_GLOBAL_DIR"):
         monkeypatch.delenv(var, raising=False)
     return home
 
@@ -61,11 +62,34 @@ def test_every_client_gets_address_models_and_window_and_no_secret(tmp_path: Pat
     assert SECRET in "\n".join(client_config(client, ep, show_key=True).lines)
 
 
+@pytest.mark.parametrize("client", sorted(CLIENTS))
+@pytest.mark.parametrize("show_key", [False, True])
+def test_printed_shell_lines_paste_into_a_shell(tmp_path: Path, home: Path, client: str, show_key: bool) -> None:
+    # every `export` line a client prints runs in bash as pasted and sets what it says
+    path = tmp_path / "models.yaml"
+    path.write_text(
+        'server:\n  port: 8123\n  api_keys: ["it\'s a $key; with spaces"]\nmodels:\n'
+        "  - {name: coder, path: builtin:tiny-mtp, ctx_size: 65536}\n"
+    )
+    lines = client_config(client, endpoint_of(load_config(path)), show_key=show_key).lines
+    exports = [line.strip() for line in lines if line.strip().startswith("export ")]
+    if client in ("continue", "opencode", "kilo", "qwen-code"):  # a file only: nothing to paste into a shell
+        assert not exports
+        return
+    assert exports
+    script = "\n".join([*exports, *(f'printf "%s\\n" "${e.split()[1].split("=")[0]}"' for e in exports)])
+    done = subprocess.run(["bash", "-euc", script], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    got = done.stdout.splitlines()
+    assert ("it's a $key; with spaces" in got) == show_key and (HIDDEN in got) != show_key
+    assert client == "codex" or any(v.startswith("http://127.0.0.1:8123") for v in got)  # Codex: only its key
+
+
 def test_claude_code_write_merges_env_after_a_backup(tmp_path: Path, home: Path) -> None:
     settings = home / ".claude" / "settings.json"
     settings.parent.mkdir()
     settings.write_text(json.dumps({"theme": "dark", "env": {"KEEP": "1", "ANTHROPIC_MODEL": "old"}}))
-    path, saved = write(client_config("claude-code", endpoint_of(load_config(_config(tmp_path))), "chat"))
+    [(path, saved)] = write(client_config("claude-code", endpoint_of(load_config(_config(tmp_path))), "chat"))
     assert path == settings and saved is not None
     assert json.loads(saved.read_text())["env"]["ANTHROPIC_MODEL"] == "old"
     data = json.loads(settings.read_text())
@@ -74,7 +98,17 @@ def test_claude_code_write_merges_env_after_a_backup(tmp_path: Path, home: Path)
     assert env["ANTHROPIC_BASE_URL"] == "http://127.0.0.1:8123" and env["ANTHROPIC_AUTH_TOKEN"] == SECRET
     assert {env[f"ANTHROPIC_DEFAULT_{t}_MODEL"] for t in ("OPUS", "SONNET", "HAIKU")} == {"chat"}
     # told the real window: it would assume 1M for a name it does not know and compact too late
-    assert env["CLAUDE_CODE_MAX_CONTEXT_TOKENS"] == env["CLAUDE_CODE_AUTO_COMPACT_WINDOW"] == "8192"
+    assert env["CLAUDE_CODE_MAX_CONTEXT_TOKENS"] == "8192"
+    # 2.1.3xx reads an auto-compact window under 100K as 100K and warns on every start: not set
+    assert "CLAUDE_CODE_AUTO_COMPACT_WINDOW" not in env
+
+
+def test_claude_code_gets_its_auto_compact_window_from_100k(tmp_path: Path, home: Path) -> None:
+    path = tmp_path / "models.yaml"
+    path.write_text("models:\n  - {name: big, path: builtin:tiny-mtp, ctx_size: 262144, parallel: 2}\n")
+    write(client_config("claude-code", endpoint_of(load_config(path))))
+    env = json.loads((home / ".claude" / "settings.json").read_text())["env"]
+    assert env["CLAUDE_CODE_MAX_CONTEXT_TOKENS"] == env["CLAUDE_CODE_AUTO_COMPACT_WINDOW"] == "131072"
 
 
 def test_codex_write_keeps_the_rest_of_config_toml(tmp_path: Path, home: Path) -> None:
@@ -87,7 +121,8 @@ def test_codex_write_keeps_the_rest_of_config_toml(tmp_path: Path, home: Path) -
     data = tomllib.loads(text)
     assert (data["model"], data["model_provider"], data["model_context_window"]) == ("coder", "orchestrator", 32768)
     # compacts before the window is full, with room for the longest answer (8192) and a 5% margin
-    assert data["model_auto_compact_token_limit"] == 32768 - 8192 - 1638 and data["model_max_output_tokens"] == 8192
+    assert data["model_auto_compact_token_limit"] == 32768 - 8192 - 1638
+    assert "model_max_output_tokens" not in data  # Codex 0.171 ignores it, warning on every run
     provider = data["model_providers"]["orchestrator"]
     assert provider["base_url"] == "http://127.0.0.1:8123/v1" and provider["wire_api"] == "responses"
     assert provider["env_key"] == "ORCHESTRATOR_API_KEY" and SECRET not in text  # Codex reads keys from env
@@ -100,7 +135,9 @@ def test_opencode_and_continue_writes(tmp_path: Path, home: Path) -> None:
     oc = json.loads((home / ".config" / "opencode" / "opencode.json").read_text())
     provider = oc["provider"]["orchestrator"]
     assert provider["options"] == {"baseURL": "http://127.0.0.1:8123/v1", "apiKey": "none"}
-    assert provider["models"]["coder"]["limit"]["context"] == 32768 and oc["model"] == "orchestrator/coder"
+    assert provider["models"]["coder"]["limit"] == {"context": 32768, "output": 8192}
+    assert provider["models"]["chat"]["limit"] == {"context": 8192, "output": 2048}
+    assert oc["model"] == oc["small_model"] == "orchestrator/coder"
     cont = home / ".continue" / "config.yaml"
     cont.parent.mkdir()
     cont.write_text("name: mine\nversion: 0.0.1\nschema: v1\nmodels:\n  - {name: other, provider: ollama, model: x}\n")
@@ -155,3 +192,61 @@ def test_outside_the_folder_of_a_running_up_its_models_yaml_is_used(
     monkeypatch.chdir(elsewhere)
     assert connect.run("codex", Path("models.yaml"), model=None, write=False, show_key=False) == 0
     assert 'base_url = "http://127.0.0.1:8123/v1"' in capsys.readouterr().out
+
+
+def test_qwen_code_write_keeps_other_providers_and_settings(tmp_path: Path, home: Path) -> None:
+    settings = home / ".qwen" / "settings.json"
+    settings.parent.mkdir()
+    theirs = {"id": "qwen3-coder-plus", "baseUrl": "https://dashscope.example/v1", "envKey": "DASHSCOPE_API_KEY"}
+    old_ours = {"id": "coder", "baseUrl": "http://127.0.0.1:1/v1"}
+    settings.write_text(json.dumps({"general": {"vimMode": True}, "modelProviders": {"openai": [theirs, old_ours]}}))
+    ep = endpoint_of(load_config(_config(tmp_path)))
+    write(client_config("qwen-code", ep))
+    write(client_config("qwen-code", ep))  # again: the same entries, not added twice
+    data = json.loads(settings.read_text())
+    assert data["general"] == {"vimMode": True}
+    entries = data["modelProviders"]["openai"]
+    assert [e["id"] for e in entries] == ["qwen3-coder-plus", "coder", "chat"] and entries[0] == theirs
+    coder = entries[1]
+    assert coder["baseUrl"] == "http://127.0.0.1:8123/v1" and coder["envKey"] == "ORCHESTRATOR_API_KEY"
+    assert coder["generationConfig"] == {"contextWindowSize": 32768, "samplingParams": {"max_tokens": 8192}}
+    assert data["env"]["ORCHESTRATOR_API_KEY"] == SECRET  # the variable envKey names, set by the file
+    assert data["security"]["auth"]["selectedType"] == "openai" and data["model"]["name"] == "coder"
+
+
+def test_kilo_writes_its_own_file(tmp_path: Path, home: Path) -> None:
+    ep = endpoint_of(load_config(_config(tmp_path)))
+    [(path, saved)] = write(client_config("kilo", ep, "chat"))
+    assert path == home / ".config" / "kilo" / "kilo.json" and saved is None
+    assert not (home / ".config" / "opencode").exists()  # not opencode's
+    data = json.loads(path.read_text())
+    assert data["$schema"] == "https://app.kilo.ai/config.json" and data["model"] == "orchestrator/chat"
+    provider = data["provider"]["orchestrator"]
+    assert provider["options"] == {"baseURL": "http://127.0.0.1:8123/v1", "apiKey": SECRET}
+    assert provider["models"]["chat"]["limit"] == {"context": 8192, "output": 2048}
+
+
+def test_aider_writes_its_three_files_keeping_the_rest(tmp_path: Path, home: Path) -> None:
+    (home / ".aider.conf.yml").write_text("# mine\ndark-mode: true\nmodel: gpt-4o\n")
+    (home / ".aider.model.settings.yml").write_text("- name: openai/other\n  edit_format: diff\n")
+    (home / ".aider.model.metadata.json").write_text(json.dumps({"openai/other": {"max_input_tokens": 1}}))
+    ep = endpoint_of(load_config(_config(tmp_path)))
+    written = write(client_config("aider", ep, max_output=1000))
+    assert [p.name for p, _ in written] == [
+        ".aider.conf.yml",
+        ".aider.model.metadata.json",
+        ".aider.model.settings.yml",
+    ]
+    assert all(saved is not None for _, saved in written)
+    conf = YAML(typ="safe").load((home / ".aider.conf.yml").read_text())
+    assert conf == {"dark-mode": True, "model": "openai/coder", "openai-api-base": "http://127.0.0.1:8123/v1",
+                    "openai-api-key": SECRET}  # fmt: skip
+    assert "# mine" in (home / ".aider.conf.yml").read_text()
+    meta = json.loads((home / ".aider.model.metadata.json").read_text())
+    assert meta["openai/other"] == {"max_input_tokens": 1}
+    assert meta["openai/coder"]["max_input_tokens"] == 32768 and meta["openai/coder"]["max_output_tokens"] == 1000
+    assert meta["openai/chat"]["litellm_provider"] == "openai" and meta["openai/chat"]["mode"] == "chat"
+    write(client_config("aider", ep))  # again: replaced, not added twice
+    items = YAML(typ="safe").load((home / ".aider.model.settings.yml").read_text())
+    assert [i["name"] for i in items] == ["openai/other", "openai/coder", "openai/chat"]
+    assert items[1]["extra_params"] == {"max_tokens": 8192}

@@ -1,0 +1,107 @@
+"""The vendors' own agent CLIs: Claude Code, Codex CLI, Qwen Code.
+
+Where each reads its settings (checked against the pinned clients the tests run):
+- Claude Code: ``env`` in ``$CLAUDE_CONFIG_DIR/settings.json`` (``~/.claude/settings.json``):
+  ``ANTHROPIC_BASE_URL`` (no ``/v1``: it posts to ``/v1/messages``), ``ANTHROPIC_AUTH_TOKEN`` (sent as
+  ``Authorization: Bearer``, no interactive key approval), a model name for every tier;
+- Codex CLI: ``$CODEX_HOME/config.toml`` (``~/.codex``): a ``[model_providers.X]`` with ``wire_api =
+  "responses"`` (the only API it speaks), ``model``, ``model_provider``, ``model_context_window``; a
+  key only through ``env_key`` (the variable that holds it);
+- Qwen Code: ``$QWEN_HOME/settings.json`` (``~/.qwen``): an OpenAI-compatible entry in
+  ``modelProviders.openai`` (``baseUrl``, ``envKey``, ``generationConfig.contextWindowSize`` and
+  ``samplingParams.max_tokens``), ``security.auth.selectedType: openai``, ``model.name``, and the
+  key in the ``env`` block (variables it sets when the shell has none). Without a window it assumes
+  200K tokens for a model it does not know; with one it compacts at the smaller of 85% of it and
+  the window less its summary reserve and 13K.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from orchestrator.connect import files
+from orchestrator.connect.base import (
+    PROVIDER,
+    ClientConfig,
+    FileEdit,
+    compact_at,
+    export,
+    home,
+    json_lines,
+    out_tokens,
+)
+from orchestrator.connect.endpoint import KEY_ENV, Endpoint, Model
+
+# the smallest CLAUDE_CODE_AUTO_COMPACT_WINDOW Claude Code 2.1.3xx takes as written
+AUTO_COMPACT_MINIMUM = 100_000
+
+
+def claude_code(ep: Endpoint, m: Model, key: str, shown: str) -> ClientConfig:
+    env = {
+        "ANTHROPIC_BASE_URL": ep.url,
+        "ANTHROPIC_AUTH_TOKEN": key,
+        "ANTHROPIC_MODEL": m.name,
+        "ANTHROPIC_DEFAULT_OPUS_MODEL": m.name,
+        "ANTHROPIC_DEFAULT_SONNET_MODEL": m.name,
+        "ANTHROPIC_DEFAULT_HAIKU_MODEL": m.name,
+        "ANTHROPIC_SMALL_FAST_MODEL": m.name,
+        "CLAUDE_CODE_MAX_OUTPUT_TOKENS": str(out_tokens(m)),
+        # the real window: for a model name it does not know, Claude Code assumes 1M tokens (2.1.3xx;
+        # 200K before) and would compact too late, running into context_length_exceeded
+        "CLAUDE_CODE_MAX_CONTEXT_TOKENS": str(m.context),
+        # only our endpoint: no telemetry, error reports or update checks to Anthropic
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+    }
+    if m.context >= AUTO_COMPACT_MINIMUM:
+        # the window its auto-compaction is computed against (it compacts about min(output, 20K) +
+        # 13K tokens before the end of it); 2.1.3xx reads a smaller value as its 100K minimum and
+        # says so on every start, and bounds a model it does not know by the window above
+        env["CLAUDE_CODE_AUTO_COMPACT_WINDOW"] = str(m.context)
+    path = home("CLAUDE_CONFIG_DIR", ".claude") / "settings.json"
+    lines = [f'Claude Code: the "env" block of {path}, or in your shell:']
+    lines += [export(k, shown if k == "ANTHROPIC_AUTH_TOKEN" else v) for k, v in env.items()]
+    return ClientConfig("claude-code", lines, (FileEdit(path, lambda p: files.merge_json(p, {"env": env})),))
+
+
+def codex(ep: Endpoint, m: Model, key: str, shown: str) -> ClientConfig:
+    top = {
+        "model": m.name,
+        "model_provider": PROVIDER,
+        "model_context_window": m.context,
+        # without catalog metadata for the model Codex assumes 272K and would never compact in time
+        "model_auto_compact_token_limit": compact_at(m),
+    }
+    provider: dict[str, object] = {"name": "orchestrator (llama.cpp)", "base_url": f"{ep.url}/v1"}
+    provider.update(wire_api="responses", env_key=KEY_ENV if ep.key else None)
+    tables: dict[str, dict[str, object]] = {f"model_providers.{PROVIDER}": provider}
+    path = home("CODEX_HOME", ".codex") / "config.toml"
+    lines = [f"Codex CLI: {path}"] + [f"  {k} = {json.dumps(v)}" for k, v in top.items()]
+    for name, values in tables.items():
+        lines += [f"  [{name}]"] + [f"  {k} = {json.dumps(v)}" for k, v in values.items() if v is not None]
+    if ep.key:
+        lines += ["and in your shell (Codex reads keys only from the environment):", export(KEY_ENV, shown)]
+    return ClientConfig("codex", lines, (FileEdit(path, lambda p: files.merge_toml(p, top, tables)),))
+
+
+def qwen_code(ep: Endpoint, m: Model, key: str, shown: str) -> ClientConfig:
+    def entry(x: Model) -> dict[str, object]:
+        window = {"contextWindowSize": x.context, "samplingParams": {"max_tokens": out_tokens(x)}}
+        return {"id": x.name, "name": f"{x.name} (orchestrator)", "baseUrl": f"{ep.url}/v1", "envKey": KEY_ENV,
+                "generationConfig": window}  # fmt: skip
+
+    def settings(k: str) -> dict[str, object]:
+        return {
+            "modelProviders": {"openai": [entry(x) for x in ep.models]},
+            "security": {"auth": {"selectedType": "openai"}},
+            "model": {"name": m.name, "baseUrl": f"{ep.url}/v1"},
+            "env": {KEY_ENV: k},
+        }
+
+    path = home("QWEN_HOME", ".qwen") / "settings.json"
+    lines = [f"Qwen Code: {path}", *json_lines(settings(shown))]
+
+    def apply(p: Path) -> None:
+        files.merge_json(p, settings(key), lists={"modelProviders.openai": "id"})
+
+    return ClientConfig("qwen-code", lines, (FileEdit(path, apply),))
