@@ -55,7 +55,7 @@ from orchestrator.serve.control.restart import add_restart_route
 from orchestrator.serve.forward import Forwarder
 from orchestrator.serve.http.auth import ApiKeys
 from orchestrator.serve.info import InfoViews, add_info_routes
-from orchestrator.serve.metrics import ProxyMetrics
+from orchestrator.serve.metrics import NO_MODEL, ProxyMetrics
 from orchestrator.serve.pipeline import ProxyRequest, Receive, Send
 from orchestrator.serve.registry import add_api_routes, error_body
 from orchestrator.serve.registry import served as served_adapters
@@ -121,7 +121,7 @@ def create_app(config: Config, supervisor: Supervisor, scheduler: ModelScheduler
     app.add_middleware(Forwarded, endpoints=endpoints)  # inside CORS and the 500 handler, before the router
     add_api_routes(app, fwd, off)  # each API's own routes besides its POSTs (listings, stored responses)
     app.add_api_route("/", _probe, methods=["HEAD"])  # agents' connectivity check (Claude Code at start)
-    _add_error_handlers(app)
+    _add_error_handlers(app, metrics)
     _add_cors(app, config)
     views = InfoViews(peers, router.prompt_cache, fwd.tuner, lambda: served.draining)
     add_info_routes(app, running, supervisor, keys, metrics, scheduler, views)
@@ -185,8 +185,9 @@ def _add_cors(app: FastAPI, config: Config) -> None:
         )
 
 
-def _add_error_handlers(app: FastAPI) -> None:
-    """Render every error in its route's API shape (one place)."""
+def _add_error_handlers(app: FastAPI, metrics: ProxyMetrics) -> None:
+    """Render every error in its route's API shape (one place); a request for a route or method
+    the endpoint does not serve counts under ``endpoint="unknown"``, ``model="-"``."""
 
     def render(request: Request, err: ApiError) -> JSONResponse:
         headers = err.headers()
@@ -208,6 +209,8 @@ def _add_error_handlers(app: FastAPI) -> None:
             message = f"no route {request.method} {request.url.path}; this endpoint serves: " + ", ".join(
                 served_routes(request.app)
             )
+        if code is not None:  # no route took it, so no route counted it
+            metrics.model(NO_MODEL).request("unknown", exc.status_code)
         response = render(request, ApiError(exc.status_code, message, code=code, type_=type_))
         for name, value in (exc.headers or {}).items():
             response.headers[name] = value

@@ -99,3 +99,14 @@ def test_codex_finds_its_model_catalog_on_v1_models(stack: Stack) -> None:
     assert "models" not in plain and [m["id"] for m in plain["data"]] == ["demo", "tiny", "Other"]
     by_agent = httpx.get(stack.url + "/v1/models", headers={**key, "User-Agent": "codex_exec/0.171.0"}).json()
     assert by_agent["models"] == codex["models"]
+
+
+def test_a_request_for_a_route_not_served_is_counted(stack: Stack) -> None:
+    """A client calling a route or method the endpoint does not serve shows in /metrics (a suite
+    that checks a client got no non-2xx reads it there)."""
+    key = {"Authorization": "Bearer k"}
+    assert httpx.get(stack.url + "/v1/nonexistent", headers=key).status_code == 404
+    assert httpx.delete(stack.url + "/v1/chat/completions", headers=key).status_code == 405
+    text = httpx.get(stack.url + "/metrics", headers=key).text
+    assert 'orchestrator_requests_total{endpoint="unknown",model="-",status="404"} 1.0' in text, text[-2000:]
+    assert 'orchestrator_requests_total{endpoint="unknown",model="-",status="405"} 1.0' in text
