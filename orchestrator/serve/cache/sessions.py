@@ -3,10 +3,9 @@
 
 A session is the client's session key (Claude Code's session id in ``metadata.user_id``, OpenAI's
 ``prompt_cache_key``; ``Adapter.session_key``), else the opening of its messages (``session_of``),
-else ``-``. Every answer's
-``timings`` add its prompt tokens taken from the cache (``cache_n``) and processed (``prompt_n``).
-Only the ``MAX_SESSIONS`` most recently seen sessions of a model are kept; ``rows`` shows the
-``SHOWN`` latest.
+else ``-``. Every answer's ``timings`` add its prompt tokens taken from the cache (``cache_n``) and
+processed (``prompt_n``). Only the ``MAX_SESSIONS`` most recently seen sessions of a model are
+kept; ``rows`` shows the ``SHOWN`` latest.
 """
 
 from __future__ import annotations
