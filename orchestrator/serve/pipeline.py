@@ -5,9 +5,8 @@ the APIs share, in this order:
 
 1. **drain**: after SIGINT/SIGTERM a request gets 503 + ``Retry-After``;
 2. **auth**: ``server.api_keys`` (401), the browser guard (403);
-3. **body**: read and decoded (``orchestrator.serve.http.body``, ``body_codec``): 413, 415, 400;
-   ``parse_body`` checks what it may hold for every API (``orchestrator.serve.http.shapes``:
-   types, 64-bit integers, ``server.request_limits``) before the adapter reads it;
+3. **body**: read and decoded (``serve.http.body``, ``body_codec``): 413, 415, 400; ``parse_body``
+   checks it for every API (``serve.http.shapes``: types, 64-bit integers, ``request_limits``);
 4. **translate**: the adapter turns the body into the internal request (llama-server's route and
    body); **route**: ``model`` -> model config (``orchestrator.serve.routing``, peers' models);
 5. **repair**: the internal route's ``prepare`` with the model's repair policy (unchanged bodies
@@ -20,14 +19,13 @@ the APIs share, in this order:
    prompt's prefix (``serve.prompt_cache``); in-flight counts while it runs;
 8. **upstream**: ``orchestrator.serve.upstream.client`` (keep-alive, resend on a dead pooled socket); a
    replica that answered nothing (it just died) hands the request to the next serving one, once;
-9. **answer**: whole answers through the adapter's ``whole`` (the request accounts ``timings``
-   or ``usage``), streams through its ``codec`` (``orchestrator.serve.streaming.relay``);
-10. **metrics**: requests, durations, TTFT, repairs, tokens per model, cache hits per session;
-    ``timings`` to the replica's drafting watch (``Instance.record_timings``).
+9. **answer**: whole answers through the adapter's ``whole`` (accounting ``timings``/``usage``),
+   streams through its ``codec`` (``orchestrator.serve.streaming.relay``);
+10. **metrics**: requests, durations, TTFT, repairs, tokens, session cache hits; the drafting watch.
 
-Errors before the answer starts are rendered here in the adapter's shape; inside a stream they
-are its last event. A client that disconnects cancels the work (noticed within ``WATCH_AFTER``
-seconds), which closes the upstream request, so llama-server frees the slot.
+Errors before the answer starts are rendered in the adapter's shape; inside a stream they are its
+last event. A client that disconnects cancels the work (noticed within ``WATCH_AFTER`` s): the
+upstream request closes and llama-server frees the slot.
 """
 
 from __future__ import annotations
@@ -227,7 +225,8 @@ class ProxyRequest:
     def _timings(self, timings: dict[str, Any]) -> None:
         self.timings = timings
         self.mm.timings(timings)
-        self.router.count_session(self.model.name, self.route.session_key(self.out.body), self.out.body, timings)
+        session = self.route.session_key(self.out.body, self.scope["headers"])
+        self.router.count_session(self.model.name, session, self.out.body, timings)
         if self.instance is not None:
             self.instance.record_timings(timings)
         self.fwd.tuner.learn(self.ticket, timings)
@@ -329,7 +328,8 @@ class ProxyRequest:
         if len(self.out.content) < AFFINITY_MIN_TOKENS:
             return NO_AFFINITY
         route, body = self.route, self.out.body
-        return await self.router.affinity(route.chat_of(), self.model, body, route.session_key(body))
+        session = route.session_key(body, self.scope["headers"])
+        return await self.router.affinity(route.chat_of(), self.model, body, session)
 
     async def _exchange_on(self, instance: Instance | Peer, out: Outgoing, *, refused_ok: bool) -> int:
         upstream = self.fwd.pool.get(instance.base_url or "", instance.name)

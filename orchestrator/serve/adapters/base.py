@@ -19,7 +19,7 @@ The per-request state an adapter may read or report to is :class:`Request`.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -30,6 +30,9 @@ from orchestrator.serve.http.shapes import Shape
 from orchestrator.serve.repair import chat, llama_fields, structured
 from orchestrator.serve.repair.token_probs import TrimStream, drafting_off, trim, wants_token_probs, widen
 from orchestrator.serve.streaming import OPENAI_SSE, SSE_HEADERS, SseCodec, StreamCodec, StreamFlavor
+
+#: Claude Code's session id, on every request of a session (its title and subagent requests too)
+SESSION_HEADER = b"x-claude-code-session-id"
 
 if TYPE_CHECKING:
     from orchestrator.config.schema import ModelConfig
@@ -245,11 +248,17 @@ class Adapter:
         tokenizes it in-process), else None."""
         return self.chat_request if self.renders_chat else None
 
-    def session_key(self, body: dict[str, Any]) -> str | None:
-        """The client's session key in ``body``, which keeps a session on its slot: OpenAI's
-        ``prompt_cache_key`` (chat and Responses; Codex sends its session id), else None."""
+    def session_key(self, body: dict[str, Any], headers: Sequence[tuple[bytes, bytes]] = ()) -> str | None:
+        """The client's session key, which keeps a session on its slot: OpenAI's ``prompt_cache_key``
+        in ``body`` (chat and Responses; Codex sends its session id), else Claude Code's
+        ``X-Claude-Code-Session-Id`` header among the request's ``headers``, else None."""
         key = body.get("prompt_cache_key")
-        return "k:" + key if isinstance(key, str) and key else None
+        if isinstance(key, str) and key:
+            return "k:" + key
+        for name, value in headers:
+            if name == SESSION_HEADER and value:
+                return "s:" + value.decode("latin-1")
+        return None
 
     def keepalive(self, req: Request, what: str) -> bytes:
         """One line a waiting stream sends to stay audible (``holding.audibly``): an SSE comment,

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.errors import ApiError
@@ -120,12 +121,13 @@ class Messages(Generation):
     def chat_request(self, body: dict[str, Any]) -> dict[str, Any]:
         return anthropic_chat(body)
 
-    def session_key(self, body: dict[str, Any]) -> str | None:
-        """``prompt_cache_key``, else the ``session_id`` in ``metadata.user_id`` (a JSON string, as
-        Claude Code sends it)."""
+    def session_key(self, body: dict[str, Any], headers: Sequence[tuple[bytes, bytes]] = ()) -> str | None:
+        """``prompt_cache_key`` or Claude Code's session header, else the ``session_id`` in
+        ``metadata.user_id`` (a JSON string, as Claude Code sends it: the same id)."""
         meta = body.get("metadata")
         user = meta.get("user_id") if isinstance(meta, dict) else None
-        if (key := super().session_key(body)) is not None or not isinstance(user, str) or not user.startswith("{"):
+        key = super().session_key(body, headers)
+        if key is not None or not isinstance(user, str) or not user.startswith("{"):
             return key
         try:
             session = json.loads(user).get("session_id")

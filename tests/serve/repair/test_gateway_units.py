@@ -233,3 +233,16 @@ def test_a_long_compaction_summary_is_never_silent() -> None:
     codec.sent_at -= KEEPALIVE_S + 1  # as if that long had passed
     assert codec.feed(_sse("response.output_text.delta", delta="b")).startswith(b": ")
     assert codec.feed(_sse("response.output_text.delta", delta="c")) == b""
+
+
+def test_claude_code_session_header_names_the_session_on_every_route() -> None:
+    """``X-Claude-Code-Session-Id`` keys a session as ``metadata.user_id``'s ``session_id`` does (the
+    same id, the same key); ``prompt_cache_key`` still comes first."""
+    header = [(b"x-claude-code-session-id", b"S-1")]
+    messages = adapter_for("/v1/messages")
+    chat = adapter_for("/v1/chat/completions")
+    assert messages is not None and chat is not None
+    meta = {"metadata": {"user_id": json.dumps({"session_id": "S-1"})}}
+    assert messages.session_key({}, header) == messages.session_key(meta) == "s:S-1"
+    assert chat.session_key({}, header) == "s:S-1" and chat.session_key({}) is None
+    assert chat.session_key({"prompt_cache_key": "P"}, header) == "k:P"
