@@ -335,7 +335,8 @@ def bench_policy(ctx: typer.Context) -> None:
 
 @bench_app.command("agent", context_settings=_PASS_THROUGH, add_help_option=False)
 def bench_agent(ctx: typer.Context) -> None:
-    """Recorded agent sessions through the endpoint and direct: per turn processed and new tokens, TTFT, swaps."""
+    """Agent sessions (user turns, alternating and concurrent sessions, side requests, an unload), before and
+    after: per turn processed and new tokens, TTFT, the longest silence."""
     _run(lambda: run_tool("bench_agent.py", ctx.args))
 
 

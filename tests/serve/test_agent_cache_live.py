@@ -4,8 +4,9 @@ after the first, the processed prompt tokens (read from each API's usage: Anthro
 ``prompt_tokens_details.cached_tokens``) are at most the turn's new tokens plus 64, with the
 draft length chosen per request (``speculative.adaptive``) on every turn.
 
-The same replay is ``scripts/bench_agent.py``, which also prints TTFT and goes straight to
-llama-server for comparison.
+``orchestrator bench agent`` (``scripts/bench_agent.py``) replays the same recordings as whole
+sessions (``replay/REC``) and builds session scenarios from them, before and after, with TTFT and
+the longest silence.
 """
 
 from __future__ import annotations
