@@ -47,6 +47,16 @@ _TIMINGS = b'"timings":'
 _USAGE = b'"usage":'
 
 
+def sse_events(pending: bytes, chunk: bytes) -> tuple[list[bytes], bytes]:
+    """The complete SSE events in ``pending + chunk`` (each without its blank line), and the
+    partial event left over for the next chunk."""
+    buf = pending + chunk
+    cut = buf.rfind(b"\n\n")
+    if cut < 0:
+        return [], buf
+    return buf[:cut].split(b"\n\n"), buf[cut + 2 :]
+
+
 def error_event(error: ApiError) -> bytes:
     """One SSE event carrying ``error`` in the OpenAI envelope (bytes, ends with a blank line)."""
     return _DATA + json.dumps(error.body()).encode() + b"\n\n"

@@ -33,6 +33,7 @@ from orchestrator.serve.ollama import shapes
 from orchestrator.serve.ollama import translate as ollama
 from orchestrator.serve.openai.adapter import ChatCompletions, Completions, Embeddings
 from orchestrator.serve.repair.token_probs import TrimStream
+from orchestrator.serve.streaming import sse_events
 
 if TYPE_CHECKING:
     from orchestrator.serve.streaming import StreamCodec
@@ -74,13 +75,8 @@ class NdjsonCodec:
         self._ended = False  # the done line or an error line went out
 
     def feed(self, chunk: bytes) -> bytes:
-        buf = self._pending + chunk
-        cut = buf.rfind(b"\n\n")
-        if cut < 0:
-            self._pending = buf
-            return b""
-        self._pending = buf[cut + 2 :]
-        return b"".join(self._event(event) for event in buf[:cut].split(b"\n\n"))
+        events, self._pending = sse_events(self._pending, chunk)
+        return b"".join(self._event(event) for event in events)
 
     def is_end(self, body: bytes) -> bool:
         return _DONE in body

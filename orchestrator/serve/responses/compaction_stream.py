@@ -18,7 +18,7 @@ from typing import Any
 
 from orchestrator.errors import ApiError
 from orchestrator.serve.responses.compaction import answer_text, compaction_item
-from orchestrator.serve.streaming import StreamFlavor
+from orchestrator.serve.streaming import StreamFlavor, sse_events
 
 # the summary's own events are dropped; while they flow, the client hears a comment this often
 KEEPALIVE_S = 5.0
@@ -38,13 +38,8 @@ class CompactionStream:
         self.sent_at = time.monotonic()
 
     def feed(self, chunk: bytes) -> bytes:
-        buf = self.pending + chunk
-        cut = buf.rfind(b"\n\n")
-        if cut < 0:
-            self.pending = buf
-            return b""
-        self.pending = buf[cut + 2 :]
-        return b"".join(self._event(ev) for ev in buf[: cut + 2].split(b"\n\n")[:-1])
+        events, self.pending = sse_events(self.pending, chunk)
+        return b"".join(self._event(event) for event in events)
 
     def is_end(self, body: bytes) -> bool:
         return self.flavor.is_end(body)
