@@ -33,6 +33,18 @@ from orchestrator.serve.streaming import OPENAI_SSE, SSE_HEADERS, SseCodec, Stre
 
 #: Claude Code's session id, on every request of a session (its title and subagent requests too)
 SESSION_HEADER = b"x-claude-code-session-id"
+SESSION_ID_CHARS = 128  # a longer id is cut: it names a session in /status, it is no payload
+
+
+def session_id(prefix: str, value: str) -> str | None:
+    """``prefix + value`` as a session key, cut to :data:`SESSION_ID_CHARS`; None for a value that
+    is no text (a lone surrogate decoded from a JSON string inside the body)."""
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        return None
+    return prefix + value[:SESSION_ID_CHARS]
+
 
 if TYPE_CHECKING:
     from orchestrator.config.schema import ModelConfig
@@ -254,10 +266,10 @@ class Adapter:
         ``X-Claude-Code-Session-Id`` header among the request's ``headers``, else None."""
         key = body.get("prompt_cache_key")
         if isinstance(key, str) and key:
-            return "k:" + key
+            return session_id("k:", key)
         for name, value in headers:
             if name == SESSION_HEADER and value:
-                return "s:" + value.decode("latin-1")
+                return session_id("s:", value.decode("utf-8", errors="replace"))
         return None
 
     def keepalive(self, req: Request, what: str) -> bytes:

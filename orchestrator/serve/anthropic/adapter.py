@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.errors import ApiError
-from orchestrator.serve.adapters.base import Adapter, BodyPlan, Generation, Request, Resend
+from orchestrator.serve.adapters.base import Adapter, BodyPlan, Generation, Request, Resend, session_id
 from orchestrator.serve.anthropic import repair as anthropic
 from orchestrator.serve.anthropic.chat_view import anthropic_chat
 from orchestrator.serve.anthropic.shapes import MESSAGES
@@ -133,7 +133,7 @@ class Messages(Generation):
             session = json.loads(user).get("session_id")
         except (ValueError, AttributeError):
             return None
-        return "s:" + session if isinstance(session, str) and session else None
+        return session_id("s:", session) if isinstance(session, str) and session else None
 
     def stream_repair(self, req: Request) -> Any:
         return MessagesStreamFix()

@@ -94,7 +94,9 @@ def checked_arguments(arguments: object, where: str) -> str | None:
         return "{}"
     try:
         parsed = json.loads(arguments)
-    except ValueError:
+        if "\\u" in arguments:  # a lone surrogate escaped inside the string: not text, no template renders it
+            json.dumps(parsed, ensure_ascii=False).encode()
+    except ValueError:  # UnicodeEncodeError included
         parsed = None
     if not isinstance(parsed, dict):
         raise ApiError(

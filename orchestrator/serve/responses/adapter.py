@@ -276,12 +276,14 @@ class Responses(Generation):
 
     def codec(self, req: Request, route: Adapter) -> StreamCodec:
         if isinstance(route, CompactionTriggered):
-            return CompactionStream(self.flavor)
+            limits = _call(req).limits
+            return CompactionStream(self.flavor, lambda response: fix_incomplete(response, limits))
         return super().codec(req, route)
 
     def fix(self, req: Request, obj: dict[str, Any]) -> tuple[dict[str, Any], bool] | Resend:
         if isinstance(getattr(req, "route", None), CompactionTriggered) and obj.get("object") == "response":
             req.count_repair("compaction_triggered")
+            fix_incomplete(obj, _call(req).limits)  # a summary a limit cut is said to be cut
             return compaction.as_compaction(obj), True
         call = _call(req)
         kind = _fix(obj, call.limits, call.tools)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import re
 import secrets
 import time
 from typing import Any
@@ -28,6 +29,7 @@ from orchestrator.errors import ApiError
 
 SEAL = "orchestrator-compaction-v1:"
 TRIGGER = "compaction_trigger"
+_SURROGATE = re.compile("[\ud800-\udfff]")  # a lone one is no text: a sealed summary never holds one
 COMPACT_PROMPT = (
     "Summarize the conversation so far for whoever continues this task: the goal, the decisions made, "
     "what was done and its results (files, commands, errors), the current state, and the next steps. "
@@ -52,7 +54,7 @@ def expand(item: dict[str, Any]) -> dict[str, Any] | None:
         summary = json.loads(base64.urlsafe_b64decode(sealed[len(SEAL) :]))["summary"]
     except (ValueError, KeyError, TypeError, binascii.Error):
         raise ApiError(400, "a compaction item's encrypted_content is damaged", param="input") from None
-    if not isinstance(summary, str):
+    if not isinstance(summary, str) or _SURROGATE.search(summary):
         raise ApiError(400, "a compaction item's encrypted_content is damaged", param="input")
     return {"role": "user", "content": SUMMARY_OPEN + summary + SUMMARY_CLOSE}
 
@@ -71,7 +73,9 @@ def summary_request(body: dict[str, Any], *, stream: bool = False) -> dict[str, 
     history: list[Any] = [{"role": "user", "content": items}] if isinstance(items, str) else list(items or [])
     while history and isinstance(history[-1], dict) and history[-1].get("type") == TRIGGER:
         history.pop()
-    out = {k: v for k, v in body.items() if k not in ("stream", "previous_response_id", "store")}
+    # previous_response_id stays: the repair refuses it (400), as for any request, rather than
+    # summarising part of a history without a word
+    out = {k: v for k, v in body.items() if k not in ("stream", "store")}
     out["input"] = [*history, {"role": "user", "content": COMPACT_PROMPT}]
     out["stream"] = stream
     out["reasoning"] = {"effort": "none"}  # the summary is the answer's text: no thinking before it

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from typing import Any
 
 from orchestrator.errors import ApiError
@@ -28,8 +29,9 @@ _PASS = ("response.created", "response.in_progress", "response.failed", "respons
 class CompactionStream:
     """The ``StreamCodec`` of a streamed ``compaction_trigger`` request."""
 
-    def __init__(self, flavor: StreamFlavor) -> None:
+    def __init__(self, flavor: StreamFlavor, mark: Callable[[dict[str, Any]], object] | None = None) -> None:
         self.flavor = flavor
+        self.mark = mark  # fixes the final response in place (incomplete when a limit cut the summary)
         self.repairs: list[str] = ["compaction_triggered"]
         self.pending = b""
         self.sequence = 0
@@ -74,6 +76,8 @@ class CompactionStream:
         return b": writing the compaction summary\n\n"
 
     def _completed(self, response: dict[str, Any]) -> bytes:
+        if self.mark is not None:
+            self.mark(response)
         item = compaction_item(answer_text(response))
         self.completed = True
         added = {"type": "response.output_item.added", "output_index": 0, "item": item}

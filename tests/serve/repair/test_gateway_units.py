@@ -4,6 +4,7 @@ gateway model-list paging."""
 
 from __future__ import annotations
 
+import base64
 import json
 from typing import Any
 
@@ -12,6 +13,8 @@ import pytest
 from orchestrator.config.schema import ModelConfig
 from orchestrator.errors import ApiError
 from orchestrator.serve.anthropic.repair import repair_request as repair_messages
+from orchestrator.serve.anthropic.shapes import MESSAGES
+from orchestrator.serve.http.body import parse_body
 from orchestrator.serve.info import page
 from orchestrator.serve.ollama.translate import chat_request as to_chat
 from orchestrator.serve.registry import adapter_for
@@ -153,6 +156,7 @@ def test_tool_search_blocks_replayed_from_anthropic_become_text() -> None:
             {"role": "user", "content": "go"},
         ],
     }
+    parse_body(json.dumps(body).encode(), MESSAGES)  # the block's object content passes the shape check
     result = repair_messages(body, RepairPolicy())
     assert {"tool_search_served", "tool_reference_text"} <= set(result.repairs)
     blocks = result.body["messages"][1]["content"]
@@ -246,3 +250,39 @@ def test_claude_code_session_header_names_the_session_on_every_route() -> None:
     assert messages.session_key({}, header) == messages.session_key(meta) == "s:S-1"
     assert chat.session_key({}, header) == "s:S-1" and chat.session_key({}) is None
     assert chat.session_key({"prompt_cache_key": "P"}, header) == "k:P"
+
+
+def test_ids_and_summaries_decoded_from_json_strings_must_be_text() -> None:
+    """A lone surrogate escaped inside a JSON string of the body (a session id in
+    ``metadata.user_id``, a replayed call's ``arguments``, a sealed summary) is no text: the session
+    is not named by it (``/status`` stays renderable), the call and the summary are a 400."""
+    from orchestrator.serve.repair.agent_errors import checked_arguments
+    from orchestrator.serve.responses.compaction import SEAL, expand
+
+    messages = adapter_for("/v1/messages")
+    assert messages is not None
+    lone = {"metadata": {"user_id": json.dumps({"session_id": "\ud800"})}}
+    assert messages.session_key(lone) is None
+    long_id = messages.session_key({}, [(b"x-claude-code-session-id", "h\u00e9llo".encode() + b"x" * 60000)])
+    assert long_id is not None and long_id.startswith("s:h\u00e9llo") and len(long_id) == 2 + 128
+    with pytest.raises(ApiError) as caught:
+        checked_arguments('{"a": "\\ud800"}', "messages[1].tool_calls[0].function.arguments")
+    assert caught.value.status == 400 and caught.value.param == "messages[1].tool_calls[0].function.arguments"
+    sealed = SEAL + base64.urlsafe_b64encode(b'{"summary": "\\ud800"}').decode()
+    with pytest.raises(ApiError) as caught:
+        expand({"type": "compaction", "encrypted_content": sealed})
+    assert caught.value.status == 400
+
+
+def test_a_compaction_trigger_keeps_previous_response_id_for_the_repair_to_refuse() -> None:
+    responses = adapter_for("/v1/responses")
+    assert responses is not None
+    body = {
+        "model": "demo",
+        "previous_response_id": "resp_x",
+        "input": [{"role": "user", "content": "hi"}, {"type": "compaction_trigger"}],
+    }
+    internal = responses.translate(body, json.dumps(body).encode())
+    with pytest.raises(ApiError) as caught:
+        internal.route.prepare(internal.body, ModelConfig(name="demo", path="/x.gguf"), RepairPolicy())
+    assert caught.value.status == 400 and caught.value.param == "previous_response_id"
