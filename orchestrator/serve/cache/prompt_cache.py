@@ -244,7 +244,7 @@ class PromptCache:
         try:
             gguf, launch = self._gguf(model), self._launched(model)
             tokens, conversation = await asyncio.to_thread(_tokens, gguf, chat_of, body, launch)
-        except (ApiError, UserError, KeyError, TypeError, IndexError) as err:
+        except (ApiError, UserError, KeyError, TypeError, IndexError, ValueError) as err:  # ValueError: no encoding
             log.debug("kv: no prefix affinity for this request: %s", err)
             return NO_AFFINITY
         if len(tokens) < AFFINITY_MIN_TOKENS:
