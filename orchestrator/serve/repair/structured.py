@@ -77,6 +77,10 @@ def _check_satisfiable(body: dict[str, Any]) -> None:
     if isinstance(fmt, dict) and param is not None and param.startswith("response_format"):
         schema = format_schema(fmt)
     schemas = [(param, schema)] if param is not None else []
+    text = body.get("text")
+    fmt = text.get("format") if isinstance(text, dict) else None
+    if isinstance(fmt, dict) and fmt.get("type") == "json_schema":  # Responses' structured output
+        schemas.append(("text.format.schema", fmt.get("schema")))
     for where, value in [*schemas, *tool_schemas(body.get("tools"))]:
         bad = unsatisfiable(value, where or "")
         if bad is not None:
@@ -91,16 +95,22 @@ def _check_satisfiable(body: dict[str, Any]) -> None:
 def tool_schemas(tools: Any) -> list[tuple[str, Any]]:
     """Each tool's parameter schema with its path, in any API's spelling: chat's
     ``function.parameters``, Responses' ``parameters``, Anthropic's ``input_schema``."""
+    return _tool_schemas(tools, "tools")
+
+
+def _tool_schemas(tools: Any, where: str) -> list[tuple[str, Any]]:
     out: list[tuple[str, Any]] = []
     for i, tool in enumerate(tools if isinstance(tools, list) else []):
         if not isinstance(tool, dict):
             continue
         fn = tool.get("function")
         if isinstance(fn, dict):
-            out.append((f"tools[{i}].function.parameters", fn.get("parameters")))
+            out.append((f"{where}[{i}].function.parameters", fn.get("parameters")))
         for key in ("parameters", "input_schema"):
             if key in tool:
-                out.append((f"tools[{i}].{key}", tool[key]))
+                out.append((f"{where}[{i}].{key}", tool[key]))
+        if tool.get("type") == "namespace":  # Codex's tool groups: their functions, one level down
+            out += _tool_schemas(tool.get("tools"), f"{where}[{i}].tools")
     return out
 
 

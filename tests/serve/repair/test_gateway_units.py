@@ -173,6 +173,8 @@ def test_tool_search_blocks_replayed_from_anthropic_become_text() -> None:
             "x": {"enum": []}}, "required": ["x"]}}], "tools[0].parameters.properties.x"),
         ("/v1/chat/completions", [{"type": "function", "function": {"name": "b", "parameters": False}}],
          "tools[0].function.parameters"),
+        ("/v1/responses", [{"type": "namespace", "name": "ns", "tools": [{"type": "function", "name": "f",
+            "parameters": {"not": {}}}]}], "tools[0].tools[0].parameters"),
     ],
 )  # fmt: skip
 def test_a_tool_schema_no_call_can_match_is_a_400_naming_its_path(
@@ -286,3 +288,20 @@ def test_a_compaction_trigger_keeps_previous_response_id_for_the_repair_to_refus
     with pytest.raises(ApiError) as caught:
         internal.route.prepare(internal.body, ModelConfig(name="demo", path="/x.gguf"), RepairPolicy())
     assert caught.value.status == 400 and caught.value.param == "previous_response_id"
+
+
+def test_a_responses_text_format_no_value_can_match_is_a_400() -> None:
+    responses = adapter_for("/v1/responses")
+    assert responses is not None
+    fmt = {
+        "type": "json_schema",
+        "name": "x",
+        "schema": {"type": "object", "properties": {"a": {"enum": []}}, "required": ["a"]},
+    }
+    with pytest.raises(ApiError) as caught:
+        responses.prepare(
+            {"model": "demo", "input": "hi", "text": {"format": fmt}},
+            ModelConfig(name="demo", path="/x.gguf"),
+            RepairPolicy(),
+        )
+    assert caught.value.status == 400 and caught.value.param == "text.format.schema.properties.a"
