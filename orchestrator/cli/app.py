@@ -156,7 +156,9 @@ def pull(
 @app.command()
 def connect(
     client: str = typer.Argument(..., help="claude-code, codex, qwen-code, opencode, kilo, continue, aider, openwebui"),
-    config: Path = typer.Option(DEFAULT_CONFIG, "--config", "-c"),
+    config: Path | None = typer.Option(
+        None, "--config", "-c", help="models.yaml (default: the running up's, else ./models.yaml)"
+    ),
     model: str | None = typer.Option(None, help="the model the client uses (default: the first in models.yaml)"),
     write: bool = typer.Option(False, "--write", help="update the client's own config files (a backup first)"),
     show_key: bool = typer.Option(False, "--show-key", help="print the API key (hidden otherwise)"),

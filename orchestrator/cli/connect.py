@@ -8,11 +8,12 @@ from rich.console import Console
 
 
 def run(
-    client: str, config: Path, *, model: str | None, write: bool, show_key: bool, max_output: int | None = None
+    client: str, config: Path | None, *, model: str | None, write: bool, show_key: bool, max_output: int | None = None
 ) -> int:
     """Print ``client``'s settings (the running ``up``'s address when there is one); with ``write``
     update the client's config files after a backup. The key is printed only with ``show_key``.
-    Without ``config`` on disk, a running ``up``'s models.yaml serves."""
+    Without ``config`` (or with one not on disk), a running ``up``'s models.yaml serves, else
+    ``./models.yaml``: an agent is pointed at what actually serves."""
     from orchestrator.config.load import load_config
     from orchestrator.connect.clients import client_config
     from orchestrator.connect.clients import write as write_config
@@ -20,8 +21,10 @@ def run(
     from orchestrator.host import statefile
 
     live = statefile.read_live()
-    if live is not None and not config.exists() and live.get("config") and Path(str(live["config"])).is_file():
-        config = Path(str(live["config"]))  # run outside up's folder: the running up's models.yaml
+    running = Path(str(live["config"])) if live is not None and live.get("config") else None
+    if running is not None and running.is_file() and (config is None or not config.exists()):
+        config = running  # the models.yaml the running up serves (its port may be one the OS picked)
+    config = config if config is not None else Path("models.yaml")
     same = live is not None and Path(str(live.get("config", ""))) == config.resolve()
     ep = endpoint_of(load_config(config), live if same else None)
     settings = client_config(client, ep, model, show_key, max_output)

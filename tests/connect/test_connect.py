@@ -194,6 +194,35 @@ def test_outside_the_folder_of_a_running_up_its_models_yaml_is_used(
     assert 'base_url = "http://127.0.0.1:8123/v1"' in capsys.readouterr().out
 
 
+def test_without_c_the_running_ups_models_yaml_wins_over_the_one_here(
+    tmp_path: Path, home: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `up -c other.yaml` runs (its port picked by the OS); `connect` in a folder with its own
+    # models.yaml must point the agent at what serves, not at that file's port
+    from orchestrator.cli import connect
+    from orchestrator.host import statefile
+
+    config = _config(tmp_path)
+    monkeypatch.setenv("ORCHESTRATOR_STATE", str(tmp_path / "state"))
+    me = os.getpid()
+    statefile.write(
+        {
+            "pid": me,
+            "pid_started": statefile.process_start_time(me),
+            "endpoint": "http://127.0.0.1:33865",
+            "config": str(config),
+        }
+    )
+    here = tmp_path / "here"
+    here.mkdir()
+    (here / "models.yaml").write_text(config.read_text().replace("port:", "port: 8080 #"))
+    monkeypatch.chdir(here)
+    assert connect.run("codex", None, model=None, write=False, show_key=False) == 0
+    assert 'base_url = "http://127.0.0.1:33865/v1"' in capsys.readouterr().out
+    assert connect.run("codex", Path("models.yaml"), model=None, write=False, show_key=False) == 0  # -c: as told
+    assert "33865" not in capsys.readouterr().out
+
+
 def test_qwen_code_write_keeps_other_providers_and_settings(tmp_path: Path, home: Path) -> None:
     settings = home / ".qwen" / "settings.json"
     settings.parent.mkdir()
