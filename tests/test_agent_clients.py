@@ -156,7 +156,10 @@ def test_chat_completions_agent(
     up, answer = served
     home, project = _home(tmp_path)
     _connect(up, home, target)
-    _run_client(up, answer, "chat", [str(getattr(agent_clients, command[0])), *command[1:], PROMPT], home, project)
+    done = _run_client(
+        up, answer, "chat", [str(getattr(agent_clients, command[0])), *command[1:], PROMPT], home, project
+    )
+    assert done.returncode == 0 and answer.strip() in done.stdout  # (checked in _run_client too, with the report)
 
 
 def test_aider_message(agent_clients: Any, served: tuple[Up, str], tmp_path: Path) -> None:

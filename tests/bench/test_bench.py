@@ -475,6 +475,8 @@ def test_ctrl_c_keeps_what_was_measured(tmp_path: Path, bin_info, echo_model, mo
         _interrupt_sweeps(tmp_path, echo_model, bin_info, monkeypatch, interrupting)
     finally:
         signal.signal(signal.SIGINT, previous)
+    # (the figures are checked in _interrupt_sweeps) what each Ctrl-C left behind:
+    assert (tmp_path / "partial" / "results.json").is_file() and not (tmp_path / "early" / "results.json").exists()
 
 
 def _interrupt_sweeps(tmp_path: Path, echo_model: Path, bin_info: Any, monkeypatch: Any, interrupting: Any) -> None:
