@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import hashlib
-import json
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -35,7 +33,7 @@ from prometheus_client.registry import Collector
 from orchestrator.errors import ApiError, UserError
 from orchestrator.paths import kv_root
 from orchestrator.serve.cache.prefix import Launched, prompt_tokens, warm_tokens_for
-from orchestrator.serve.cache.sessions import Sessions
+from orchestrator.serve.cache.sessions import Sessions, opening_digest
 from orchestrator.serve.http.body import dump_body
 from orchestrator.supervise.affinity import Choice, Replica, SlotHoldings
 from orchestrator.supervise.kv_files import KvStore
@@ -265,11 +263,7 @@ def _tokens(
     """The prompt tokens of ``body`` (already repaired) through its route's chat view (in a thread),
     and a digest of its opening, up to its first user message (which conversation it is)."""
     chat = chat_of(body)
-    messages = chat["messages"]
-    first = next((i for i, m in enumerate(messages) if m.get("role") == "user"), len(messages))
-    opening = json.dumps(messages[: first + 1], sort_keys=True, default=str)  # system prompt + first user message
-    digest = hashlib.sha256(opening.encode()).hexdigest()[:16]
-    return prompt_tokens(gguf, chat, launch), digest
+    return prompt_tokens(gguf, chat, launch), opening_digest(chat["messages"])  # system prompt + first user message
 
 
 class KvCollector(Collector):

@@ -86,7 +86,13 @@ def session_of(key: str | None, body: dict[str, Any]) -> str:
         return key
     if not isinstance(messages, list):
         return "-"
+    return "p:" + opening_digest(messages, body.get("system"))[:12]  # Anthropic's system prompt is beside them
+
+
+def opening_digest(messages: list[Any], *beside: Any) -> str:
+    """A digest of a conversation's opening: its messages up to the first user message (and what
+    stands ``beside`` them, such as Anthropic's ``system``). The same for every request of one
+    conversation, different for another conversation on the same system prompt."""
     first = next((i for i, m in enumerate(messages) if isinstance(m, dict) and m.get("role") == "user"), len(messages))
-    opening = [body.get("system"), messages[: first + 1]]  # Anthropic's system prompt is beside its messages
-    text = json.dumps(opening, sort_keys=True, default=str)
-    return "p:" + hashlib.sha256(text.encode()).hexdigest()[:12]
+    opening = [*beside, messages[: first + 1]] if beside else messages[: first + 1]
+    return hashlib.sha256(json.dumps(opening, sort_keys=True, default=str).encode()).hexdigest()[:16]
