@@ -175,18 +175,26 @@ def test_the_cli_prints_and_refuses_an_unknown_client(tmp_path: Path, home: Path
     assert done.returncode == 2 and "unknown client 'cursor'" in done.stderr and "claude-code" in done.stderr
 
 
-def test_outside_the_folder_of_a_running_up_its_models_yaml_is_used(
-    tmp_path: Path, home: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    # `orchestrator connect codex` from another folder while `up` runs: not "models.yaml: no such file"
-    from orchestrator.cli import connect
+def _running_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, endpoint: str) -> Path:
+    """A running ``up``'s state (this test process stands in for it) serving ``_config``'s file at
+    ``endpoint``; that models.yaml."""
     from orchestrator.host import statefile
 
     config = _config(tmp_path)
     monkeypatch.setenv("ORCHESTRATOR_STATE", str(tmp_path / "state"))
     me = os.getpid()
     started = statefile.process_start_time(me)
-    statefile.write({"pid": me, "pid_started": started, "endpoint": "http://127.0.0.1:8123", "config": str(config)})
+    statefile.write({"pid": me, "pid_started": started, "endpoint": endpoint, "config": str(config)})
+    return config
+
+
+def test_outside_the_folder_of_a_running_up_its_models_yaml_is_used(
+    tmp_path: Path, home: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `orchestrator connect codex` from another folder while `up` runs: not "models.yaml: no such file"
+    from orchestrator.cli import connect
+
+    _running_up(tmp_path, monkeypatch, "http://127.0.0.1:8123")
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)
@@ -200,19 +208,8 @@ def test_without_c_the_running_ups_models_yaml_wins_over_the_one_here(
     # `up -c other.yaml` runs (its port picked by the OS); `connect` in a folder with its own
     # models.yaml must point the agent at what serves, not at that file's port
     from orchestrator.cli import connect
-    from orchestrator.host import statefile
 
-    config = _config(tmp_path)
-    monkeypatch.setenv("ORCHESTRATOR_STATE", str(tmp_path / "state"))
-    me = os.getpid()
-    statefile.write(
-        {
-            "pid": me,
-            "pid_started": statefile.process_start_time(me),
-            "endpoint": "http://127.0.0.1:33865",
-            "config": str(config),
-        }
-    )
+    config = _running_up(tmp_path, monkeypatch, "http://127.0.0.1:33865")
     here = tmp_path / "here"
     here.mkdir()
     (here / "models.yaml").write_text(config.read_text().replace("port:", "port: 8080 #"))
