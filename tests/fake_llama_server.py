@@ -18,6 +18,10 @@ then 200 ``{"status": "ok"}``, reports ``--alias`` in ``/props``, and logs
   --slots-status N    answer /slots with this status (401: as with --api-key; 501: --no-slots)
   --spec-batch-failures N   once ready, log llama-server's "failed to process speculative
                       batch" N times, only while launched with --spec-type
+  --livelock N        the first N chat requests (POST /v1/chat/completions) of this process take
+                      slot 0 and never progress: /slots shows it busy with the request's
+                      X-Request-Id and counters that never move (the main loop still answers);
+                      each ends when its client disconnects. Later ones are answered at once.
 
 Every other llama-server flag is accepted and ignored.
 """
@@ -27,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import sys
 import threading
 import time
@@ -48,6 +53,7 @@ def main() -> int:
     ap.add_argument("--spec-type", default=None)
     ap.add_argument("--spec-batch-failures", type=int, default=0)
     ap.add_argument("--slots-status", type=int, default=200)
+    ap.add_argument("--livelock", type=int, default=0)
     args, _unknown = ap.parse_known_args()
 
     print("fake llama-server: starting", flush=True)
@@ -57,6 +63,9 @@ def main() -> int:
 
     ready = threading.Event()
     alias = args.props_alias or args.alias
+    lock = threading.Lock()
+    stuck: dict[str, int] = {}  # X-Request-Id -> task id of a request that never progresses
+    counts = {"chats": 0, "tasks": 100}
 
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, *a: object) -> None:
@@ -78,11 +87,44 @@ def main() -> int:
             elif self.path == "/health":
                 self._json(200, {"status": "ok"})
             elif self.path == "/slots":
-                self._json(args.slots_status, [{"id": 0, "is_processing": False}])
+                with lock:
+                    busy = [
+                        {"id": 0, "is_processing": True, "id_task": task, "n_prompt_tokens_processed": 0,
+                         "params": {"id_request": rid}, "next_token": [{"n_decoded": 0}]}
+                        for rid, task in list(stuck.items())[:1]
+                    ]  # fmt: skip
+                self._json(args.slots_status, busy or [{"id": 0, "is_processing": False}])
             elif self.path == "/props":
                 self._json(200, {"model_alias": alias, "model_path": "/nowhere/" + alias + ".gguf"})
             else:
                 self._json(404, {"error": {"message": "not found"}})
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            if self.path != "/v1/chat/completions":
+                self._json(404, {"error": {"message": "not found"}})
+                return
+            with lock:
+                counts["chats"] += 1
+                counts["tasks"] += 1
+                hang = counts["chats"] <= args.livelock
+                rid = self.headers.get("X-Request-Id") or f"anonymous-{counts['tasks']}"
+                if hang:
+                    stuck[rid] = counts["tasks"]
+            if hang:
+                try:  # a livelocked task: nothing comes until the client goes away
+                    while self.connection.recv(1, socket.MSG_PEEK):
+                        time.sleep(0.05)
+                except OSError:
+                    pass
+                finally:
+                    with lock:
+                        stuck.pop(rid, None)
+                return
+            message = {"role": "assistant", "content": "ok"}
+            self._json(200, {"id": "chatcmpl-fake", "object": "chat.completion", "model": alias,
+                             "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+                             "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}})  # fmt: skip
 
     server = ThreadingHTTPServer((args.host, args.port), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()

@@ -98,6 +98,13 @@ class Timeouts(_Strict):
         gt=0,
         description="supervisor: llama-server's main loop answering nothing this long is a stall: kill, restart (s)",
     )
+    no_progress: float = Field(
+        8,
+        gt=0,
+        description="supervisor: a busy slot whose prompt and decoded tokens do not advance this long while the main "
+        "loop answers (longer on a child whose steps are slow) is stuck: its request is cancelled and sent again, "
+        "then the child restarted (s)",
+    )
     keepalive: float = Field(
         5, gt=0, description="a held streaming request gets an SSE comment line this often while it waits (s)"
     )

@@ -74,6 +74,13 @@ FEATURES: tuple[Feature, ...] = (
         "history since the system prompt",
     ),
     Feature(
+        "request-id",
+        "request ids in /slots (the no-progress watch and resending requests a slot never took)",
+        "a slot without progress is found only for a request pinned to it (else the child is restarted), and a "
+        "whole (non-streamed) request queued in a child that froze or died is resent only within 5 s of sending "
+        "it (past that, the client gets 502 upstream_died and retries)",
+    ),
+    Feature(
         "checkpoint",
         "slot checkpoints",
         "what the checkpoint patch keeps of a hybrid model's slot is not kept: more of a long prompt is "

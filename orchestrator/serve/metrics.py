@@ -30,6 +30,8 @@ metric                                             type       meaning
                                                               (``token_probs``: per-token probabilities asked for)
 ``orchestrator_instance_state``                    gauge      1 for each replica's current ``state``
 ``orchestrator_instance_restarts_total``           counter    restarts of each replica (supervisor)
+``orchestrator_instance_no_progress_total``        counter    busy slots without progress, by ``action``: its
+                                                              request cancelled and resent, or the child restarted
 ``orchestrator_kv_*``                              mixed      saved/restored slots, restore seconds, verification
                                                               failures (``orchestrator.supervise.kv_persist``)
 ``orchestrator_model_loads_total``                 counter    loads that reached ready
@@ -292,13 +294,22 @@ class _SupervisorCollector(Collector):
         restarts = CounterMetricFamily(
             "orchestrator_instance_restarts", "Restarts of each replica", labels=["model", "instance"]
         )
+        no_progress = CounterMetricFamily(
+            "orchestrator_instance_no_progress",
+            "Busy slots that made no progress: their request cancelled and sent again (cancel), or the child "
+            "restarted (restart)",
+            labels=["model", "instance", "action"],
+        )
         for inst in self._supervisor.instances:
             model, name = inst.spec.model, inst.spec.name
             for s in ProcessState:
                 state.add_metric([model, name, s.value], 1.0 if inst.state is s else 0.0)
             restarts.add_metric([model, name], float(inst.restarts))
+            no_progress.add_metric([model, name, "cancel"], float(inst.no_progress.cancels))
+            no_progress.add_metric([model, name, "restart"], float(inst.no_progress.restarts))
         yield state
         yield restarts
+        yield no_progress
         rate = GaugeMetricFamily(
             "orchestrator_draft_acceptance_rate",
             "Accepted / drafted MTP tokens since start (absent before any drafting)",

@@ -65,6 +65,7 @@ if TYPE_CHECKING:
     from orchestrator.serve.request_settings import RequestSettings
     from orchestrator.serve.routing import Router
     from orchestrator.serve.upstream.peers import Peer
+    from orchestrator.supervise.calls import Call, Calls
     from orchestrator.supervise.managed import Lease
     from orchestrator.supervise.supervisor import Instance
 
@@ -84,6 +85,15 @@ WAITING_SLOT, WAITING_RESTART = "waiting for a free slot", "waiting for a replic
 RESEND_WITHIN_S = 5.0
 # Seconds before a request starts watching for its client's disconnect (see _run_watched).
 WATCH_AFTER = 0.05
+
+
+class Abandoned(Exception):
+    """The supervisor's watch gave up on the slot running this request (``Call.abandon``): its
+    ``reason``, and whether part of the answer may have reached the client (``answered``)."""
+
+    def __init__(self, reason: str, *, answered: bool) -> None:
+        super().__init__(reason)
+        self.reason, self.answered = reason, answered
 
 
 class Outgoing:
@@ -308,11 +318,17 @@ class ProxyRequest:
                 await self._end_stream(error)
                 return error.status
 
-    def _may_have_worked(self, sent: float, stalled: bool) -> bool:
+    def _may_have_worked(self, sent: float, stalled: bool, started: bool | None) -> bool:
         """Whether a replica that closed without a response head may have worked on this request:
         a stream's head comes when a slot takes it, so no head means no work; a whole answer's head
-        comes at its end: only one that failed within ``RESEND_WITHIN_S``, unstalled, did none."""
-        return not self.stream and (stalled or time.monotonic() - sent > RESEND_WITHIN_S)
+        comes at its end: one that no slot ever took (``started``: the child's ``/slots`` through
+        ``Calls.started``) did none, else (a child that does not say) only one that failed within
+        ``RESEND_WITHIN_S``, unstalled, did none."""
+        if self.stream:
+            return False
+        if started is not None:
+            return started
+        return stalled or time.monotonic() - sent > RESEND_WITHIN_S
 
     def _beat(self) -> Beat | None:
         """How this request stays audible while it waits (``holding.audibly``); None when not a stream."""
@@ -334,40 +350,94 @@ class ProxyRequest:
     async def _exchange_on(self, instance: Instance | Peer, out: Outgoing, *, refused_ok: bool) -> int:
         upstream = self.fwd.pool.get(instance.base_url or "", instance.name)
         stalls = instance.stalls  # in flight on it: counted by its lease (a peer's by PeerRouter.route)
-        self.instance, self.out = instance, out
+        calls: Calls | None = getattr(instance, "calls", None)  # a peer's requests are not watched here
+        self.instance, self.out, self.attempt = instance, out, 1
         self.mm.in_flight.inc()
+        resent = False
         try:
-            for attempt in (1, 2):
-                self.attempt = attempt
-                sent = time.monotonic()
-                try:  # llama-server sends its head only once a slot takes the request: a queue is audible
-                    opening = upstream.open("POST", out.path, out.content, UPSTREAM_HEADERS, on_retry=self.mm.retry)
-                    response = await audibly(opening, self._beat(), self, lambda: WAITING_SLOT, _release)
-                except NOTHING_ANSWERED as exc:
-                    # no response head even on a fresh connection: the replica just died
-                    if refused_ok and attempt == 1:
-                        worked = self._may_have_worked(sent, instance.stalls > stalls)
-                        raise NothingAnswered(exc, stalls, worked) from None
-                    raise
+            while True:
+                call = calls.open(out.body.get("id_slot")) if calls is not None else None
                 try:
-                    if response.status >= 400:
-                        error = from_upstream_status(response.status, await upstream.read_body(response))
-                        raise schema_error(error, out.body)
-                    if self.stream:
-                        return await self._relay(upstream, response, stalls)
-                    data = await upstream.read_body(response)
+                    first = refused_ok and self.attempt == 1
+                    answer = await self._attempt(upstream, out, (calls, call), stalls, refused_ok=first)
+                except Abandoned as abandoned:
+                    if abandoned.answered or resent:
+                        why = f"{instance.name}: {abandoned.reason}"
+                        raise ApiError(502, why, code="upstream_no_progress") from None
+                    resent = True  # nothing of it reached the client: once more, on a freed slot
+                    self.mm.retry()
+                    continue
                 finally:
-                    response.release()
-                answer = self.adapter.whole(self, data)
+                    if calls is not None and call is not None:
+                        calls.close(call)
                 if not isinstance(answer, Resend):
-                    return await self._send_whole(answer)
+                    return answer
+                if self.attempt == 2:
+                    raise AssertionError("a reasoning-only answer is resent once")  # pragma: no cover
+                self.attempt = 2
                 out = self.out = Outgoing(out.path, answer.body, dump_body(answer.body))
                 self.thinking = answer.thinking
-            raise AssertionError("a reasoning-only answer is resent once")  # pragma: no cover
         except UPSTREAM_FAILURES as exc:
             raise stalled_error(instance.stalls - stalls, instance.warnings) or to_api_error(exc) from None
         finally:
             self.mm.in_flight.dec()
+
+    async def _attempt(
+        self,
+        upstream: Upstream,
+        out: Outgoing,
+        watched: tuple[Calls | None, Call | None],
+        stalls: int,
+        *,
+        refused_ok: bool,
+    ) -> int | Resend:
+        """Send ``out`` once: the status sent to the client, or a ``Resend`` of a reasoning-only answer.
+
+        Raises:
+            NothingAnswered: (``refused_ok``) no response head: the replica died or froze.
+            Abandoned: the supervisor's watch gave up on the slot running ``call`` (no progress).
+        """
+        instance = self.instance
+        assert instance is not None
+        calls, call = watched
+        headers = UPSTREAM_HEADERS if call is None else {**UPSTREAM_HEADERS, "x-request-id": call.id}
+        sent = time.monotonic()
+        response: aiohttp.ClientResponse | None = None
+        try:
+            try:  # llama-server sends its head only once a slot takes the request: a queue is audible
+                opening = upstream.open("POST", out.path, out.content, headers, on_retry=self.mm.retry)
+                response = await audibly(opening, self._beat(), self, lambda: WAITING_SLOT, _release)
+            except NOTHING_ANSWERED as exc:
+                # no response head even on a fresh connection: the replica just died
+                if refused_ok:
+                    started = calls.started(call) if calls is not None and call is not None else None
+                    worked = self._may_have_worked(sent, instance.stalls > stalls, started)
+                    raise NothingAnswered(exc, stalls, worked) from None
+                raise
+            if self.stream and call is not None:
+                call.started = True  # a stream's head comes when a slot takes it
+            try:
+                if response.status >= 400:
+                    error = from_upstream_status(response.status, await upstream.read_body(response))
+                    raise schema_error(error, out.body)
+                if self.stream:
+                    return await self._relay(upstream, response, stalls)
+                data = await upstream.read_body(response)
+            finally:
+                response.release()
+            answer = self.adapter.whole(self, data)
+            if isinstance(answer, Resend):
+                return answer
+            return await self._send_whole(answer)
+        except asyncio.CancelledError:
+            if call is None or call.reason is None or self.disconnected:
+                raise
+            me = asyncio.current_task()
+            if me is not None:
+                me.uncancel()
+            # a stream whose head came may have sent tokens, a whole answer may be on its way: not sent again
+            answered = self.finished or (self.stream and response is not None)
+            raise Abandoned(call.reason, answered=answered) from None
 
     async def _relay(self, upstream: Upstream, response: aiohttp.ClientResponse, stalls: int) -> int:
         if not self.head_sent:

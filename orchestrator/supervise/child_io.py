@@ -25,7 +25,7 @@ import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import httpx
 
@@ -210,13 +210,20 @@ class ChildProbe:
             ``Health.READY`` when the loop answered, ``UNREACHABLE`` when nothing answered within
             the timeout; for a refused ``/slots``, what ``/health`` says.
         """
+        return (await self.slots(base_url))[0]
+
+    async def slots(self, base_url: str) -> tuple[Health, Any]:
+        """``main_loop_answers`` with the ``/slots`` answer (parsed JSON; None when there is none)."""
         try:
             resp = await self._client.get(f"{base_url}/slots")
         except httpx.HTTPError:
-            return Health.UNREACHABLE
+            return Health.UNREACHABLE, None
         if resp.status_code != 200:  # --no-slots (501), an --api-key in extra_args (401), no route (404)
-            return await self.health(base_url)
-        return Health.READY
+            return await self.health(base_url), None
+        try:
+            return Health.READY, resp.json()
+        except ValueError:
+            return Health.READY, None
 
     @staticmethod
     def discover_port(pid: int, host: str) -> str | None:

@@ -18,16 +18,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.launch.spec import without_speculation
+from orchestrator.supervise.calls import Calls
 from orchestrator.supervise.child_auth import ChildLock
 from orchestrator.supervise.child_io import ChildLog, ChildProbe, ChildProcess
 from orchestrator.supervise.lifecycle import Inbox, Lifecycle, describe_exit
 from orchestrator.supervise.parts import Part
+from orchestrator.supervise.progress import NoProgress
 from orchestrator.supervise.readiness import (
     Health,
     OffloadWatch,
@@ -43,6 +46,8 @@ from orchestrator.supervise.states import Outcome, PhaseEnd, ProcessState, Super
 if TYPE_CHECKING:
     from orchestrator.config.schema import Config
     from orchestrator.launch.spec import InstanceSpec
+
+log = logging.getLogger("orchestrator.supervise")
 
 
 class Instance:
@@ -102,6 +107,8 @@ class Instance:
         self._probe: ChildProbe | None = None
         self.offload = OffloadWatch()  # a GPU instance must really be on the GPU
         self._responsiveness = Responsiveness(self._warnings, self._notify)  # marked by the watch only
+        self.calls = Calls()  # the proxy's requests in flight here, as /slots names them
+        self.no_progress = NoProgress(self.calls, float(config.server.timeouts.no_progress), self._on_no_progress)
         self.workers = WorkerGate(spec.rpc, spec.rpc_protocol) if spec.rpc else None  # models.yaml rpc:
 
     # ----------------------------------------------------------------- readers
@@ -227,6 +234,11 @@ class Instance:
         if self._on_change is not None:
             self._on_change(self)
 
+    def _on_no_progress(self, line: str) -> None:
+        log.warning("%s: %s", self.name, line)
+        self._warnings["no_progress"] = line
+        self._notify()
+
     def _on_line(self, line: str) -> None:
         if self.base_url is None and (port := parse_listening_port(line)):
             self.base_url = self.lock.at(f"http://{self.spec.host}:{port}")
@@ -335,6 +347,7 @@ class Instance:
         self.base_url = self.lock.at(f"http://{self.spec.host}:{self.spec.port}" if self.spec.port else None)
         self.lifecycle.launching()
         self.offload.reset()
+        self.no_progress.launched()
         proc = await self.child.spawn(self.spec.argv, env, (self.spec.server.slot_save_path,), self.lock.unset)
         self.log.start_pump(proc)
         self.lifecycle.launched(proc.pid)
@@ -378,11 +391,12 @@ class Instance:
         assert self._probe is not None and self.base_url is not None
         probe, url = self._probe, self.base_url
         return await watch(
-            lambda: probe.main_loop_answers(url),
+            lambda: probe.slots(url),
             self.workers.watching(self._next_event, self.lifecycle) if self.workers else self._next_event,
             self._responsiveness,
             self.policy,
             lambda: self.in_flight,
+            self.no_progress.on_slots,
         )
 
     async def _backoff(self, delay: float) -> bool:

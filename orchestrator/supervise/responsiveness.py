@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from orchestrator.supervise.readiness import Health
 from orchestrator.supervise.states import Outcome, PhaseEnd, SupervisorPolicy
@@ -52,30 +53,37 @@ class Responsiveness:
 
 
 async def watch(
-    answers: Callable[[], Awaitable[Health]],
+    answers: Callable[[], Awaitable[tuple[Health, Any]]],
     next_event: Callable[[float], Awaitable[PhaseEnd | None]],
     mark: Responsiveness,
     policy: SupervisorPolicy,
     in_flight: Callable[[], int],
+    on_slots: Callable[[Any, float], PhaseEnd | None] | None = None,
 ) -> PhaseEnd:
-    """Watch a serving child until an event, or a main loop that answers nothing for ``stall_timeout`` s.
+    """Watch a serving child until an event, a main loop that answers nothing for ``stall_timeout`` s,
+    or a busy slot that makes no progress (``on_slots``).
 
-    Progress is the main loop answering (``answers``: ``ChildProbe.main_loop_answers``); log lines
-    are not, because llama-server's HTTP threads keep logging (a client's cancel) while the main
-    loop is stuck. The probe is an HTTP request, so it is skipped when a response's timings came
-    within the last tick (``mark.result_at``), and an idle child (no request in flight) that
+    Liveness is the main loop answering (``answers``: ``ChildProbe.slots``); log lines are not,
+    because llama-server's HTTP threads keep logging (a client's cancel) while the main loop is
+    stuck. Progress is more than liveness: a loop that answers can still spin with a slot that never
+    advances, so while requests are in flight every tick's ``/slots`` answer goes to ``on_slots``
+    (``NoProgress.on_slots``), which may end the watch. An idle child (no request in flight) that
     answered is probed only every ``unresponsive_after / 2`` s: a main loop with no slot busy has
     nothing to get stuck in, and a frozen idle child is still marked within ``unresponsive_after``.
+    Without ``on_slots`` a probe is skipped when a response's timings came within the last tick
+    (``mark.result_at``).
 
     Args:
-        answers: one probe of the main loop.
+        answers: one probe of the main loop: its health and the ``/slots`` answer (None without one).
         next_event: waits up to the given seconds for a request or the child's exit (None: a tick).
         mark: the instance's unresponsive mark (and ``result_at``); always cleared when the watch ends.
         policy: ``watch_interval``, ``unresponsive_after`` and ``stall_timeout`` (seconds).
         in_flight: requests in flight on the instance (the probe rate, the stall message).
+        on_slots: takes each ``/slots`` answer and the monotonic time; a ``PhaseEnd`` ends the watch.
 
     Returns:
-        The event, or ``Outcome.STALLED`` (grace 0: a stuck child has nothing to drain).
+        The event, ``Outcome.STALLED`` (grace 0: a stuck child has nothing to drain), or what
+        ``on_slots`` returned.
     """
     answered = time.monotonic()
     idle_every = max(policy.watch_interval, policy.unresponsive_after / 2)
@@ -85,11 +93,20 @@ async def watch(
             if event is not None:
                 return event
             now = time.monotonic()
-            if in_flight() == 0 and now - answered < idle_every:
+            busy = in_flight() > 0
+            if not busy and now - answered < idle_every:
                 continue
-            if now - mark.result_at < policy.watch_interval or await answers() is Health.READY:
+            if on_slots is None and now - mark.result_at < policy.watch_interval:
+                answered = now
+                mark.mark(None)
+                continue
+            health, slots = await answers()
+            if health is Health.READY:
                 answered = time.monotonic()
                 mark.mark(None)
+                end = on_slots(slots, answered) if on_slots is not None and slots is not None else None
+                if end is not None:
+                    return end
                 continue
             silent = time.monotonic() - answered
             if silent >= policy.unresponsive_after:

@@ -37,6 +37,8 @@ def status_row(inst: Instance) -> dict[str, Any]:
         "uptime_s": (time.time() - inst.ready_at) if (inst.ready_at and inst.state in SERVING) else None,
         "restarts": inst.restarts,
         "stalls": inst.stalls,
+        # busy slots that made no progress: their requests cancelled and sent again, children restarted
+        "no_progress": {"cancels": inst.no_progress.cancels, "restarts": inst.no_progress.restarts},
         "responsive": inst.responsive,
         "requests": inst.requests,
         "in_flight": inst.in_flight,

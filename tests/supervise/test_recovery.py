@@ -83,6 +83,40 @@ def test_frozen_main_loop_is_detected_request_failed_and_instance_restarted(
         stack.close()
 
 
+def test_whole_requests_queued_on_a_frozen_replica_are_answered_by_its_successor(
+    tmp_path: Path, bin_info: Any, echo_model: Path
+) -> None:
+    """One slot, busy with a stream; two whole (non-streamed) requests wait in llama-server's queue.
+    The replica freezes (SIGSTOP) and is restarted: no slot ever took the two (``/slots`` never
+    showed their request ids, native patch 0009), so both are sent to the restarted replica and
+    answered; before, they got 502 ``upstream_stalled`` after 20-30 s with no work done."""
+    models = [{"name": "demo", "parallel": 1, "ctx_size": 4096, "threads": 1}]
+    stack = real_stack(tmp_path, echo_model, bin_info, policy=stall_policy(), models=models)
+    try:
+        inst = stack.supervisor.instances[0]
+        busy_body = dict(CHAT, max_tokens=3000, stream=True)
+        with (
+            httpx.stream("POST", stack.url + "/v1/chat/completions", json=busy_body, timeout=120) as busy,
+            concurrent.futures.ThreadPoolExecutor(2) as pool,
+        ):
+            lines = busy.iter_lines()
+            assert next(line for line in lines if line.startswith("data:"))  # the slot is taken
+            wait_for(lambda: inst.calls.ids, 30, "the watch saw the busy slot's request id")
+            queued = [pool.submit(served, stack, 120) for _ in range(2)]
+            wait_for(lambda: inst.in_flight == 3, 30, "the whole requests reached the replica")
+            assert inst.pid is not None
+            os.kill(inst.pid, signal.SIGSTOP)
+            rest = "\n".join(lines)
+            answers = [q.result(timeout=120) for q in queued]
+        assert "upstream_stalled" in rest  # the one it was working on
+        for r in answers:
+            assert r.status_code == 200, r.text
+            assert r.json()["choices"][0]["finish_reason"] == "length"
+        assert inst.stalls == 1
+    finally:
+        stack.close()
+
+
 def test_sigstop_mid_request_fails_the_request_and_the_next_one_succeeds(
     tmp_path: Path, bin_info: Any, echo_model: Path
 ) -> None:

@@ -79,7 +79,8 @@ function modelCard(name) {
     buttons.append(b);
   }
   const head = el("tr", {});
-  for (const h of ["replica", "state", "pid", "port", "uptime", "restarts", "requests", "tok/s", "acceptance"]) {
+  for (const h of ["replica", "state", "pid", "port", "uptime", "restarts", "stuck slots", "requests", "tok/s",
+    "acceptance"]) {
     head.append(el("th", { scope: "col", text: h }));
   }
   const table = el("table", { class: "replicas" }, el("thead", {}, head), el("tbody", { "data-role": "replicas" }));
@@ -140,7 +141,10 @@ function renderReplicas(body, replicas) {
   body.replaceChildren();
   for (const r of replicas) {
     const acc = r.acceptance === null || r.acceptance === undefined ? r.speculation || "–" : pct(r.acceptance);
-    const cells = [r.state, r.pid || "–", r.port || "–", duration(r.uptime_s), r.restarts, r.requests,
+    // busy slots that made no progress: requests cancelled and sent again / children restarted
+    const np = r.no_progress || { cancels: 0, restarts: 0 };
+    const stuck = np.cancels + np.restarts ? `${np.cancels} cancelled, ${np.restarts} restarted` : "0";
+    const cells = [r.state, r.pid || "–", r.port || "–", duration(r.uptime_s), r.restarts, stuck, r.requests,
       num(r.decode_tps), acc];
     const row = el("tr", { "data-instance": r.name }, el("th", { scope: "row", text: r.name }));
     for (const c of cells) row.append(el("td", { text: String(c) }));
