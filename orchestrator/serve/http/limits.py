@@ -145,5 +145,8 @@ def protocol_class(max_header_bytes: int, header_timeout: float) -> type[Limited
 
 
 def uvicorn_config(app: Any, max_header_bytes: int, header_timeout: float, **kwargs: Any) -> uvicorn.Config:
-    """``uvicorn.Config`` for ``app`` with the bounded protocol (``kwargs`` go to uvicorn)."""
+    """``uvicorn.Config`` for ``app`` with the bounded protocol (``kwargs`` go to uvicorn). No
+    WebSocket protocol: an upgrade request reaches the app as HTTP, which answers Codex's
+    ``GET /v1/responses`` upgrade 426 (``serve.responses.websocket``), whatever is installed."""
+    kwargs.setdefault("ws", "none")
     return uvicorn.Config(app, http=protocol_class(max_header_bytes, header_timeout), **kwargs)
