@@ -107,7 +107,7 @@ class Timeouts(_Strict):
     shutdown_grace: float = Field(10, ge=0, description="in-flight requests get this long on SIGINT/SIGTERM (s)")
 
 
-class ResponsesStore(_Strict):
+class ResponsesStoreConfig(_Strict):
     """OpenAI Responses ``store: true``: responses kept for ``previous_response_id`` and
     ``GET``/``DELETE /v1/responses/{id}``, in memory and in the state folder."""
 
@@ -147,7 +147,7 @@ class ServerConfig(ServerLifecycle, ServerLimits, _Strict):
         description="the model (name or alias) a request without 'model' gets when neither its conversation nor "
         "the one loaded model decides",
     )
-    responses_store: ResponsesStore = Field(default_factory=ResponsesStore)
+    responses_store: ResponsesStoreConfig = Field(default_factory=ResponsesStoreConfig)
 
 
 class SpeculativeConfig(_Strict):

@@ -19,7 +19,7 @@ import httpx
 import pytest
 from proxy_harness import Stack, real_stack
 
-from orchestrator.config.schema import ResponsesStore
+from orchestrator.config.schema import ResponsesStoreConfig
 from orchestrator.serve.responses.stored import ResponseStore
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
@@ -168,7 +168,7 @@ def test_b72_stored_responses_continue_with_their_cache(stack: Stack) -> None:
     assert httpx.get(f"{stack.url}/v1/responses/{done['id']}", headers=AUTH).status_code == 200
     # a restart: a new store on the same state folder reads them back
     folder = Path(os.environ["ORCHESTRATOR_STATE"]) / "responses"
-    reread = ResponseStore(folder, ResponsesStore)
+    reread = ResponseStore(folder, ResponsesStoreConfig)
     assert {first["id"], second["id"], done["id"]} <= {p.stem for p in folder.glob("*.json")}
     kept = reread.get(second["id"])
     assert kept is not None and kept.model == "demo" and kept.response["output"] == second["output"]

@@ -45,7 +45,7 @@ from fastapi.responses import JSONResponse
 from orchestrator.errors import ApiError
 
 if TYPE_CHECKING:
-    from orchestrator.config.schema import ResponsesStore
+    from orchestrator.config.schema import ResponsesStoreConfig
     from orchestrator.serve.http.auth import ApiKeys
 
 log = logging.getLogger(__name__)
@@ -93,7 +93,7 @@ class ResponseStore:
     def __init__(
         self,
         folder: Path | None,
-        settings: Callable[[], ResponsesStore],
+        settings: Callable[[], ResponsesStoreConfig],
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.folder, self.settings, self.clock = folder, settings, clock

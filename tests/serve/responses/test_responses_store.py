@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from orchestrator.config.schema import ResponsesStore
+from orchestrator.config.schema import ResponsesStoreConfig
 from orchestrator.serve.responses.stored import ResponseStore, input_items
 
 
@@ -25,7 +25,7 @@ def response(rid: str, text: str = "A1") -> dict[str, Any]:
 
 
 def store(folder: Path | None, clock: Clock, **settings: Any) -> ResponseStore:
-    config = ResponsesStore(**settings)
+    config = ResponsesStoreConfig(**settings)
     return ResponseStore(folder, lambda: config, clock)
 
 
