@@ -33,7 +33,7 @@ S0 = " ".join(f"Rule {i}: keep every change small, tested and explained in its c
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory, bin_info: Any, echo_model: Path) -> Iterator[Stack]:
-    one = {"parallel": 1, "ctx_size": 8192, "thinking": False, "threads": 1}
+    one = {"parallel": 1, "ctx_size": 4096, "thinking": False, "threads": 1}
     models = [{"name": "demo", **one}, {"name": "demo-b", **one}]
     server = {"api_keys": [KEY], "default_model": "demo-b"}
     s = real_stack(tmp_path_factory.mktemp("contracts"), echo_model, bin_info, server=server, models=models)
