@@ -19,9 +19,6 @@ import httpx
 import pytest
 from proxy_harness import Stack, real_stack
 
-from orchestrator.config.schema import ResponsesStoreConfig
-from orchestrator.serve.responses.stored import ResponseStore
-
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 
 KEY = "K1"
@@ -167,6 +164,9 @@ def test_b72_stored_responses_continue_with_their_cache(stack: Stack) -> None:
     assert done["store"] is True
     assert httpx.get(f"{stack.url}/v1/responses/{done['id']}", headers=AUTH).status_code == 200
     # a restart: a new store on the same state folder reads them back
+    from orchestrator.config.schema import ResponsesStoreConfig
+    from orchestrator.serve.responses.stored import ResponseStore
+
     folder = Path(os.environ["ORCHESTRATOR_STATE"]) / "responses"
     reread = ResponseStore(folder, ResponsesStoreConfig)
     assert {first["id"], second["id"], done["id"]} <= {p.stem for p in folder.glob("*.json")}
