@@ -45,6 +45,11 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
     max_header_bytes = 64 * 1024
     header_timeout = 10.0
 
+    def _unsupported_upgrade_warning(self) -> None:
+        """Say nothing: an upgrade reaches the app as HTTP on purpose (Codex's WebSocket gets its
+        426 there, ``serve.responses.websocket``); uvicorn's two warnings per request would tell the
+        user to install a WebSocket library."""
+
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._head_bytes = 0
