@@ -31,6 +31,7 @@ STATUS_TYPES: dict[int, str] = {
     408: "timeout_error",
     413: "invalid_request_error",
     415: "invalid_request_error",
+    426: "invalid_request_error",
     431: "invalid_request_error",
     429: "rate_limit_error",
     500: "server_error",

@@ -43,6 +43,13 @@ def _saved_prompt_caches(tmp_path_factory: pytest.TempPathFactory) -> None:
     os.environ["ORCHESTRATOR_KV"] = str(tmp_path_factory.mktemp("kv"))
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _state_folder(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The state folder (stored Responses, ``up``'s run files) of every test is a session folder,
+    never the user's; tests that need their own set ``ORCHESTRATOR_STATE`` themselves."""
+    os.environ["ORCHESTRATOR_STATE"] = str(tmp_path_factory.mktemp("state"))
+
+
 @pytest.fixture(scope="session")
 def bin_info() -> Any:
     """The native build (``BuildInfo``); skips when there is none."""

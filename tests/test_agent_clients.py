@@ -140,6 +140,28 @@ def test_codex_exec_default_config(agent_clients: Any, served: tuple[Up, str], t
     done = _run_client(up, answer, "responses", argv, home, project, ORCHESTRATOR_API_KEY=KEY)
     assert "provider: orchestrator" in done.stderr and "model: demo" in done.stderr
     assert "is ignored" not in done.stderr  # every key connect wrote is one Codex reads
+    assert "Reconnecting" not in done.stderr  # supports_websockets = false: no WebSocket attempt
+
+
+def test_codex_builtin_provider_falls_back_from_websocket_at_once(
+    agent_clients: Any, served: tuple[Up, str], tmp_path: Path
+) -> None:
+    """``codex exec`` with the built-in ``openai`` provider pointed at the endpoint (``openai_base_url``,
+    no custom provider, so nothing says ``supports_websockets = false``): it opens a WebSocket on
+    ``GET /v1/responses`` first, gets the 426 and goes on over HTTP at once: no "Reconnecting"
+    retries, and the turn completes with only 2xx answers counted in /metrics (the 426 is answered
+    by the route table and not counted: no model is involved)."""
+    up, answer = served
+    home, project = _home(tmp_path)
+    config = home / ".codex" / "config.toml"
+    config.parent.mkdir(parents=True)
+    config.write_text(
+        f'model = "demo"\nopenai_base_url = "{up.url}/v1"\nmodel_context_window = 65536\n'
+        "model_auto_compact_token_limit = 50000\n"
+    )
+    argv = [str(agent_clients.codex), "exec", "--skip-git-repo-check", PROMPT]
+    done = _run_client(up, answer, "responses", argv, home, project, CODEX_API_KEY=KEY, OPENAI_API_KEY=KEY)
+    assert "Reconnecting" not in done.stderr + done.stdout, done.stderr[-3000:]
 
 
 @pytest.mark.parametrize(

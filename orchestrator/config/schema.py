@@ -114,6 +114,16 @@ class Timeouts(_Strict):
     shutdown_grace: float = Field(10, ge=0, description="in-flight requests get this long on SIGINT/SIGTERM (s)")
 
 
+class ResponsesStoreConfig(_Strict):
+    """OpenAI Responses ``store: true``: responses kept for ``previous_response_id`` and
+    ``GET``/``DELETE /v1/responses/{id}``, in memory and in the state folder."""
+
+    max_bytes: int = Field(
+        64 << 20, ge=0, description="bytes of stored responses kept (the oldest go first); 0 = store nothing"
+    )
+    ttl: float = Field(7 * 86400, gt=0, description="seconds a stored response is kept after it was stored")
+
+
 class ServerConfig(ServerLifecycle, ServerLimits, _Strict):
     """The orchestrator's own OpenAI-compatible endpoint."""
 
@@ -139,6 +149,12 @@ class ServerConfig(ServerLifecycle, ServerLimits, _Strict):
     )
     timeouts: Timeouts = Field(default_factory=Timeouts)
     kv_disk_budget: int = Field(16 << 30, ge=0, description="bytes of saved prompt caches kept on disk (LRU)")
+    default_model: str | None = Field(
+        None,
+        description="the model (name or alias) a request without 'model' gets when neither its conversation nor "
+        "the one loaded model decides",
+    )
+    responses_store: ResponsesStoreConfig = Field(default_factory=ResponsesStoreConfig)
 
 
 class SpeculativeConfig(_Strict):
@@ -334,6 +350,9 @@ class Config(_Strict):
         for i, peer in enumerate(peers):
             if peer in peers[:i]:
                 raise located(f"peers/{i}/name", f"{peer!r} is used by two peers; give each a name of its own")
+        default = self.server.default_model
+        if default is not None and default not in seen and not self.models_dirs:
+            raise located("server/default_model", f"{default!r} is not a model; names: {', '.join(seen)}")
         for i, model in enumerate(self.models):
             if model.spillover is not None and model.spillover.peer not in peers:
                 known = ", ".join(peers) or "none is configured"

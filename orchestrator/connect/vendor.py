@@ -5,7 +5,8 @@ Where each reads its settings (checked against the pinned clients the tests run)
   ``ANTHROPIC_BASE_URL`` (no ``/v1``: it posts to ``/v1/messages``), ``ANTHROPIC_AUTH_TOKEN`` (sent as
   ``Authorization: Bearer``, no interactive key approval), a model name for every tier;
 - Codex CLI: ``$CODEX_HOME/config.toml`` (``~/.codex``): a ``[model_providers.X]`` with ``wire_api =
-  "responses"`` (the only API it speaks), ``model``, ``model_provider``, ``model_context_window``; a
+  "responses"`` (the only API it speaks) and ``supports_websockets = false`` (no WebSocket attempt
+  before the first turn), ``model``, ``model_provider``, ``model_context_window``; a
   key only through ``env_key`` (the variable that holds it);
 - Qwen Code: ``$QWEN_HOME/settings.json`` (``~/.qwen``): an OpenAI-compatible entry in
   ``modelProviders.openai`` (``baseUrl``, ``envKey``, ``generationConfig.contextWindowSize`` and
@@ -73,7 +74,9 @@ def codex(ep: Endpoint, m: Model, key: str, shown: str) -> ClientConfig:
         "model_auto_compact_token_limit": compact_at(m),
     }
     provider: dict[str, object] = {"name": "orchestrator (llama.cpp)", "base_url": f"{ep.url}/v1"}
-    provider.update(wire_api="responses", env_key=KEY_ENV if ep.key else None)
+    # Codex opens a WebSocket on GET /v1/responses first unless told not to; the endpoint answers
+    # 426 (it speaks HTTP only), so it would fall back anyway, but not trying costs nothing
+    provider.update(wire_api="responses", supports_websockets=False, env_key=KEY_ENV if ep.key else None)
     tables: dict[str, dict[str, object]] = {f"model_providers.{PROVIDER}": provider}
     path = home("CODEX_HOME", ".codex") / "config.toml"
     lines = [f"Codex CLI: {path}"] + [f"  {k} = {json.dumps(v)}" for k, v in top.items()]

@@ -48,6 +48,7 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.routing import Route
 
 from orchestrator.errors import STATUS_TYPES, ApiError
+from orchestrator.paths import state_dir
 from orchestrator.serve.cache.prompt_cache import PromptCache
 from orchestrator.serve.console.routes import Console, mount_console
 from orchestrator.serve.control.load import add_model_routes
@@ -59,6 +60,7 @@ from orchestrator.serve.metrics import NO_MODEL, ProxyMetrics
 from orchestrator.serve.pipeline import ProxyRequest, Receive, Send
 from orchestrator.serve.registry import add_api_routes, error_body
 from orchestrator.serve.registry import served as served_adapters
+from orchestrator.serve.responses.stored import ResponseStore
 from orchestrator.serve.routing import Router
 from orchestrator.serve.upstream.client import UpstreamPool
 from orchestrator.serve.upstream.peers import PeerRouter
@@ -99,6 +101,7 @@ def create_app(config: Config, supervisor: Supervisor, scheduler: ModelScheduler
     peers = PeerRouter(running, supervisor, metrics.registry, pool)
     served = Served(scheduler, metrics, pool, router, peers, keys)
     fwd = Forwarder(running, router, pool, metrics, keys, draining=lambda: served.draining, peers=peers)
+    fwd.responses_store = ResponseStore(state_dir() / "responses", lambda: running.current.server.responses_store)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:

@@ -7,7 +7,7 @@ router, upstream pool, metrics, keys, peers, the draft-length policy). Each requ
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.serve.drafting.tuner import DraftTuner
 from orchestrator.serve.request_settings import RequestSettings
@@ -57,6 +57,9 @@ class Forwarder:
         self.running = running
         self.settings = running.derive(RequestSettings.of)  # limits and repair policies, per snapshot
         self.tuner = DraftTuner(running, metrics.registry)  # speculative.adaptive: K per request
+        # Responses' stored responses (``serve.responses.stored.ResponseStore``, an API above this
+        # layer: the app sets it); None stores nothing
+        self.responses_store: Any = None
 
     @property
     def config(self) -> Config:

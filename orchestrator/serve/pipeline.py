@@ -8,7 +8,8 @@ the APIs share, in this order:
 3. **body**: read and decoded (``serve.http.body``, ``body_codec``): 413, 415, 400; ``parse_body``
    checks it for every API (``serve.http.shapes``: types, 64-bit integers, ``request_limits``);
 4. **translate**: the adapter turns the body into the internal request (llama-server's route and
-   body); **route**: ``model`` -> model config (``orchestrator.serve.routing``, peers' models);
+   body), and recalls what it refers to (a stored Responses turn); **route**: ``model`` -> model
+   config (``orchestrator.serve.routing``, peers' models), or without ``model`` its conversation's;
 5. **repair**: the internal route's ``prepare`` with the model's repair policy (unchanged bodies
    go as the client's bytes); a prompt too long for the slot is refused before any replica sees it;
 6. **speculation**: :meth:`ProxyRequest.speculation` is the one place that sets this request's
@@ -140,6 +141,11 @@ class ProxyRequest:
         """The internal body sent upstream."""
         return self.out.body
 
+    @property
+    def responses_store(self) -> Any:
+        """The endpoint's stored Responses (``Forwarder.responses_store``)."""
+        return self.fwd.responses_store
+
     async def run(self) -> None:
         """Serve the request; every outcome is counted once in the model's metrics."""
         try:
@@ -166,8 +172,8 @@ class ProxyRequest:
         fwd.keys.check(headers)
         settings = self.settings = fwd.settings()  # one snapshot for the whole request
         client, raw = await read_json(headers, self.receive, settings, self.adapter.shape)
-        internal = self.adapter.translate(client, raw)
-        self.model = fwd.peers.resolve(self.router, internal.body.get("model"))
+        internal = await self.adapter.recall(self, self.adapter.translate(client, raw))
+        self.model = self._route(internal)
         self.mm = fwd.metrics.model(self.model.name)
         local = await self.adapter.local(self, client)
         if local is not None:
@@ -177,6 +183,21 @@ class ProxyRequest:
         self._check_fits()
         self.speculation()
         self.status = await self._run_watched()
+
+    def _route(self, internal: Internal) -> ModelConfig:
+        """The model ``internal`` goes to: the one its ``model`` names, else its conversation's
+        (``Router.unnamed``); remembered as its conversation's model. llama-server names itself
+        (its ``--alias``) in every answer, so a request without ``model`` still hears which
+        model answered."""
+        body = internal.body
+        session = internal.route.session_key(body, self.scope["headers"])
+        name = body.get("model")
+        if name is None or name == "":
+            model = self.router.unnamed(body, session)
+        else:
+            model = self.fwd.peers.resolve(self.router, name)
+        self.router.remember(body, session, model)
+        return model
 
     def _prepare(self, internal: Internal) -> None:
         """The internal route's checks and repairs (``Adapter.prepare``) with the model's policy."""
@@ -419,7 +440,7 @@ class ProxyRequest:
             try:
                 if response.status >= 400:
                     error = from_upstream_status(response.status, await upstream.read_body(response))
-                    raise schema_error(error, out.body)
+                    raise self.route.upstream_error(schema_error(error, out.body))
                 if self.stream:
                     return await self._relay(upstream, response, stalls)
                 data = await upstream.read_body(response)

@@ -18,7 +18,7 @@ from orchestrator.serve.llama.adapter import native_routes
 from orchestrator.serve.ollama.adapter import ollama_routes
 from orchestrator.serve.ollama.listings import OllamaApi
 from orchestrator.serve.openai.adapter import ChatCompletions, Completions, Embeddings
-from orchestrator.serve.responses import stored
+from orchestrator.serve.responses import stored, websocket
 from orchestrator.serve.responses.adapter import Compact, InputTokens, Responses
 
 if TYPE_CHECKING:
@@ -75,7 +75,9 @@ def served(off: set[str]) -> tuple[Adapter, ...]:
 
 
 def add_api_routes(app: FastAPI, fwd: Forwarder, off: set[str]) -> None:
-    """Each API's routes besides its forwarded POSTs: Ollama's listings, Responses' stored responses."""
+    """Each API's routes besides its forwarded POSTs: Ollama's listings, Responses' stored responses
+    and its WebSocket upgrade (426)."""
     if "ollama" not in off:
         OllamaApi(fwd).add_to(app)
-    stored.add_routes(app)
+    websocket.add_routes(app, fwd.keys)
+    stored.add_routes(app, fwd.responses_store, fwd.keys)

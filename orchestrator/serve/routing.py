@@ -1,7 +1,10 @@
 """Which llama-server gets a request: model name or alias -> model -> replica.
 
-- The ``model`` field names a model or one of its aliases (models.yaml). Without ``model``,
-  the only configured model is used; with several models that is a 400.
+- The ``model`` field names a model or one of its aliases (models.yaml). Without ``model``
+  (:meth:`Router.unnamed`): the only configured model; else the model its conversation went to
+  (its session key, its opening: ``cache.sessions.ConversationModels``), so a follow-up never
+  swaps models; else the only loaded model; else ``server.default_model``; else a 400 that lists
+  the models.
 - An unknown name is a 404 ``model_not_found`` whose message lists the names that exist.
 - Among the model's replicas, the one serving with the fewest requests in flight wins
   (``ManagedModel.pick``). A replica that is loading, restarting or failed never gets a request
@@ -23,8 +26,9 @@ from typing import TYPE_CHECKING, Any
 
 from orchestrator.errors import ApiError
 from orchestrator.serve.cache.prompt_cache import NO_AFFINITY, Affinity, ChatOf
-from orchestrator.serve.cache.sessions import session_of
+from orchestrator.serve.cache.sessions import ConversationModels, conversation_keys, session_of
 from orchestrator.supervise.model_rules import RETRY_AFTER as SCHEDULER_RETRY_AFTER
+from orchestrator.supervise.model_state import ModelState
 from orchestrator.supervise.refusals import ModelRefused, Refusal
 from orchestrator.supervise.states import SERVING
 
@@ -67,6 +71,7 @@ class Router:
         self.scheduler = scheduler
         self.prompt_cache: PromptCache | None = None  # prefix affinity (``orchestrator.serve.cache.prompt_cache``)
         self._names = running.derive(_name_table)
+        self.conversations = ConversationModels()  # which model each recent conversation went to
 
     @property
     def config(self) -> Config:
@@ -114,6 +119,38 @@ class Router:
                 code="model_not_found",
             )
         return model
+
+    def unnamed(self, body: dict[str, Any], session: str | None) -> ModelConfig:
+        """The model of a request without ``model`` (the module docstring's order): ``session``
+        is the client's session key (``Adapter.session_key``).
+
+        Raises:
+            ApiError: 400 ``model_required``, listing the models, when nothing decides.
+        """
+        models = self.config.models
+        if len(models) == 1:
+            return models[0]
+        known = self.conversations.model_of(conversation_keys(session, body))
+        if known is not None and known in self.models:
+            return self.models[known]
+        loaded = [m for m in models if (s := self.scheduler.models.get(m.name)) and s.state is ModelState.READY]
+        if len(loaded) == 1:
+            return loaded[0]
+        default = self.config.server.default_model
+        if default is not None and default in self.models:
+            return self.models[default]
+        raise ApiError(
+            400,
+            f"'model' is required: this endpoint serves {', '.join(self.names())}, and this request's "
+            f"conversation is new, {len(loaded)} models are loaded and server.default_model is not set",
+            param="model",
+            code="model_required",
+        )
+
+    def remember(self, body: dict[str, Any], session: str | None, model: ModelConfig) -> None:
+        """``model`` serves the conversation of ``body`` (for its follow-ups without ``model``)."""
+        if len(self.config.models) > 1:
+            self.conversations.remember(conversation_keys(session, body), model.name)
 
     async def affinity(
         self, chat_of: ChatOf, model: ModelConfig, body: dict[str, Any], key: str | None = None

@@ -196,6 +196,23 @@ def test_plan_env_in_env_is_refused(tmp_path: Path) -> None:
     )
 
 
+def test_default_model_names_a_model(tmp_path: Path) -> None:
+    text = """
+        server:
+          default_model: {name}
+        models:
+          - name: demo
+            path: builtin:tiny-mtp
+            aliases: [tiny]
+          - name: other
+            path: builtin:tiny-mtp
+        """
+    path = write(tmp_path, text.format(name="nope"))
+    assert str(problems(path)).startswith(f"{path}:2: server.default_model: 'nope' is not a model; names: demo, tiny")
+    for name in ("other", "tiny"):  # a name or an alias
+        assert load_config(write(tmp_path, text.format(name=name))).server.default_model == name
+
+
 def test_names_and_aliases_are_unique(tmp_path: Path) -> None:
     path = write(
         tmp_path,

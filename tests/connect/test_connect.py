@@ -125,6 +125,7 @@ def test_codex_write_keeps_the_rest_of_config_toml(tmp_path: Path, home: Path) -
     assert "model_max_output_tokens" not in data  # Codex 0.171 ignores it, warning on every run
     provider = data["model_providers"]["orchestrator"]
     assert provider["base_url"] == "http://127.0.0.1:8123/v1" and provider["wire_api"] == "responses"
+    assert provider["supports_websockets"] is False  # B73: Codex tries no WebSocket first
     assert provider["env_key"] == "ORCHESTRATOR_API_KEY" and SECRET not in text  # Codex reads keys from env
     assert data["tui"] == {"notifications": True}
 

@@ -266,8 +266,6 @@ def test_responses_agent_turn_and_system_items(stack: Stack, rec: Any) -> None:
 @pytest.mark.parametrize(
     ("extra", "param"),
     [
-        ({"previous_response_id": "resp_1"}, "previous_response_id"),
-        ({"store": True}, "store"),
         ({"background": True}, "background"),
         ({"include": ["message.output_text.logprobs"]}, "include"),
         ({"top_logprobs": 3}, "top_logprobs"),
@@ -312,12 +310,15 @@ def test_both_sdks_list_models(stack: Stack) -> None:
     assert [m.id for m in oai(stack).models.list()] == ["demo", "tiny"]
 
 
-def test_stored_responses_are_a_clear_404(stack: Stack) -> None:
+def test_unknown_stored_responses_are_a_clear_404(stack: Stack) -> None:
     with pytest.raises(openai.NotFoundError) as err:
         oai(stack).responses.retrieve("resp_1")
-    assert err.value.body["code"] == "response_not_stored"  # type: ignore[index]
+    assert err.value.body["code"] == "response_not_found"  # type: ignore[index]
     with pytest.raises(openai.NotFoundError):
         oai(stack).responses.cancel("resp_1")
+    with pytest.raises(openai.NotFoundError) as err:
+        oai(stack).responses.create(model="demo", input="U2", previous_response_id="resp_1", max_output_tokens=4)
+    assert err.value.body["param"] == "previous_response_id"  # type: ignore[index]
     count = oai(stack).responses.input_tokens.count(model="demo", input="U1")  # the real sub-route still wins
     assert count.input_tokens > 0
 

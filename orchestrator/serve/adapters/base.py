@@ -5,6 +5,7 @@ A request goes (``orchestrator.serve.pipeline.ProxyRequest`` calls these in this
 1. :meth:`Adapter.translate`: the client's body (its API's shape) -> :class:`Internal`, the body
    for one of llama-server's routes and the adapter of that route (itself when the API is
    llama-server's own, as for OpenAI chat or Anthropic Messages, which llama-server serves);
+   :meth:`Adapter.recall` fills in what it refers to (a stored Responses turn);
 2. :meth:`Adapter.local`: an answer that needs no upstream (Ollama's "load the model"), or None;
 3. :meth:`Adapter.prepare` of the *internal* route: checks and repairs of that body
    (:class:`BodyPlan`);
@@ -33,6 +34,8 @@ from orchestrator.serve.streaming import OPENAI_SSE, SSE_HEADERS, SseCodec, Stre
 
 #: Claude Code's session id, on every request of a session (its title and subagent requests too)
 SESSION_HEADER = b"x-claude-code-session-id"
+#: Codex's session id header (the same id as its ``prompt_cache_key``, so the same key)
+CODEX_SESSION_HEADER = b"session_id"
 SESSION_ID_CHARS = 128  # a longer id is cut: it names a session in /status, it is no payload
 
 
@@ -66,6 +69,11 @@ class Request(Protocol):
     @property
     def body(self) -> dict[str, Any]:
         """The internal body sent upstream (after repair)."""
+        ...
+
+    @property
+    def responses_store(self) -> Any:
+        """The endpoint's stored Responses (``serve.responses.stored.ResponseStore``), or None."""
         ...
 
     @property
@@ -223,6 +231,15 @@ class Adapter:
         """The client's body -> the internal request (here: the same body for the same path)."""
         return Internal(self.path, body, self, raw)
 
+    async def recall(self, req: Request, internal: Internal) -> Internal:
+        """``internal`` with what it refers to filled in (Responses' ``previous_response_id``: the
+        stored turns before it), before it is routed; here: as it is.
+
+        Raises:
+            ApiError: 404 for a reference to something that is not there.
+        """
+        return internal
+
     async def local(self, req: Request, client: dict[str, Any]) -> dict[str, Any] | None:
         """An answer given here without any upstream (``client``: the body as sent), or None."""
         return None
@@ -263,19 +280,27 @@ class Adapter:
     def session_key(self, body: dict[str, Any], headers: Sequence[tuple[bytes, bytes]] = ()) -> str | None:
         """The client's session key, which keeps a session on its slot: OpenAI's ``prompt_cache_key``
         in ``body`` (chat and Responses; Codex sends its session id), else Claude Code's
-        ``X-Claude-Code-Session-Id`` header among the request's ``headers``, else None."""
+        ``X-Claude-Code-Session-Id`` header among the request's ``headers``, else Codex's
+        ``session_id`` header (the same id as its ``prompt_cache_key``), else None."""
         key = body.get("prompt_cache_key")
         if isinstance(key, str) and key:
             return session_id("k:", key)
+        codex = None
         for name, value in headers:
             if name == SESSION_HEADER and value:
                 return session_id("s:", value.decode("utf-8", errors="replace"))
-        return None
+            if name == CODEX_SESSION_HEADER and value:
+                codex = session_id("k:", value.decode("utf-8", errors="replace"))
+        return codex
 
     def keepalive(self, req: Request, what: str) -> bytes:
         """One line a waiting stream sends to stay audible (``holding.audibly``): an SSE comment,
         which every SSE client ignores."""
         return b": " + what.encode() + b"\n\n"
+
+    def upstream_error(self, err: ApiError) -> ApiError:
+        """An error llama-server answered on this (internal) route, as the client should hear it."""
+        return err
 
     def error_body(self, err: ApiError) -> dict[str, Any]:
         """``err`` as this API's JSON error body."""

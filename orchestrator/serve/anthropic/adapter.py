@@ -8,6 +8,7 @@ two things llama-server says wrong are fixed in the answer, whole or streamed:
   end-of-generation token. Anthropic's API says ``"stop_sequence"``; a client that branches on
   ``stop_reason`` would take a cut answer for a finished turn. Counted as the repair
   ``anthropic_stop_sequence``.
+- ``max_tokens: 0`` (Anthropic's documented cache pre-warm): ``orchestrator.serve.anthropic.prewarm``.
 - message ids: llama-server answers ``"id": "chatcmpl-..."`` (its chat id); Anthropic's start
   with ``msg_``. The whole Message's id and the ``message_start`` event's are rewritten to
   ``msg_<same random part>`` (not counted as a repair: every answer has one).
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from orchestrator.errors import ApiError
 from orchestrator.serve.adapters.base import Adapter, BodyPlan, Generation, Request, Resend, session_id
+from orchestrator.serve.anthropic import prewarm
 from orchestrator.serve.anthropic import repair as anthropic
 from orchestrator.serve.anthropic.chat_view import anthropic_chat
 from orchestrator.serve.anthropic.shapes import MESSAGES
@@ -109,13 +111,21 @@ class Messages(Generation):
             # Anthropic's API requires it; without it llama-server answers until the slot's context is full
             raise ApiError(400, "max_tokens: Field required (the longest answer, in tokens)", param="max_tokens")
         structured.check_tools(body)
-        return _repair(body, policy)
+        warm = prewarm.request(body)
+        plan = _repair(warm if warm is not None else body, policy)
+        if warm is not None:
+            plan.body = plan.current(warm)
+            plan.repairs.append("anthropic_prewarm")
+        return plan
 
     def fix(self, req: Request, obj: dict[str, Any]) -> tuple[dict[str, Any], bool] | Resend:
         before = obj.get("id")
         kind = fix_event(obj)
         if kind is not None:
             req.count_repair(kind)
+        if prewarm.wanted(req.client_body) and obj.get("type") == "message":
+            prewarm.answer(obj)
+            return obj, True
         return obj, kind is not None or obj.get("id") != before
 
     def chat_request(self, body: dict[str, Any]) -> dict[str, Any]:

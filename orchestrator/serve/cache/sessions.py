@@ -96,3 +96,71 @@ def opening_digest(messages: list[Any], *beside: Any) -> str:
     first = next((i for i, m in enumerate(messages) if isinstance(m, dict) and m.get("role") == "user"), len(messages))
     opening = [*beside, messages[: first + 1]] if beside else messages[: first + 1]
     return hashlib.sha256(json.dumps(opening, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+CONVERSATIONS = 4096  # conversations whose model is remembered (the least recently seen go first)
+
+
+class ConversationModels:
+    """Which model each recent conversation went to, so that a request without ``model`` (the
+    Codex app sends most follow-ups so) goes on with its conversation's model, not a guess that
+    would swap models or lose its prompt cache. A conversation is known by each of its keys
+    (:func:`conversation_keys`); only the ``CONVERSATIONS`` most recently seen are kept."""
+
+    def __init__(self) -> None:
+        self._models: OrderedDict[str, str] = OrderedDict()
+
+    def remember(self, keys: list[str], model: str) -> None:
+        """``model`` served the conversation known by ``keys``."""
+        for key in keys:
+            self._models.pop(key, None)
+            self._models[key] = model
+        while len(self._models) > CONVERSATIONS:
+            self._models.popitem(last=False)
+
+    def model_of(self, keys: list[str]) -> str | None:
+        """The model the conversation known by ``keys`` (the first one known wins) went to, or None."""
+        return next((self._models[k] for k in keys if k in self._models), None)
+
+
+def conversation_keys(session: str | None, body: dict[str, Any]) -> list[str]:
+    """The keys a conversation is known by: the client's ``session`` key (``Adapter.session_key``),
+    then a digest of its opening, read from any API's body (chat's and Anthropic's ``messages``,
+    Responses' ``input``, with the system prompt beside them) and normalised to roles and text,
+    so that a first turn sent as a string and its follow-up sent as items agree."""
+    keys = [session] if session is not None else []
+    turns = _turns(body)
+    if turns:
+        keys.append("o:" + hashlib.sha256(json.dumps(turns).encode()).hexdigest()[:16])
+    return keys
+
+
+def _turns(body: dict[str, Any]) -> list[list[str]]:
+    """The opening of a conversation as ``[role, text]`` pairs: the system prompt (Anthropic's
+    ``system``, Responses' ``instructions``, leading system and developer messages) and each
+    message up to and including the first user message; empty when it has no user message."""
+    items = body.get("messages")
+    if items is None:
+        items = body.get("input")
+    if isinstance(items, str):
+        items = [{"role": "user", "content": items}]
+    if not isinstance(items, list):
+        return []
+    turns = [["system", _text(beside)] for beside in (body.get("system"), body.get("instructions")) if beside]
+    for item in items:
+        if not isinstance(item, dict) or not isinstance(item.get("role"), str):
+            continue  # a tool call or its output: not part of an opening
+        role = "system" if item["role"] == "developer" else item["role"]
+        turns.append([role, _text(item.get("content"))])
+        if role == "user":
+            return turns
+    return []
+
+
+def _text(content: Any) -> str:
+    """The text of a message's content: a string, or its parts' ``text`` joined."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
+    return ""

@@ -45,6 +45,11 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
     max_header_bytes = 64 * 1024
     header_timeout = 10.0
 
+    def _unsupported_upgrade_warning(self) -> None:
+        """Say nothing: an upgrade reaches the app as HTTP on purpose (Codex's WebSocket gets its
+        426 there, ``serve.responses.websocket``); uvicorn's two warnings per request would tell the
+        user to install a WebSocket library."""
+
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._head_bytes = 0
@@ -145,5 +150,8 @@ def protocol_class(max_header_bytes: int, header_timeout: float) -> type[Limited
 
 
 def uvicorn_config(app: Any, max_header_bytes: int, header_timeout: float, **kwargs: Any) -> uvicorn.Config:
-    """``uvicorn.Config`` for ``app`` with the bounded protocol (``kwargs`` go to uvicorn)."""
+    """``uvicorn.Config`` for ``app`` with the bounded protocol (``kwargs`` go to uvicorn). No
+    WebSocket protocol: an upgrade request reaches the app as HTTP, which answers Codex's
+    ``GET /v1/responses`` upgrade 426 (``serve.responses.websocket``), whatever is installed."""
+    kwargs.setdefault("ws", "none")
     return uvicorn.Config(app, http=protocol_class(max_header_bytes, header_timeout), **kwargs)

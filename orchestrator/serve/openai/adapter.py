@@ -9,7 +9,8 @@ route                       before forwarding / on the answer
                             (``response_repair``, ``stream_repair``), a reasoning-only answer resent
                             without thinking when the model says ``retry_without_thinking``
 ``/v1/completions``         ``response_format`` checked and mapped onto ``json_schema``, ``speculative``
-                            flattened, fields checked, drafting off for token probabilities
+                            flattened, fields checked, drafting off for token probabilities; with
+                            ``suffix``, through ``/infill`` (``openai.fim``); ``best_of`` > 1 a 400
 ``/v1/embeddings``          the ``input`` checked; the answer passed on untouched
 ==========================  ==========================================================================
 """
@@ -19,11 +20,21 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.errors import ApiError
-from orchestrator.serve.adapters.base import Adapter, BodyPlan, Generation, Request, Resend, check_n, flatten
-from orchestrator.serve.openai import shapes
+from orchestrator.serve.adapters.base import (
+    Adapter,
+    BodyPlan,
+    Generation,
+    Internal,
+    Request,
+    Resend,
+    check_n,
+    flatten,
+)
+from orchestrator.serve.openai import fim, shapes
 from orchestrator.serve.repair import chat, llama_fields, structured
 from orchestrator.serve.repair import response as reasoning
 from orchestrator.serve.repair.stream import repair_for_stream
+from orchestrator.serve.streaming import SseCodec, StreamCodec
 
 if TYPE_CHECKING:
     from orchestrator.config.schema import ModelConfig
@@ -77,6 +88,25 @@ class Completions(Generation):
     shape = shapes.COMPLETIONS
     generates = True
 
+    def translate(self, body: dict[str, Any], raw: bytes) -> Internal:
+        if self.path != Completions.path:  # llama-server's /infill, served as it is
+            return super().translate(body, raw)
+        fim.check_best_of(body)
+        if fim.wants_infill(body):
+            return Internal(fim.INFILL_PATH, fim.infill_body(body), _FILL_IN)
+        return super().translate(body, raw)
+
+    def fix(self, req: Request, obj: dict[str, Any]) -> tuple[dict[str, Any], bool] | Resend:
+        if isinstance(req.route, FillIn) and "content" in obj:
+            req.count_repair("suffix_infill")
+            return fim.CompletionShape(req.model.name).whole(obj), True
+        return obj, False
+
+    def codec(self, req: Request, route: Adapter) -> StreamCodec:
+        if isinstance(route, FillIn):
+            return SseCodec(self.flavor, fim.InfillStream(req.model.name))
+        return super().codec(req, route)
+
     def prepare(self, body: dict[str, Any], model: ModelConfig, policy: chat.RepairPolicy) -> BodyPlan:
         if self.kind == "completions" and body.get("prompt") is None:
             # llama-server answered "[json.exception.out_of_range.403] key 'prompt' not found"
@@ -88,6 +118,20 @@ class Completions(Generation):
         plan.check_fields(body, openai_tools=True)
         plan.token_probs(body)
         return plan
+
+
+class FillIn(Completions):
+    """The internal route of a completion with ``suffix``: llama-server's ``/infill``
+    (``openai.fim``), whose "not supported" is a 400 naming ``suffix``."""
+
+    path = fim.INFILL_PATH
+    kind = "infill"
+
+    def upstream_error(self, err: ApiError) -> ApiError:
+        return fim.not_available(err)
+
+
+_FILL_IN = FillIn()
 
 
 class Embeddings(Adapter):

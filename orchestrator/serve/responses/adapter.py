@@ -14,6 +14,9 @@ llama-server says it wrong, whole or streamed:
   of a ``namespace`` function comes back with its ``name`` and ``namespace``, a call of a
   ``custom`` tool as a ``custom_tool_call``, in the whole answer, in ``response.output_item.*``
   events and in the ``response.completed`` event's output (``tool_calls_mapped``).
+- ``store: true``: the completed (or incomplete) response is kept (``orchestrator.serve.responses.stored``)
+  and says ``store: true``; a later ``previous_response_id`` is resolved from it before routing
+  (:func:`recall`).
 - every stream event: llama-server's lack ``sequence_number``, ``output_index`` and
   ``content_index``, which OpenAI's event schema requires; the ``openai`` SDK's
   ``client.responses.stream()`` indexes its output list with them and fails on the first text
@@ -27,14 +30,14 @@ import copy
 import json
 import logging
 import secrets
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.errors import ApiError
 from orchestrator.serve.adapters.base import Adapter, BodyPlan, Generation, Internal, Request, Resend
 from orchestrator.serve.repair import structured
-from orchestrator.serve.responses import compaction
+from orchestrator.serve.responses import compaction, stored
 from orchestrator.serve.responses import repair as responses
 from orchestrator.serve.responses.chat_view import responses_chat
 from orchestrator.serve.responses.compaction_stream import CompactionStream
@@ -46,6 +49,7 @@ from orchestrator.serve.streaming import StreamCodec, StreamFlavor
 if TYPE_CHECKING:
     from orchestrator.config.schema import ModelConfig
     from orchestrator.serve.repair import chat
+    from orchestrator.serve.responses.stored import ResponseStore
 
 
 def _error_event(err: ApiError) -> bytes:
@@ -179,8 +183,9 @@ class ResponsesStreamFix:
     """The stream repair (``stream_repair.StreamRepair``'s protocol) of a Responses stream: the
     completed event's status, and the indexes every event should carry."""
 
-    def __init__(self, call: ResponsesCall) -> None:
+    def __init__(self, call: ResponsesCall, keep: Callable[[dict[str, Any]], None] | None = None) -> None:
         self.limits, self.tools = call.limits, call.tools
+        self.keep = keep  # stores the completed response (store: true)
         self.sequence = 0
         self.item = -1  # output_index of the current output item
         self.part = -1  # content_index of the current part of that item
@@ -194,6 +199,13 @@ class ResponsesStreamFix:
         fixed = copy.deepcopy(chunk)
         kind = _fix(fixed, self.limits, self.tools)
         numbered = self._number(fixed)
+        if (
+            self.keep is not None
+            and fixed.get("type") == "response.completed"
+            and isinstance(fixed.get("response"), dict)
+        ):
+            self.keep(fixed["response"])
+            numbered = True  # the response says whether it was stored
         if kind is None and not numbered:
             return chunk, []
         return fixed, [kind] if kind is not None else []
@@ -249,6 +261,47 @@ def _log_skipped_once(model: str, body: dict[str, Any], tools: ToolMap) -> None:
             log.warning("%s: replayed Responses item type %r is not read by this server; skipped", model, itype)
 
 
+def recall(req: Request, internal: Internal) -> Internal:
+    """``previous_response_id`` resolved from the endpoint's store (``responses.stored``): the
+    stored conversation and output go in front of ``input``, and the stored response's model
+    serves it unless the request names one.
+
+    Raises:
+        ApiError: 404 ``response_not_found`` (param ``previous_response_id``) for an id not stored.
+    """
+    body = internal.body
+    rid = body.get("previous_response_id")
+    if rid is None or rid == "" or isinstance(internal.route, CompactionTriggered):
+        return internal
+    if not isinstance(rid, str):
+        raise ApiError(400, "previous_response_id must be a string", param="previous_response_id")
+    store: ResponseStore | None = req.responses_store
+    found = store.get(rid) if store is not None else None
+    if found is None:
+        raise stored.not_found(rid, "previous_response_id")
+    out = {k: v for k, v in body.items() if k != "previous_response_id"}
+    out["input"] = found.conversation() + stored.input_items(body.get("input"))
+    if out.get("model") in (None, ""):
+        out["model"] = found.model
+    return Internal(internal.path, out, internal.route)
+
+
+def _keeper(req: Request) -> Callable[[dict[str, Any]], None] | None:
+    """What stores this request's answer (``store: true`` on ``/v1/responses``), or None."""
+    body = req.client_body
+    store: ResponseStore | None = getattr(req, "responses_store", None)
+    if body.get("store") is not True or store is None or isinstance(getattr(req, "route", None), CompactionTriggered):
+        return None
+
+    def keep(response: dict[str, Any]) -> None:
+        if response.get("status") in ("completed", "incomplete"):
+            response["store"] = store.put(response, stored.input_items(body.get("input")), req.model.name)
+        else:
+            response["store"] = False
+
+    return keep
+
+
 def _call(req: Request) -> ResponsesCall:
     """The request's call from its prepare (made here for a request that was not prepared here)."""
     learned = getattr(req, "learned", None)
@@ -289,13 +342,20 @@ class Responses(Generation):
         kind = _fix(obj, call.limits, call.tools)
         if kind is not None:
             req.count_repair(kind)
+        keep = _keeper(req)
+        if keep is not None and obj.get("object") == "response":
+            keep(obj)
+            return obj, True
         return obj, kind is not None
+
+    async def recall(self, req: Request, internal: Internal) -> Internal:
+        return recall(req, internal)
 
     def chat_request(self, body: dict[str, Any]) -> dict[str, Any]:
         return responses_chat(body)
 
     def stream_repair(self, req: Request) -> Any:
-        return ResponsesStreamFix(_call(req))
+        return ResponsesStreamFix(_call(req), _keeper(req))
 
 
 class CompactionTriggered(Responses):
@@ -313,6 +373,9 @@ class InputTokens(Adapter):
     kind = "input_tokens"
     shape = RESPONSES
     flavor = RESPONSES_SSE
+
+    async def recall(self, req: Request, internal: Internal) -> Internal:
+        return recall(req, internal)
 
     def prepare(self, body: dict[str, Any], model: ModelConfig, policy: chat.RepairPolicy) -> BodyPlan:
         return _repair(body, model, policy)

@@ -30,8 +30,9 @@ kind                       what happened
 =========================  ========================================================================
 
 State llama-server cannot keep is refused with 400 naming the field, never ignored:
-``previous_response_id``, ``store: true`` (nothing is stored; omit it or send false),
-``background: true``, ``conversation``. So are per-token log probabilities (``top_logprobs``,
+``background: true``, ``conversation``, and ``previous_response_id`` where the adapter did not
+resolve it (``store: true`` and ``previous_response_id`` on ``/v1/responses`` are the adapter's:
+``orchestrator.serve.responses.stored``). So are per-token log probabilities (``top_logprobs``,
 ``include: ["message.output_text.logprobs"]``): llama-server's Responses output never carries them.
 ``instructions`` that is not a string,
 ``text`` or ``reasoning`` that is not an object are refused naming the field.
@@ -60,14 +61,11 @@ def _bad(message: str, param: str) -> ApiError:
 
 def _refuse_state(body: dict[str, Any]) -> None:
     """400 for the stateful features llama-server has no store for."""
-    if body.get("previous_response_id"):
+    if body.get("previous_response_id"):  # the adapter's recall resolved it where a store is
         raise _bad(
-            "previous_response_id is not supported: this server stores no responses; "
-            "send the whole conversation in 'input'",
+            "previous_response_id is not supported on this route; send the whole conversation in 'input'",
             "previous_response_id",
         )
-    if body.get("store") is True:
-        raise _bad("store: true is not supported: this server stores no responses; omit store or send false", "store")
     if body.get("background") is True:
         raise _bad("background: true is not supported; send the request in the foreground", "background")
     if body.get("conversation") is not None:

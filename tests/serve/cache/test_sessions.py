@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from orchestrator.serve.cache import sessions
 from orchestrator.serve.cache.sessions import Sessions, session_of
 
@@ -50,3 +52,35 @@ def test_a_session_is_the_client_key_else_the_opening() -> None:
     anthropic = {"messages": [{"role": "user", "content": "hi"}]}
     assert session_of(None, {**anthropic, "system": "A"}) != session_of(None, {**anthropic, "system": "B"})
     assert session_of(None, {"input": "hi"}) == "-"
+
+
+def test_a_conversation_is_known_by_its_opening_in_any_api_shape() -> None:
+    """B74: a first turn sent as a string and its follow-up sent as items (Responses), as parts
+    (chat) or beside Anthropic's system prompt share the key of their opening."""
+    from orchestrator.serve.cache.sessions import conversation_keys
+
+    first = conversation_keys(None, {"input": "U1", "instructions": "I"})
+    follow = conversation_keys(
+        None,
+        {"instructions": "I", "input": [{"role": "user", "content": [{"type": "input_text", "text": "U1"}]},
+                                        {"type": "function_call", "name": "f"}, {"role": "user", "content": "U2"}]},
+    )  # fmt: skip
+    assert first == follow and len(first) == 1
+    assert conversation_keys(None, {"input": "U9", "instructions": "I"}) != first  # another conversation
+    messages = [{"role": "system", "content": "I"}, {"role": "user", "content": "U1"}]
+    chat = conversation_keys("k:s", {"messages": messages})
+    assert chat == ["k:s", *first]  # the session key first; chat's system message = Responses' instructions
+    assert conversation_keys(None, {"messages": [{"role": "assistant", "content": "A"}]}) == []  # no user turn yet
+
+
+def test_conversation_models_remember_the_latest_and_forget_the_oldest(monkeypatch: pytest.MonkeyPatch) -> None:
+    from orchestrator.serve.cache.sessions import ConversationModels
+
+    table = ConversationModels()
+    table.remember(["k:a", "o:1"], "demo")
+    table.remember(["o:2"], "demo-b")
+    assert table.model_of(["k:x", "o:1"]) == "demo" and table.model_of(["o:2"]) == "demo-b"
+    assert table.model_of(["k:none"]) is None
+    monkeypatch.setattr(sessions, "CONVERSATIONS", 2)  # the bound, made small
+    table.remember(["o:3"], "demo")
+    assert table.model_of(["k:a"]) is None and table.model_of(["o:3"]) == "demo"
