@@ -75,8 +75,14 @@ def launch_settings_section(
         )
     best = rows[0].get("recommended") or {}
     out.append("")
+    bs = best.get("backend_sampling")
+    bs_text = (
+        "not measured"
+        if not best.get("backend_sampling_measured")
+        else ("as it is (on and off within the margin)" if bs is None else str(bs).lower())
+    )
     out.append(f"Recommended: ubatch_size {best.get('ubatch_size') or 'default'}, "
-               f"backend_sampling {best.get('backend_sampling')}.")  # fmt: skip
+               f"backend_sampling {bs_text} (bs-on and bs-off: each flag passed).")  # fmt: skip
     return out
 
 

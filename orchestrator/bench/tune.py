@@ -3,16 +3,19 @@
 What an agent user feels is prefill of a long prompt and decode with MTP. Two launch settings move
 them and cost only memory: the physical batch (``-ub``, prompt tokens per prefill step; llama-server
 defaults to 512, agent recipes on an RTX 5090 use 2048) and sampling the draft on the GPU
-(``--spec-draft-backend-sampling``, +7-13% MTP decode on 5090s in public runs). How a tune runs:
+(``--spec-draft-backend-sampling``, +7-13% MTP decode on 5090s in public runs; on by default at the
+pin, so it is measured on against off, each flag passed). How a tune runs:
 
 1. the model's launch is planned as ``orchestrator bench`` plans it (the same fit check, with the
    context the deepest prompt needs), and one instance per setting is derived from it: each
-   ``ubatch`` candidate with backend sampling off, and llama-server's default ``-ub`` with it on
-   (only where the model drafts, runs one slot and the binary has the flag);
+   ``ubatch`` candidate with backend sampling as models.yaml leaves it, and llama-server's default
+   ``-ub`` with ``--spec-draft-backend-sampling`` and with ``--no-spec-draft-backend-sampling``
+   (only where the model drafts and the binary has both flags);
 2. in every round, in a rotating order (drift hits every setting alike), each setting gets one
    ``/completion`` per depth with ``n_predict: 1`` and ``cache_prompt: false`` (its
    ``timings.prompt_per_second`` is the prefill rate at that depth) and one short generation (its
-   ``predicted_per_second`` is the decode rate, drafting on);
+   ``predicted_per_second`` is the decode rate, drafting on); the backend-sampling settings get
+   only the generation (they change decode, not prefill);
 3. each figure is the median over rounds with its interquartile spread, and a ratio against the
    default setting from the same run; a setting is recommended only when it beats the default by
    more than ``MARGIN`` and its spread lies above the default's (else the default stays: a setting
@@ -49,28 +52,35 @@ from orchestrator.supervise.supervisor import ProcessState, Supervisor
 MARGIN = 0.03
 LLAMA_BATCH = 2048  # llama-server's default -b  # a setting must beat the default by more than this to be recommended
 DECODE_PROMPT = "Write a short Python function that returns the sum of a list, with a docstring."
-BACKEND_SAMPLING_FLAG = "--spec-draft-backend-sampling"
+BACKEND_SAMPLING_FLAGS = ("--spec-draft-backend-sampling", "--no-spec-draft-backend-sampling")
 
 
 @dataclass(frozen=True)
 class Setting:
-    """One launch variant: ``ubatch`` (None: llama-server's default) and the draft's backend sampling."""
+    """One launch variant: ``ubatch`` (None: llama-server's default) and the draft's backend sampling
+    (True: ``--spec-draft-backend-sampling``, False: ``--no-...``, None: as the model's launch has it)."""
 
     ubatch: int | None
-    backend_sampling: bool = False
+    backend_sampling: bool | None = None
 
     @property
     def name(self) -> str:
-        return f"ub{self.ubatch or N_UBATCH}" + ("+bs" if self.backend_sampling else "")
+        bs = {None: "", True: " bs-on", False: " bs-off"}[self.backend_sampling]
+        return f"ub{self.ubatch or N_UBATCH}{bs}"
+
+    @property
+    def slug(self) -> str:
+        """``name`` as an instance-name suffix (no spaces)."""
+        return self.name.replace(" ", "-")
 
     def spec(self, base: InstanceSpec) -> InstanceSpec:
         """``base`` launched with this setting, on an OS-picked port, under its own name."""
         speculation = base.server.speculation
-        if speculation is not None:
+        if speculation is not None and self.backend_sampling is not None:
             speculation = dataclasses.replace(speculation, backend_sampling=self.backend_sampling)
         server = dataclasses.replace(base.server, ubatch_size=self.ubatch, speculation=speculation)
         moved = with_port(dataclasses.replace(base, server=server), 0)
-        return dataclasses.replace(moved, name=f"{base.model}-tune-{self.name}")
+        return dataclasses.replace(moved, name=f"{base.model}-tune-{self.slug}")
 
 
 @dataclass(frozen=True)
@@ -85,15 +95,15 @@ class Sample:
 
 def settings_for(target: BenchTarget, ubatches: Sequence[int], flags: frozenset[str]) -> list[Setting]:
     """The settings a tune measures: the default first (the baseline), each other ``ubatch``, and
-    backend sampling where it can run (the model drafts, one slot, the flag exists)."""
+    backend sampling on and off where it can run (the model drafts, the binary has both flags)."""
     # llama.cpp cuts -ub to -b: a larger candidate would measure the same as -b and could be written
     # into a models.yaml that refuses it; the model's own ubatch_size is measured too
     batch = target.model.batch_size or LLAMA_BATCH
     wanted = {*ubatches, *([target.model.ubatch_size] if target.model.ubatch_size else [])}
     out = [Setting(None)]
     out += [Setting(ub) for ub in sorted(wanted) if ub != N_UBATCH and ub <= batch]
-    if target.base.server.speculation is not None and target.model.parallel == 1 and BACKEND_SAMPLING_FLAG in flags:
-        out.append(Setting(None, backend_sampling=True))
+    if target.base.server.speculation is not None and all(f in flags for f in BACKEND_SAMPLING_FLAGS):
+        out += [Setting(None, backend_sampling=True), Setting(None, backend_sampling=False)]
     return out
 
 
@@ -172,9 +182,9 @@ class Tune:
                     await sup.stop(float(self.target.config.server.timeouts.shutdown_grace))
 
     async def _measure(self, client: httpx.AsyncClient, sup: Supervisor, setting: Setting, rnd: int) -> None:
-        inst = next(i for i in sup.instances if i.name.endswith("-" + setting.name))
+        inst = next(i for i in sup.instances if i.name.endswith("-" + setting.slug))
         base_url = inst.base_url or ""
-        for depth in self.depths:
+        for depth in self.depths if setting.backend_sampling is None else ():
             self._status(f"round {rnd + 1}/{self.rounds}: {setting.name} prefill at {depth_label(depth)}")
             body = {"prompt": self._prompts[depth], "n_predict": 1, "cache_prompt": False, "temperature": 0}
             done = await complete(client, base_url, body)
@@ -227,19 +237,22 @@ def recommend(rows: Sequence[Row]) -> dict[str, Any]:
     """The settings to write: ``ubatch_size`` (the best prefill at the deepest depth) and
     ``backend_sampling`` (decode). A setting wins only when its median beats the default's by more
     than ``MARGIN`` and its interquartile range lies wholly above the default's (noise does not
-    win); None keeps llama-server's default, and ``backend_sampling`` None means not measured."""
+    win); None keeps llama-server's default. Backend sampling on and off are compared with each
+    other by the same rule: ``backend_sampling`` is the winner, None when neither wins (or it was
+    not measured), and ``backend_sampling_measured`` says which."""
     base = {r.what: r for r in rows if r.setting == Setting(None)}
 
-    def wins(r: Row) -> bool:
-        b = base.get(r.what)
-        return b is not None and (r.ratio or 0) > 1 + MARGIN and r.q1 > b.q3
+    def beats(r: Row, b: Row | None) -> bool:
+        return b is not None and b.median > 0 and r.median / b.median > 1 + MARGIN and r.q1 > b.q3
 
-    prefill = [r for r in rows if r.what.startswith("prefill@") and not r.setting.backend_sampling]
+    prefill = [r for r in rows if r.what.startswith("prefill@") and r.setting.backend_sampling is None]
     deepest = max((r.what for r in prefill), key=_depth, default=None)
     best = max((r for r in prefill if r.what == deepest), key=lambda r: r.median, default=None)
-    ubatch = best.setting.ubatch if best is not None and wins(best) else None
-    bs = next((r for r in rows if r.what == "decode" and r.setting.backend_sampling), None)
-    return {"ubatch_size": ubatch, "backend_sampling": wins(bs) if bs is not None else None}
+    ubatch = best.setting.ubatch if best is not None and beats(best, base.get(best.what)) else None
+    bs = {r.setting.backend_sampling: r for r in rows if r.what == "decode" and r.setting.ubatch is None}
+    on, off = bs.get(True), bs.get(False)
+    winner = True if on and beats(on, off) else False if off and beats(off, on) else None
+    return {"ubatch_size": ubatch, "backend_sampling": winner, "backend_sampling_measured": bool(on and off)}
 
 
 def _depth(what: str) -> float:

@@ -112,6 +112,7 @@ def status(json_out: bool = False) -> int:
             )
             for line in row.get("log_tail") or []:
                 console.print(f"  | {line}", markup=False)
+    _print_settings(console, rows)
     _print_features_off(console, rows)
     _print_peers(console, peers)
     for fault in fetch_disk_faults(run) if source == "endpoint" else []:
@@ -155,6 +156,31 @@ def _print_drafts(console: Any, drafts: Any) -> None:
         for c in recent[:5]:
             done = f"{c.get('tokens_per_second', '-')} tok/s, accepted {c.get('accepted', '-')}"
             console.print(f"  {c['class']}: K={c['k']} ({c['reason']}); {done}", markup=False)
+
+
+def _print_settings(console: Any, rows: list[dict[str, Any]]) -> None:
+    """Per instance: each models.yaml key that becomes a flag, what models.yaml asked (or llama-server's
+    default, as its --help states it, for a key left out) and what the running llama-server reports."""
+    for row in rows:
+        settings = row.get("settings") or []
+        if not settings:
+            continue
+        console.print(f"settings of {row.get('name')} (models.yaml -> llama-server reports):", markup=False)
+        for s in settings:
+            asked = s.get("asked")
+            wanted = asked if asked is not None else f"(left out: llama-server's default {s.get('default') or '?'})"
+            seen = s.get("effective")
+            differs = seen is not None and asked is not None and not _same_setting(asked, seen)
+            said = "not reported" if seen is None else seen + ("   <- differs" if differs else "")
+            console.print(f"  {s.get('key')}: {wanted} -> {said}", markup=False, soft_wrap=True)
+
+
+def _same_setting(asked: str, seen: str) -> bool:
+    """Whether a reported value is the asked one: numbers compare as numbers, paths as given."""
+    try:
+        return float(asked) == float(seen)
+    except ValueError:
+        return asked == seen or asked.endswith(seen) or seen.endswith(asked)
 
 
 def _print_features_off(console: Any, rows: list[dict[str, Any]]) -> None:

@@ -93,8 +93,10 @@ def _recommendation(best: dict[str, object]) -> str:
     ub = best["ubatch_size"]
     parts = [f"ubatch_size: {ub}" if ub is not None else f"ubatch_size: default ({N_UBATCH})"]
     bs = best["backend_sampling"]
-    if bs is None:
-        parts.append("speculative.backend_sampling: not measured (no drafting, parallel > 1 or no flag)")
+    if not best.get("backend_sampling_measured"):
+        parts.append("speculative.backend_sampling: not measured (no drafting, or the binary lacks its flags)")
+    elif bs is None:
+        parts.append("speculative.backend_sampling: as it is (on and off within the margin)")
     else:
         parts.append(f"speculative.backend_sampling: {'true' if bs else 'false'}")
     margin = f"(a setting must beat the default by more than {tune.MARGIN:.0%}, its IQR above the default's)"

@@ -22,6 +22,7 @@ from rich.text import Text
 from orchestrator.cli.format import STATE_STYLES, duration
 from orchestrator.errors import UserError
 from orchestrator.host import disk, statefile
+from orchestrator.launch.settings import defaults_line
 
 if TYPE_CHECKING:
     from orchestrator.config.schema import Config
@@ -173,6 +174,9 @@ def render_plan(specs: list[InstanceSpec]) -> Group:
     for s in specs:
         parts.append(Text(f"{s.name}:", style="bold"))
         parts.append(Text(f"  {s.command_line}", no_wrap=True, overflow="ignore"))
+        left = defaults_line(s.settings)
+        if left:
+            parts.append(Text(f"  {left}"))
         for note in s.notes:
             parts.append(Text(f"  note: {note}", style="yellow"))
     return Group(*parts)

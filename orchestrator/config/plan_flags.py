@@ -60,6 +60,12 @@ PLAN_FLAGS: dict[str, str] = {
     "--ubatch-size": "ubatch_size",
     "--spec-draft-backend-sampling": "speculative.backend_sampling",
     "--no-spec-draft-backend-sampling": "speculative.backend_sampling",
+    "-ctk": "cache_type_k",
+    "--cache-type-k": "cache_type_k",
+    "-ctv": "cache_type_v",
+    "--cache-type-v": "cache_type_v",
+    "-cram": "cache_ram",
+    "--cache-ram": "cache_ram",
 }
 
 # Child environment variables that would override the plan (llama.cpp reads LLAMA_ARG_*).
@@ -79,4 +85,8 @@ PLAN_ENV: dict[str, str] = {
     "LLAMA_ARG_SPEC_DRAFT_N_MIN": "speculative.n_min",
     "LLAMA_ARG_SPEC_DRAFT_P_MIN": "speculative.p_min",
     "LLAMA_ARG_SPEC_DRAFT_MODEL": "speculative.draft",
+    "LLAMA_ARG_SPEC_DRAFT_BACKEND_SAMPLING": "speculative.backend_sampling",
+    "LLAMA_ARG_CACHE_TYPE_K": "cache_type_k",
+    "LLAMA_ARG_CACHE_TYPE_V": "cache_type_v",
+    "LLAMA_ARG_CACHE_RAM": "cache_ram",
 }

@@ -35,6 +35,7 @@ from pydantic.json_schema import SkipJsonSchema
 from orchestrator.config.agent_types import SYSTEM_MESSAGES_ABOUT, ModelAgentKeys
 from orchestrator.config.build_types import BuildConfig
 from orchestrator.config.kv_types import WarmPrefix
+from orchestrator.config.launch_types import ModelLaunchKeys
 from orchestrator.config.lifecycle_types import ModelLifecycle, ServerLifecycle
 from orchestrator.config.limits_types import ServerLimits
 from orchestrator.config.model_paths import check_path
@@ -173,10 +174,11 @@ class SpeculativeConfig(_Strict):
     spec_fallback: Literal["warn", "relaunch_without_spec"] = "warn"
     ngram_mod: NgramModConfig | None = Field(None, description="ngram-mod drafter settings (type lists ngram-mod)")
     adaptive: bool = Field(False, description="choose K per request from live acceptance and speed (<= n_max)")
-    backend_sampling: bool = Field(
-        False,
-        description="sample the draft on the GPU (--spec-draft-backend-sampling): +7-13% MTP decode on RTX 5090s; "
-        "only with parallel: 1 (upstream ran out of memory at -np 2)",
+    backend_sampling: bool | None = Field(
+        None,
+        description="sample the draft on the GPU: true = --spec-draft-backend-sampling, false = "
+        "--no-spec-draft-backend-sampling (less GPU memory per slot), null/absent = llama-server's default "
+        "(on at the pin; `orchestrator up --dry-run` shows it)",
     )
 
     @model_validator(mode="after")
@@ -192,7 +194,7 @@ class SpeculativeConfig(_Strict):
         return self
 
 
-class ModelConfig(ModelLifecycle, ModelAgentKeys, _Strict):
+class ModelConfig(ModelLifecycle, ModelAgentKeys, ModelLaunchKeys, _Strict):
     """One model: one llama-server process per replica."""
 
     name: str = Field(
@@ -227,14 +229,6 @@ class ModelConfig(ModelLifecycle, ModelAgentKeys, _Strict):
     )
     gpu_layers: Annotated[int, Field(ge=0)] | Literal["all"] = Field("all", description="layers offloaded (-ngl)")
     parallel: int = Field(1, ge=1, description="slots per server (-np)")
-    threads: int | None = Field(None, ge=1, description="CPU threads (-t); default: llama.cpp's choice")
-    batch_size: int | None = Field(None, ge=1, description="logical batch, tokens (-b); default: llama-server's 2048")
-    ubatch_size: int | None = Field(
-        None,
-        ge=1,
-        description="physical batch: prompt tokens per prefill step (-ub); default: llama-server's 512; "
-        "2048 is the published agent recipe on an RTX 5090 (orchestrator tune measures it)",
-    )
     port: int | None = Field(
         None, ge=0, le=65535, description="fixed port for replica 0 (+i for replica i); null/0 = OS-picked"
     )
@@ -307,12 +301,6 @@ class ModelConfig(ModelLifecycle, ModelAgentKeys, _Strict):
             raise located("replicas", "is a list of GPU lists, so gpus must be auto (remove gpus)")
         if self.ubatch_size is not None and self.batch_size is not None and self.ubatch_size > self.batch_size:
             raise located("ubatch_size", f"is larger than batch_size ({self.batch_size}); llama.cpp would cut it")
-        if self.speculative.backend_sampling and self.parallel > 1:
-            raise located(
-                "speculative/backend_sampling",
-                f"is true with parallel: {self.parallel}; the draft's backend sampling ran out of GPU memory "
-                "upstream at -np 2 (llama.cpp #23921): use parallel: 1 or leave backend_sampling off",
-            )
         if self.multimodal and "draft-mtp" in drafters(self.speculative.type):
             raise located(
                 "speculative/type",

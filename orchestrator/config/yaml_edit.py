@@ -148,8 +148,9 @@ def set_draft_length(path: Path, model: str, k: int) -> str:
 
 def set_launch_settings(path: Path, model: str, *, ubatch_size: int | None, backend_sampling: bool | None) -> str:
     """Write ``orchestrator tune``'s winners into ``model``'s entry of ``path``: ``ubatch_size`` (None
-    removes it: llama-server's default) and ``speculative.backend_sampling`` (None leaves it as it
-    is; False removes it). Comments and order elsewhere are kept; the file is replaced atomically.
+    removes it: llama-server's default) and ``speculative.backend_sampling`` (True or False is written
+    as it is, since each passes its own flag; None leaves the key as it is). Comments and order
+    elsewhere are kept; the file is replaced atomically.
 
     Returns:
         The unified diff of the change ("" when the file already said so).
@@ -164,12 +165,10 @@ def set_launch_settings(path: Path, model: str, *, ubatch_size: int | None, back
     elif "ubatch_size" in entry:
         _delete_keeping_comments(entry, "ubatch_size")
     spec = entry.get("speculative")
-    if backend_sampling:
+    if backend_sampling is not None:
         if not isinstance(spec, CommentedMap):
             spec = entry["speculative"] = CommentedMap()
-        spec["backend_sampling"] = True
-    elif backend_sampling is False and isinstance(spec, CommentedMap) and "backend_sampling" in spec:
-        _delete_keeping_comments(spec, "backend_sampling")
+        spec["backend_sampling"] = backend_sampling
     return _write_diff(path, before, _dump(y, data), "the recommended settings are printed above")
 
 

@@ -23,7 +23,9 @@ class Speculation:
     p_min: float | None = None
     draft: Path | None = None
     ngram_mod: tuple[int, int, int] | None = None  # n_match, n_min, n_max of the ngram-mod drafter
-    backend_sampling: bool = False  # --spec-draft-backend-sampling: the draft sampled on the GPU
+    # the draft sampled on the GPU: True --spec-draft-backend-sampling, False --no-spec-draft-backend-sampling,
+    # None neither (llama-server's default, on at the pin: common/common.h)
+    backend_sampling: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,9 @@ class ServerArgs:
     threads: int | None = None
     batch_size: int | None = None  # -b (logical batch); None: llama-server's default
     ubatch_size: int | None = None  # -ub (physical batch: prefill tokens per step)
+    cache_type_k: str | None = None  # --cache-type-k; None: llama-server's default (f16)
+    cache_type_v: str | None = None  # --cache-type-v
+    cache_ram: int | None = None  # --cache-ram (MiB); None: llama-server's default (8192)
     gpu_layers: str | None = None
     speculation: Speculation | None = None
     tensor_split: str | None = None
@@ -85,11 +90,19 @@ def _resources(args: ServerArgs) -> tuple[str, ...]:
         out += ("-b", str(args.batch_size))
     if args.ubatch_size is not None:
         out += ("-ub", str(args.ubatch_size))
+    if args.cache_type_k is not None:
+        out += ("--cache-type-k", args.cache_type_k)
+    if args.cache_type_v is not None:
+        out += ("--cache-type-v", args.cache_type_v)
+    if args.cache_ram is not None:
+        out += ("--cache-ram", str(args.cache_ram))
     if args.gpu_layers is not None:
-        # verbosity 4 makes llama.cpp log its model buffers (CUDA0 or CPU): how readiness tells
-        # a GPU instance that really loaded on the GPU from one that fell back to the CPU
-        out += ("-ngl", args.gpu_layers, "-lv", "4")
-    return out
+        out += ("-ngl", args.gpu_layers)
+    # verbosity 4 makes llama.cpp log its model buffers (CUDA0 or CPU): how readiness tells a GPU
+    # instance that really loaded on the GPU from one that fell back to the CPU; and the settings
+    # it took (the draft's n_max/p_min/backend sampling, the prompt cache's size): how `status`
+    # reads them back (supervise/effective.py). A handful of lines per request, not per token.
+    return (*out, "-lv", "4")
 
 
 def _speculation(spec: Speculation | None) -> tuple[str, ...]:
@@ -107,8 +120,8 @@ def _speculation(spec: Speculation | None) -> tuple[str, ...]:
         out += ("--spec-draft-p-min", f"{spec.p_min:g}")
     if spec.draft is not None:
         out += ("-md", str(spec.draft))
-    if spec.backend_sampling:
-        out += ("--spec-draft-backend-sampling",)
+    if spec.backend_sampling is not None:
+        out += ("--spec-draft-backend-sampling" if spec.backend_sampling else "--no-spec-draft-backend-sampling",)
     if spec.ngram_mod is not None:
         n_match, n_min, n_max = spec.ngram_mod
         out += ("--spec-ngram-mod-n-match", str(n_match), "--spec-ngram-mod-n-min", str(n_min))

@@ -82,14 +82,18 @@ def estimate_bytes(
     draft_n_max: int = 0,
     draft_facts: ModelFacts | None = None,
     n_cpu_moe: int = 0,
+    kv_types: tuple[str | None, str | None] = (None, None),
 ) -> int:
     """Estimated bytes for one llama-server: ``models.memory.estimate_memory`` (weights, KV cache
     for ``ctx`` tokens over ``parallel`` slots, recurrent state; the NextN block and its KV
     only when ``draft_n_max`` > 0), plus a separate draft GGUF's weights, minus the routed
     experts of the first ``n_cpu_moe`` blocks (llama.cpp ``--n-cpu-moe``: kept in CPU memory).
+    ``kv_types``: ``cache_type_k``, ``cache_type_v`` (None: llama-server's f16). A separate draft
+    GGUF counts its own file's weights (``draft_facts``, read from that file), never the target's.
     Compute buffers and the CUDA context are not included (``gpu_overhead``).
     """
-    total = estimate_memory(facts, ctx, parallel, draft_n_max=draft_n_max).total
+    k_type, v_type = kv_types[0] or "f16", kv_types[1] or "f16"
+    total = estimate_memory(facts, ctx, parallel, k_type, draft_n_max=draft_n_max, kv_type_v=v_type).total
     if draft_facts is not None:
         total += draft_facts.weights_bytes
     return total - sum(facts.expert_layer_bytes[:n_cpu_moe])

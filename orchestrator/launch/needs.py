@@ -35,11 +35,15 @@ def _check_flags(
 ) -> None:
     """Refuse a launch setting whose flag this llama-server's ``--help`` does not list (an older or
     adopted build): it would exit at start with "invalid argument"."""
+    bs = model.speculative.backend_sampling
     wanted = [
         (("batch_size",), "-b", model.batch_size is not None),
         (("ubatch_size",), "-ub", model.ubatch_size is not None),
-        (("speculative", "backend_sampling"), "--spec-draft-backend-sampling",
-         model.speculative.backend_sampling and spec_type is not None),
+        (("speculative", "backend_sampling"), f"--{'' if bs else 'no-'}spec-draft-backend-sampling",
+         bs is not None and spec_type is not None),
+        (("cache_type_k",), "--cache-type-k", model.cache_type_k is not None),
+        (("cache_type_v",), "--cache-type-v", model.cache_type_v is not None),
+        (("cache_ram",), "--cache-ram", model.cache_ram is not None),
     ]  # fmt: skip
     for key, flag, used in wanted:
         if used and capabilities.flags and flag not in capabilities.flags:

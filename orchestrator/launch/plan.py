@@ -9,6 +9,7 @@ flags and the command line, and refuses (``UserError``) before anything is start
 - a fixed port is taken (the message names the process holding it);
 - ``ctx_size`` is beyond ``parallel`` x the GGUF's trained context (unless
   ``allow_ctx_beyond_trained``);
+- ``cache_type_k``/``cache_type_v`` is a type the model cannot load with (``launch.kv_cache``);
 - a model loaded at start does not fit the assigned GPUs' free memory on its own, or CPU
   instances need more than the machine's RAM (unless ``force``; models that only fit one at a
   time are swapped by the scheduler).
@@ -44,8 +45,10 @@ from orchestrator.launch.fit import (
     instance_memory,
     split_shares,
 )
+from orchestrator.launch.kv_cache import check_kv_types
 from orchestrator.launch.needs import check_patch_features
 from orchestrator.launch.placement import Placer, placements, tensor_split
+from orchestrator.launch.settings import flag_defaults
 from orchestrator.launch.spec import CHILD_HOST, SSE_PING_S, InstanceSpec
 from orchestrator.launch.template import template_args
 from orchestrator.models.facts import ModelFacts
@@ -124,7 +127,14 @@ def plan_launch(
             if cpu_note and not assigned:
                 spec = dataclasses.replace(spec, notes=(*spec.notes, cpu_note))
             requests.append(request := _fit_request(config, planned, spec, usable, rpc_free or {}))
-            specs.append(replace(spec, memory=instance_memory(request), features_off=capabilities.features_off))
+            specs.append(
+                replace(
+                    spec,
+                    memory=instance_memory(request),
+                    features_off=capabilities.features_off,
+                    flag_defaults=flag_defaults(capabilities.default),
+                )
+            )
     fit_notes = check_fit_per_model(config, specs, requests, usable, force)
     specs = [dataclasses.replace(s, notes=s.notes + tuple(fit_notes.get(s.name, ()))) for s in specs]
     _check_ports(config, specs, check_ports)
@@ -158,6 +168,7 @@ def _plan_model(
         draft_facts = known.get(str(draft)) or facts_at(config, i, model, draft, draft_key)
         check_not_fork(config, i, model, draft, draft_facts, draft_key)
     _check_trained_context(config, i, model, model_facts)
+    check_kv_types(config, i, model, model_facts)
     spec_type, notes = _decide_spec(config, i, model, gguf, draft, model_facts, draft_facts)
     if "draft-mtp" in drafters(spec_type) and not capabilities.draft_mtp:
         raise UserError(
@@ -241,6 +252,9 @@ def _replica(
         threads=model.threads,
         batch_size=model.batch_size,
         ubatch_size=model.ubatch_size,
+        cache_type_k=model.cache_type_k,
+        cache_type_v=model.cache_type_v,
+        cache_ram=model.cache_ram,
         gpu_layers=str(model.gpu_layers) if assigned or model.rpc else None,  # RPC devices take -ngl layers
         speculation=speculation,
         tensor_split=tensor_split(assigned, usable) if len(assigned) > 1 else None,
@@ -278,6 +292,7 @@ def _fit_request(
         draft_n_max=n_max,
         draft_facts=p.draft_facts if n_max else None,
         n_cpu_moe=n_cpu_moe,
+        kv_types=(p.model.cache_type_k, p.model.cache_type_v),
     )
     layers = p.model.gpu_layers
     return FitRequest(

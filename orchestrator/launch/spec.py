@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from orchestrator.launch.argv import ServerArgs, Speculation, render_argv
+from orchestrator.launch.settings import LaunchSetting, launch_settings
 
 #: Children always bind loopback: only the proxy faces the network.
 CHILD_HOST = "127.0.0.1"
@@ -37,11 +38,18 @@ class InstanceSpec:
     memory: int | None = None  # estimated bytes (weights, KV, recurrent state; + compute headroom on GPU)
     # features of our patch queue this llama-server lacks, each with its cost (orchestrator/native/features.py)
     features_off: tuple[str, ...] = ()
+    # llama-server's default of each flag a models.yaml key controls, from its --help (``settings``)
+    flag_defaults: tuple[tuple[str, str], ...] = ()
 
     @property
     def rpc(self) -> tuple[str, ...]:
         """RPC workers (``host:port``) this server spreads its layers over; () = none."""
         return self.server.rpc
+
+    @property
+    def settings(self) -> list[LaunchSetting]:
+        """Every models.yaml key that becomes a flag: the value passed, or llama-server's default."""
+        return launch_settings(self.server, self.flag_defaults)
 
     @property
     def argv(self) -> tuple[str, ...]:

@@ -44,7 +44,13 @@ def _kv_type_bytes(kv_type: str) -> float:
 
 
 def estimate_memory(
-    facts: ModelFacts, ctx: int, n_parallel: int = 1, kv_type: str = "f16", *, draft_n_max: int = 0
+    facts: ModelFacts,
+    ctx: int,
+    n_parallel: int = 1,
+    kv_type: str = "f16",
+    *,
+    draft_n_max: int = 0,
+    kv_type_v: str | None = None,
 ) -> MemoryEstimate:
     """Estimate the memory (bytes) llama-server needs for ``facts`` at context ``ctx`` tokens.
 
@@ -52,9 +58,11 @@ def estimate_memory(
 
         weights   = sum of tensor bytes, minus the NextN block unless draft_n_max > 0
                     (llama.cpp loads the NextN tensors only with --spec-type draft-mtp)
-        kv_cache  = ctx * A * head_count_kv * (key_length + value_length) * bytes(kv_type)
-                    A = trunk full-attention layers, + nextn layers when draft_n_max > 0
-                    (the MTP draft context keeps its own KV for the NextN block, ctx cells);
+        kv_cache  = ctx * head_count_kv * (A * (key_length * bytes(kv_type) + value_length *
+                    bytes(kv_type_v)) + N * (key_length + value_length) * 2)
+                    A = trunk full-attention layers; N = nextn layers when draft_n_max > 0
+                    (the MTP draft context keeps its own KV for the NextN block, ctx cells, in
+                    the draft's cache types, f16 unless --cache-type-k-draft: common/speculative.cpp);
                     -c is the total over all slots, so n_parallel does not change it
         recurrent = R * (r + s) * 4 * max(1, n_parallel) * (1 + n_rs)
                     R = gated-delta-net layers, r = (conv_kernel - 1) * (inner_size +
@@ -68,20 +76,22 @@ def estimate_memory(
         facts: from ``read_model_facts``.
         ctx: total context (tokens), as llama-server's ``-c``.
         n_parallel: slots (``-np``).
-        kv_type: ``--cache-type-k/-v``: f16 (default), f32, bf16, q8_0, q4_0, ...
+        kv_type: ``--cache-type-k`` (and ``-v`` unless ``kv_type_v``): f16 (default), f32, bf16, q8_0, ...
         draft_n_max: ``--spec-draft-n-max`` when serving with ``--spec-type draft-mtp``; 0 = no MTP.
+        kv_type_v: ``--cache-type-v`` when it differs from ``kv_type``.
 
     Raises:
         UserError: unknown ``kv_type`` or a non-positive ``ctx``.
     """
     if ctx <= 0:
         raise UserError(f"context length must be positive, got {ctx}")
-    per_elem = _kv_type_bytes(kv_type)
+    per_k, per_v = _kv_type_bytes(kv_type), _kv_type_bytes(kv_type_v or kv_type)
     with_mtp = draft_n_max > 0 and facts.nextn_layers > 0
     weights = facts.weights_bytes - (0 if with_mtp else facts.nextn_bytes)
-    attn_layers = facts.attention_layers + (facts.nextn_layers if with_mtp else 0)
-    kv_width = (facts.head_count_kv or 0) * ((facts.key_length or 0) + (facts.value_length or 0))
-    kv = int(ctx * attn_layers * kv_width * per_elem)
+    nextn = facts.nextn_layers if with_mtp else 0
+    k_len, v_len = facts.key_length or 0, facts.value_length or 0
+    per_token = facts.attention_layers * (k_len * per_k + v_len * per_v) + nextn * (k_len + v_len) * 2
+    kv = int(ctx * (facts.head_count_kv or 0) * per_token)
     s = facts.ssm
     conv = max(s.get("conv_kernel", 0) - 1, 0) * (
         s.get("inner_size", 0) + 2 * s.get("group_count", 0) * s.get("state_size", 0)

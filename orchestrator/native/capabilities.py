@@ -44,6 +44,12 @@ class ServerCapabilities:
     # one line per feature of the current patch queue that it lacks, with the cost (``features_off``)
     features_off: tuple[str, ...] = ()
     missing_patches: frozenset[str] = frozenset()
+    help_text: str = ""  # the ``--help`` output the rest was read from: ``default`` reads it
+
+    def default(self, flag: str) -> str | None:
+        """llama-server's own default for ``flag`` as its ``--help`` states it ("(default: 2048)"
+        -> ``"2048"``); None when the entry states none or the flag is not listed."""
+        return help_default(self.help_text, flag)
 
     def lacks(self, word: str) -> bool:
         """Whether a patch of the queue whose file name holds ``word`` (``draft-length``) is missing."""
@@ -60,7 +66,29 @@ class ServerCapabilities:
         applied = frozenset(queue or []) if patches is None else patches
         off = tuple(f.line() for f in features_off(queue or [], applied))
         missing = frozenset(q for q in queue or [] if q not in applied)
-        return cls(backend, draft_mtp, flags, patches=applied, features_off=off, missing_patches=missing)
+        return cls(
+            backend, draft_mtp, flags, patches=applied, features_off=off, missing_patches=missing, help_text=text
+        )
+
+
+# one --help entry: a line starting with a flag at column 0, then its indented continuation lines
+_ENTRY_RE = re.compile(r"^--?[A-Za-z].*?(?=^\S|\Z)", re.MULTILINE | re.DOTALL)
+_DEFAULT_RE = re.compile(r"\(default: ((?:[^()]|\([^()]*\))*)\)")
+_HELP_COLUMN = 40  # common/arg.cpp (common_arg::to_string): the description starts at column 40
+
+
+def help_default(text: str, flag: str) -> str | None:
+    """The "(default: X)" of ``flag``'s entry in llama-server's ``--help`` output ``text``
+    (common/arg.cpp prints each option's default there): its value, without the explanation after a
+    comma ("8192, -1 - no limit, 0 - disable" -> ``"8192"``); None without one."""
+    for entry in _ENTRY_RE.findall(text):
+        first = entry.split("\n", 1)[0]
+        # flags and value hint, then padding to the description column (or the description on the next line)
+        names = first[: _HELP_COLUMN - 3] if first[_HELP_COLUMN - 3 : _HELP_COLUMN] == "   " else first
+        if flag in _FLAG_RE.findall(names):
+            found = _DEFAULT_RE.search(" ".join(entry.split()))
+            return found.group(1).split(", ")[0].strip() if found else None
+    return None
 
 
 def probe_capabilities(build: BuildInfo) -> ServerCapabilities:

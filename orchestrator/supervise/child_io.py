@@ -183,6 +183,7 @@ class ChildProbe:
 
     def __init__(self, timeout: float) -> None:
         self._client = httpx.AsyncClient(trust_env=False, timeout=timeout, auth=CHILD_AUTH)
+        self.last_props: dict[str, Any] | None = None  # the last /props verify_identity read
 
     async def aclose(self) -> None:
         """Close the HTTP client."""
@@ -249,6 +250,7 @@ class ChildProbe:
             props = resp.json()
         except (httpx.HTTPError, json.JSONDecodeError, ValueError) as err:
             return f"GET {base_url}/props failed ({err}); cannot confirm the model"
+        self.last_props = props if isinstance(props, dict) else None
         alias = props.get("model_alias") if isinstance(props, dict) else None
         path = props.get("model_path") if isinstance(props, dict) else None
         if alias == spec.alias or (path and _same_file(path, spec.gguf)):

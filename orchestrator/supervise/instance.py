@@ -28,6 +28,7 @@ from orchestrator.launch.spec import without_speculation
 from orchestrator.supervise.calls import Calls
 from orchestrator.supervise.child_auth import ChildLock
 from orchestrator.supervise.child_io import ChildLog, ChildProbe, ChildProcess
+from orchestrator.supervise.effective import effective_settings
 from orchestrator.supervise.lifecycle import Inbox, Lifecycle, describe_exit
 from orchestrator.supervise.parts import Part
 from orchestrator.supervise.progress import NoProgress
@@ -48,6 +49,10 @@ if TYPE_CHECKING:
     from orchestrator.launch.spec import InstanceSpec
 
 log = logging.getLogger("orchestrator.supervise")
+
+
+# the load log kept for ``effective_settings``: llama-server's load prints a few hundred lines
+_LOAD_LOG_LINES = 5000
 
 
 class Instance:
@@ -106,6 +111,9 @@ class Instance:
         self._task: asyncio.Task[None] | None = None
         self._probe: ChildProbe | None = None
         self.offload = OffloadWatch()  # a GPU instance must really be on the GPU
+        # what llama-server reports it runs with (supervise/effective.py), read from each launch's load log
+        self.effective: dict[str, str] = {}
+        self._load_log: list[str] | None = None
         self._responsiveness = Responsiveness(self._warnings, self._notify)  # marked by the watch only
         self.calls = Calls()  # the proxy's requests in flight here, as /slots names them
         self.no_progress = NoProgress(self.calls, float(config.server.timeouts.no_progress), self._on_no_progress)
@@ -245,6 +253,8 @@ class Instance:
         if is_spec_batch_failure(line):
             self.record_error("spec_batch", line)
         self.offload.line(line)
+        if self._load_log is not None and len(self._load_log) < _LOAD_LOG_LINES:
+            self._load_log.append(line)
 
     # ----------------------------------------------------------------- the lifecycle task
 
@@ -348,6 +358,7 @@ class Instance:
         self.lifecycle.launching()
         self.offload.reset()
         self.no_progress.launched()
+        self.effective, self._load_log = {}, []
         proc = await self.child.spawn(self.spec.argv, env, (self.spec.server.slot_save_path,), self.lock.unset)
         self.log.start_pump(proc)
         self.lifecycle.launched(proc.pid)
@@ -374,6 +385,8 @@ class Instance:
                 problem, warning = self.offload.verdict(self.spec.server.gpu_layers if self.spec.gpus else None)
                 if warning:
                     self._warnings["offload"] = warning
+                self.effective = effective_settings("\n".join(self._load_log or ()), self._probe.last_props)
+                self._load_log = None
                 return PhaseEnd(Outcome.NOT_ON_GPU, problem) if problem else PhaseEnd(Outcome.READY)
             now = time.monotonic()
             quiet = now - max(started, self.log.last_output)

@@ -96,7 +96,7 @@ def is_spec_batch_failure(line: str) -> bool:
 # (``load_tensors``) logs one ``<buffer> model buffer size = N MiB`` line per buffer type:
 # ``CUDA0`` holds weights on GPU 0, ``CPU``/``CPU_Mapped``/``CPU_REPACK`` and ``CUDA_Host``
 # (pinned host memory) are on the host. These lines are logged at verbosity 4 (``-lv 4``), which
-# the plan passes to GPU instances. ``offloaded N/M layers to GPU`` cannot be trusted alone: a
+# the plan passes to every instance. ``offloaded N/M layers to GPU`` cannot be trusted alone: a
 # build with the RPC backend reports every layer "offloaded" with no GPU at all
 # (``llama_supports_gpu_offload`` counts RPC). common/arg.cpp warns "no usable GPU found" when
 # ``--gpu-layers`` meets a build without any offload backend.

@@ -28,10 +28,11 @@ def status_row(inst: Instance) -> dict[str, Any]:
         "base_url": inst.base_url,
         "gpus": list(inst.spec.gpus),
         "gguf": str(inst.spec.gguf),
-        # launch settings `orchestrator tune` measures: -b, -ub, the draft's backend sampling
+        # launch settings `orchestrator tune` measures: -b, -ub, the draft's backend sampling (None: default)
         "batch_size": inst.spec.server.batch_size,
         "ubatch_size": inst.spec.server.ubatch_size,
-        "backend_sampling": bool(inst.spec.server.speculation and inst.spec.server.speculation.backend_sampling),
+        "backend_sampling": inst.spec.server.speculation.backend_sampling if inst.spec.server.speculation else None,
+        "settings": settings_rows(inst),
         "started_at": inst.started_at,
         "ready_at": inst.ready_at,
         "uptime_s": (time.time() - inst.ready_at) if (inst.ready_at and inst.state in SERVING) else None,
@@ -57,3 +58,13 @@ def status_row(inst: Instance) -> dict[str, Any]:
         "log_tail": inst.log_tail(20) if inst.state in (ProcessState.FAILED, ProcessState.RESTARTING) else [],
         "rpc": inst.workers.snapshot() if inst.workers is not None else None,  # workers, free memory, degraded
     }
+
+
+def settings_rows(inst: Instance) -> list[dict[str, Any]]:
+    """Per models.yaml key that becomes a flag: what models.yaml asked (None: left out), llama-server's
+    default per its ``--help``, and what the running llama-server reports (None: not reported, or
+    not ready yet)."""
+    return [
+        {"key": s.key, "flag": s.flag, "asked": s.asked, "default": s.default, "effective": inst.effective.get(s.key)}
+        for s in inst.spec.settings
+    ]

@@ -15,7 +15,8 @@ from orchestrator.cli.app import app
 from orchestrator.config.load import load_config
 from orchestrator.config.yaml_edit import set_launch_settings
 
-DEFAULT, UB2K, BS = Setting(None), Setting(2048), Setting(None, backend_sampling=True)
+DEFAULT, UB2K = Setting(None), Setting(2048)
+BS_ON, BS_OFF = Setting(None, backend_sampling=True), Setting(None, backend_sampling=False)
 
 
 def samples(setting: Setting, what: str, *values: float) -> list[Sample]:
@@ -32,15 +33,20 @@ def test_the_table_has_medians_spreads_and_ratios_to_the_default() -> None:
 
 def test_a_clear_win_is_recommended_and_noise_is_not() -> None:
     clear = samples(DEFAULT, "prefill@8K", 100, 101, 99) + samples(UB2K, "prefill@8K", 150, 151, 149)
-    clear += samples(DEFAULT, "decode", 50, 51, 49) + samples(BS, "decode", 56, 57, 55)
-    assert recommend(table(clear)) == {"ubatch_size": 2048, "backend_sampling": True}
-    # a median 4% up whose spread overlaps the default's is noise: the defaults stay
+    clear += samples(BS_OFF, "decode", 50, 51, 49) + samples(BS_ON, "decode", 56, 57, 55)
+    measured = {"backend_sampling_measured": True}
+    assert recommend(table(clear)) == {"ubatch_size": 2048, "backend_sampling": True, **measured}
+    # on against off, both ways: off winning is written as false (each value passes its own flag)
+    off_wins = samples(BS_OFF, "decode", 60, 61, 59) + samples(BS_ON, "decode", 50, 51, 49)
+    assert recommend(table(off_wins))["backend_sampling"] is False
+    # a median 4% up whose spread overlaps the other's is noise: nothing is written
     noisy = samples(DEFAULT, "prefill@8K", 80, 100, 120) + samples(UB2K, "prefill@8K", 90, 104, 125)
-    noisy += samples(DEFAULT, "decode", 50, 51, 49) + samples(BS, "decode", 50.5, 51, 50)
-    assert recommend(table(noisy)) == {"ubatch_size": None, "backend_sampling": False}
+    noisy += samples(BS_OFF, "decode", 48, 50, 53) + samples(BS_ON, "decode", 49, 52, 54)
+    assert recommend(table(noisy)) == {"ubatch_size": None, "backend_sampling": None, **measured}
     assert 1 + MARGIN < 1.04  # the noisy case was above the margin: the spread decided
-    # backend sampling not measured (no drafting, parallel > 1): not a recommendation either way
-    assert recommend(table(samples(DEFAULT, "decode", 50, 51)))["backend_sampling"] is None
+    # backend sampling not measured (no drafting, no flags): not a recommendation either way
+    alone = recommend(table(samples(DEFAULT, "decode", 50, 51)))
+    assert alone["backend_sampling"] is None and not alone["backend_sampling_measured"]
 
 
 def test_the_deepest_prefill_decides_the_ubatch() -> None:
@@ -64,7 +70,9 @@ def test_apply_writes_and_removes_keeping_comments(tmp_path: Path) -> None:
     assert model.ubatch_size == 2048 and model.speculative.backend_sampling
     set_launch_settings(cfg, "demo", ubatch_size=None, backend_sampling=False)
     model = load_config(cfg).models[0]
-    assert model.ubatch_size is None and not model.speculative.backend_sampling and "# mine" in cfg.read_text()
+    # false is written, not removed: absent means llama-server's default, which is on at the pin
+    assert model.ubatch_size is None and model.speculative.backend_sampling is False
+    assert "# mine" in cfg.read_text()
     assert set_launch_settings(cfg, "demo", ubatch_size=None, backend_sampling=None) == ""
 
 
@@ -77,11 +85,12 @@ def test_tune_on_the_echo_model_prints_the_table_and_applies_it(
     args = ["tune", "-c", str(cfg), "--ubatch", "64,512", "--depths", "1k", "--rounds", "2", "--n-predict", "16"]
     res = CliRunner().invoke(app, [*args, "--apply"])
     assert res.exit_code == 0, res.output
-    for setting in ("ub512", "ub64", "ub512+bs"):  # the default, one other -ub, the draft's backend sampling
+    for setting in ("ub512", "ub64", "ub512 bs-on", "ub512 bs-off"):  # the default, one other -ub, both flags
         assert setting in res.output
     assert "prefill@1K" in res.output and "decode" in res.output and "recommended:" in res.output
     model = load_config(cfg).models[0]
     said = res.output.split("recommended:", 1)[1]
     assert (f"ubatch_size: {model.ubatch_size}" in said) or (model.ubatch_size is None and "default (512)" in said)
-    assert f"backend_sampling: {'true' if model.speculative.backend_sampling else 'false'}" in said
+    bs = model.speculative.backend_sampling
+    assert f"backend_sampling: {str(bs).lower()}" in said if bs is not None else "backend_sampling: as it is" in said
     assert cfg.read_text().startswith("# kept")

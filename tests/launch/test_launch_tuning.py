@@ -33,9 +33,14 @@ def test_backend_sampling_and_batches_reach_the_argv(tmp_path: Path, native: bui
     assert after(argv, "-ub") == "1024" and after(argv, "-b") == "4096"
     assert "--spec-draft-backend-sampling" in argv
     assert argv.index("--spec-draft-backend-sampling") > argv.index("--spec-type")  # with the drafter's flags
+    off = ModelConfig(name="demo", path="mtp.gguf", speculative={"backend_sampling": False})
+    [spec] = plan_launch(config_for(tmp_path, off), gpus=[], build=native, capabilities=caps(native))
+    # false passes its own flag: leaving the flag out would leave it on (the pin's common/common.h default)
+    assert "--no-spec-draft-backend-sampling" in spec.argv and "--spec-draft-backend-sampling" not in spec.argv
     plain = ModelConfig(name="demo", path="mtp.gguf")
     [spec] = plan_launch(config_for(tmp_path, plain), gpus=[], build=native, capabilities=caps(native))
-    assert not {"-ub", "-b", "--spec-draft-backend-sampling"} & set(spec.argv)  # llama-server's defaults
+    flags = {"-ub", "-b", "--spec-draft-backend-sampling", "--no-spec-draft-backend-sampling"}
+    assert not flags & set(spec.argv)  # llama-server's defaults
 
 
 def test_backend_sampling_without_drafting_adds_nothing(tmp_path: Path, native: build_mod.BuildInfo) -> None:
@@ -45,15 +50,20 @@ def test_backend_sampling_without_drafting_adds_nothing(tmp_path: Path, native: 
     assert "--spec-draft-backend-sampling" not in spec.argv
 
 
+def test_backend_sampling_is_allowed_with_several_slots(tmp_path: Path) -> None:
+    # the pin samples the draft on the backend by default (common/common.h), -np 2 included, so a
+    # refusal of `true` protected nothing; `false` is the way out of llama.cpp #23903's memory cost
+    for value in ("true", "false"):
+        cfg = tmp_path / "models.yaml"
+        cfg.write_text(
+            "models:\n  - name: demo\n    path: builtin:tiny-mtp\n    parallel: 2\n    speculative:\n"
+            f"      backend_sampling: {value}\n"
+        )
+        assert load_config(cfg).models[0].speculative.backend_sampling is (value == "true")
+
+
 def test_the_guards_name_the_key(tmp_path: Path) -> None:
     bad = tmp_path / "models.yaml"
-    bad.write_text(
-        "models:\n  - name: demo\n    path: builtin:tiny-mtp\n    parallel: 2\n    speculative:\n"
-        "      backend_sampling: true\n"
-    )
-    with pytest.raises(UserError) as err:
-        load_config(bad)
-    assert "models.yaml:6" in str(err.value) and "#23921" in str(err.value) and "parallel: 1" in str(err.value)
     bad.write_text("models:\n  - name: demo\n    path: builtin:tiny-mtp\n    batch_size: 512\n    ubatch_size: 1024\n")
     with pytest.raises(UserError) as err:
         load_config(bad)

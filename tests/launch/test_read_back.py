@@ -1,0 +1,160 @@
+"""Read back, don't assume: every models.yaml key that becomes a llama-server flag, set to a value
+that is not llama-server's default, launched through the plan and the supervisor, and read back
+from llama-server itself (its load log at -lv 4, ``/props``, ``/slots``, ``/apply-template``).
+
+A flag that a newer llama-server renamed or dropped makes the launch exit ("invalid argument") or
+the value read back differ; a default that upstream flipped fails ``test_help_states_the_defaults_we_document``
+(the schema's descriptions name the defaults a key left out gets, and ``--help`` must agree).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from orchestrator.config.load import load_config
+from orchestrator.config.schema import ModelConfig, SpeculativeConfig
+from orchestrator.launch.plan import plan_launch
+from orchestrator.launch.settings import KEYS
+from orchestrator.native.capabilities import probe_capabilities
+from orchestrator.supervise.child_auth import CHILD_AUTH
+from orchestrator.supervise.effective import draft_loaded
+from orchestrator.supervise.status import status_row
+from orchestrator.supervise.supervisor import Supervisor
+
+pytestmark = [pytest.mark.server, pytest.mark.slow]
+
+#: Each key with a value llama-server does not take by default (the defaults: the pin's --help).
+ASKED = {
+    "ctx_size": 1536,  # llama-server: the GGUF's trained context
+    "parallel": 2,  # 1
+    "threads": 1,  # the machine's cores
+    "batch_size": 1024,  # 2048
+    "ubatch_size": 256,  # 512
+    "cache_type_k": "bf16",  # f16 (quantized types cannot load on the tiny model's 16-wide heads)
+    "cache_type_v": "f32",  # f16
+    "cache_ram": 1024,  # 8192
+    "preserve_thinking": True,  # no --chat-template-kwargs
+}
+ASKED_SPEC = {"n_max": 5, "n_min": 2, "p_min": 0.25, "backend_sampling": False}  # 3, 0, 0, enabled
+#: What the schema says a key left out means, checked against --help (a flipped upstream default fails).
+DOCUMENTED_DEFAULTS = {
+    "--batch-size": ("batch_size", "2048"),
+    "--ubatch-size": ("ubatch_size", "512"),
+    "--cache-type-k": ("cache_type_k", "f16"),
+    "--cache-type-v": ("cache_type_v", "f16"),
+    "--cache-ram": ("cache_ram", "8192"),
+    "--spec-draft-backend-sampling": ("speculative.backend_sampling", "enabled"),
+}
+
+
+@pytest.fixture(scope="module")
+def separate(tmp_path_factory: pytest.TempPathFactory, pinned_source: Path) -> tuple[Path, Path]:
+    """A trunk and a separate NextN-only draft (``speculative.draft``)."""
+    from orchestrator.models.tiny import draft_path, write_tiny_model
+
+    trunk = write_tiny_model(tmp_path_factory.mktemp("rb") / "trunk.gguf", mode="echo", q=0.0, variant="separate")
+    return trunk, draft_path(trunk)
+
+
+def _config(tmp_path: Path, trunk: Path, draft: Path) -> Path:
+    lines = [f"    {k}: {str(v).lower() if isinstance(v, bool) else v}" for k, v in ASKED.items()]
+    lines += ["    speculative:", "      type: draft-mtp", f"      draft: {draft}"]
+    lines += [f"      {k}: {str(v).lower() if isinstance(v, bool) else v}" for k, v in ASKED_SPEC.items()]
+    cfg = tmp_path / "models.yaml"
+    cfg.write_text("models:\n  - name: rb\n" + f"    path: {trunk}\n" + "\n".join(lines) + "\n    kv_persist: false\n")
+    return cfg
+
+
+async def _serve(cfg: Path, bin_info: Any, tmp_path: Path) -> dict[str, Any]:
+    config = load_config(cfg)
+    [spec] = plan_launch(config, gpus=[], build=bin_info, capabilities=probe_capabilities(bin_info))
+    sup = Supervisor([spec], config, log_dir=tmp_path)
+    await sup.start()
+    try:
+        [inst] = sup.instances
+        assert await sup.wait_all_ready(120), inst.message
+        url = inst.base_url
+        async with httpx.AsyncClient(auth=CHILD_AUTH, timeout=60, trust_env=False) as client:
+            props = (await client.get(f"{url}/props")).json()
+            done = await client.post(f"{url}/completion", json={"prompt": "Hello", "n_predict": 24, "temperature": 0})
+            slots = (await client.get(f"{url}/slots")).json()
+            history = [
+                {"role": "user", "content": "a"},
+                {"role": "assistant", "content": "b", "reasoning_content": "EARLIER-THOUGHT"},
+                {"role": "user", "content": "c"},
+            ]
+            rendered = (await client.post(f"{url}/apply-template", json={"messages": history})).json()
+        return {
+            "row": status_row(inst),
+            "props": props,
+            "slots": slots,
+            "timings": done.json()["timings"],
+            "prompt": rendered["prompt"],
+            "log": inst.log_path.read_text(errors="replace"),
+        }
+    finally:
+        await sup.stop(5.0)
+
+
+def test_every_flag_key_reads_back_as_asked(tmp_path: Path, bin_info: Any, separate: tuple[Path, Path]) -> None:
+    trunk, draft = separate
+    got = asyncio.run(_serve(_config(tmp_path, trunk, draft), bin_info, tmp_path))
+    settings = {s["key"]: s for s in got["row"]["settings"]}
+    assert set(settings) == {key for key, _flag, _get in KEYS}, "a flag key is missing from the read-back"
+    effective = {k: s["effective"] for k, s in settings.items()}
+    # the load log, as `orchestrator status` shows it (supervise/effective.py)
+    assert effective["ctx_size"] == "1536" and effective["parallel"] == "2" and effective["threads"] == "1"
+    assert effective["batch_size"] == "1024" and effective["ubatch_size"] == "256"
+    assert effective["cache_type_k"] == "bf16" and effective["cache_type_v"] == "f32"
+    assert effective["cache_ram"] == "1024"
+    assert effective["speculative.n_max"] == "5" and effective["speculative.n_min"] == "2"
+    assert effective["speculative.p_min"] == "0.25"
+    assert effective["speculative.backend_sampling"] == "disabled"  # the pin's default is enabled
+    assert effective["speculative.draft"] == str(draft)  # the draft's own file, not the trunk
+    for key, s in settings.items():  # status shows what was asked beside it
+        assert s["asked"] is not None, key
+    # llama-server's endpoints agree with its log
+    assert got["props"]["total_slots"] == 2 and got["props"]["default_generation_settings"]["n_ctx"] == 1536 // 2
+    params = next(s["params"] for s in got["slots"] if "params" in s)
+    assert params["speculative.n_max"] == 5 and params["speculative.n_min"] == 2
+    assert got["timings"]["draft_n"] > 0  # the separate draft drafts
+    # template kwargs: {"preserve_thinking": true} renders an earlier turn's reasoning
+    assert "EARLIER-THOUGHT" in got["prompt"]
+
+
+def test_the_draft_comes_from_the_draft_file(tmp_path: Path, bin_info: Any, separate: tuple[Path, Path]) -> None:
+    """The model loader reads ``speculative.draft``'s file for the draft: its tensors, its size.
+    (At the pin, ``common_speculative_init_result`` passes ``params.model.path``; llama-server hands it
+    params whose model is the draft's, ``common_base_params_to_speculative``, so the draft's file loads.)"""
+    from gguf import GGUFReader
+
+    trunk, draft = separate
+    got = asyncio.run(_serve(_config(tmp_path, trunk, draft), bin_info, tmp_path))
+    loaded = draft_loaded(got["log"])
+    assert loaded is not None
+    path, tensors = loaded
+    assert path == str(draft) and tensors == len(GGUFReader(draft).tensors) != len(GGUFReader(trunk).tensors)
+    sizes = [float(m) for m in re.findall(r"print_info: file size\s+= ([\d.]+) MiB", got["log"])]
+    assert len(sizes) == 2 and sizes[1] < sizes[0]  # the draft's own (smaller) file
+
+
+def test_help_states_the_defaults_we_document(bin_info: Any) -> None:
+    """Every flag a key passes is in the binary's --help (renamed or dropped: this fails), with the
+    default that models.yaml's schema tells users a key left out gets (flipped upstream: this fails)."""
+    caps = probe_capabilities(bin_info)
+    for _key, flag, _get in KEYS:
+        assert flag in caps.flags, f"{flag} is not in {bin_info.server} --help"
+    assert "--no-spec-draft-backend-sampling" in caps.flags  # `false` passes it
+    for flag, (key, value) in DOCUMENTED_DEFAULTS.items():
+        assert caps.default(flag) == value, (flag, caps.default(flag))
+        section, _, name = key.rpartition(".")
+        field = (SpeculativeConfig if section else ModelConfig).model_fields[name]
+        said = field.description or ""
+        wanted = "on at the pin" if value == "enabled" else value
+        assert wanted in said, f"{key}'s description does not say llama-server's default ({value}): {said}"
