@@ -82,10 +82,11 @@ def test_cpu_run_writes_complete_reports(tmp_path: Path, bin_info: Any, pinned_s
     assert "| up | 0.75 | adaptive |" in md
     # orchestrator tune's rows: prefill per -ub at depth, decode with and without the draft's backend sampling
     settings = {(r["setting"], r["measure"]): r for r in doc["manifest"]["launch_settings"]}
-    assert set(settings) == {(s, m) for s in ("ub512", "ub2048", "ub512+bs") for m in ("prefill@1K", "decode")}
+    wanted = {(s, m) for s in ("ub512", "ub2048") for m in ("prefill@1K", "decode")}
+    assert set(settings) == wanted | {("ub512 bs-on", "decode"), ("ub512 bs-off", "decode")}  # each flag passed
     assert all(r["n"] == 2 and r["median"] > 0 for r in settings.values())
     assert settings[("ub512", "decode")]["ratio"] == 1.0
-    assert "## Launch settings (orchestrator tune)" in md and "| ub512+bs | decode |" in md
+    assert "## Launch settings (orchestrator tune)" in md and "| ub512 bs-off | decode |" in md
     assert "where the time went" not in proc.stdout and "measure (interleaved)" in proc.stdout
     assert no_llama_server_left(out)
 
