@@ -23,5 +23,6 @@ class ModelAgentKeys(BaseModel):
         None,
         description="render every earlier turn with its reasoning, so a new user message re-processes only itself "
         "(Qwen3.6's switch; Qwen3.5's template is rewritten to take it); costs the reasoning's context; "
-        "null = on where the template allows it",
+        "null = on where the template allows it; false passes --no-reasoning-preserve (llama-server keeps it "
+        "on by default)",
     )

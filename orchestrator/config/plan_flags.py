@@ -64,6 +64,8 @@ PLAN_FLAGS: dict[str, str] = {
     "--cache-type-k": "cache_type_k",
     "-ctv": "cache_type_v",
     "--cache-type-v": "cache_type_v",
+    "--reasoning-preserve": "preserve_thinking",
+    "--no-reasoning-preserve": "preserve_thinking",
     "-cram": "cache_ram",
     "--cache-ram": "cache_ram",
 }
@@ -89,4 +91,5 @@ PLAN_ENV: dict[str, str] = {
     "LLAMA_ARG_CACHE_TYPE_K": "cache_type_k",
     "LLAMA_ARG_CACHE_TYPE_V": "cache_type_v",
     "LLAMA_ARG_CACHE_RAM": "cache_ram",
+    "LLAMA_ARG_REASONING_PRESERVE": "preserve_thinking",
 }

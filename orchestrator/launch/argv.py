@@ -58,6 +58,10 @@ class ServerArgs:
     sse_ping: int | None = None  # --sse-ping-interval (s): a silent stream gets an SSE comment this often
     chat_template_file: Path | None = None  # a cache-stable rewrite of the GGUF's template
     template_kwargs: str | None = None  # --chat-template-kwargs (JSON): {"preserve_thinking": true}
+    # False: --no-reasoning-preserve (preserve_thinking: false). The pin keeps earlier turns' reasoning
+    # by default (common/arg.cpp sets the preserve_reasoning kwarg, which sets the template's
+    # preserve_thinking), so leaving the flag out could not turn it off. None: neither.
+    reasoning_preserve: bool | None = None
     extra_args: tuple[str, ...] = ()
 
 
@@ -74,8 +78,14 @@ def render_argv(args: ServerArgs) -> tuple[str, ...]:
         *(("--sse-ping-interval", str(args.sse_ping)) if args.sse_ping is not None else ()),
         *(("--chat-template-file", str(args.chat_template_file)) if args.chat_template_file else ()),
         *(("--chat-template-kwargs", args.template_kwargs) if args.template_kwargs else ()),
+        *(_on_off("reasoning-preserve", args.reasoning_preserve)),
         *args.extra_args,
     )
+
+
+def _on_off(name: str, value: bool | None) -> tuple[str, ...]:
+    """``--NAME`` for True, ``--no-NAME`` for False, nothing for None (llama-server's default)."""
+    return () if value is None else (f"--{name}" if value else f"--no-{name}",)
 
 
 def _identity(args: ServerArgs) -> tuple[str, ...]:
@@ -120,8 +130,7 @@ def _speculation(spec: Speculation | None) -> tuple[str, ...]:
         out += ("--spec-draft-p-min", f"{spec.p_min:g}")
     if spec.draft is not None:
         out += ("-md", str(spec.draft))
-    if spec.backend_sampling is not None:
-        out += ("--spec-draft-backend-sampling" if spec.backend_sampling else "--no-spec-draft-backend-sampling",)
+    out += _on_off("spec-draft-backend-sampling", spec.backend_sampling)
     if spec.ngram_mod is not None:
         n_match, n_min, n_max = spec.ngram_mod
         out += ("--spec-ngram-mod-n-match", str(n_match), "--spec-ngram-mod-n-min", str(n_min))

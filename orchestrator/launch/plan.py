@@ -264,11 +264,19 @@ def _replica(
         sse_ping=SSE_PING_S if "--sse-ping-interval" in capabilities.flags else None,
         chat_template_file=p.template[0],
         template_kwargs=p.template[1],
+        reasoning_preserve=_reasoning_preserve(model, capabilities),
         extra_args=(*ctx_override(model, p.facts), *model.extra_args),
     )
     env = _env(build, capabilities.backend, model, assigned)
     protocol = build.manifest.get("rpc_protocol") if model.rpc else None
     return InstanceSpec(f"{model.name}-{r}", model.name, r, assigned, env, server, tuple(p.notes), protocol)
+
+
+def _reasoning_preserve(model: ModelConfig, capabilities: ServerCapabilities) -> bool | None:
+    """False (``--no-reasoning-preserve``) for ``preserve_thinking: false`` where the binary has that
+    switch: it keeps earlier turns' reasoning by default (the pin's common/arg.cpp), so leaving the
+    flag out would leave it on for a template that reads ``preserve_thinking`` (Qwen3.6's)."""
+    return False if model.preserve_thinking is False and "--no-reasoning-preserve" in capabilities.flags else None
 
 
 def _slot_save_path(model: ModelConfig) -> Path | None:

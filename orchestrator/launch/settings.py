@@ -56,8 +56,17 @@ KEYS: tuple[tuple[str, str, Callable[[ServerArgs], object]], ...] = (
     ("speculative.p_min", "--spec-draft-p-min", _spec(lambda s: None if s.p_min is None else f"{s.p_min:g}")),
     ("speculative.backend_sampling", "--spec-draft-backend-sampling", _spec(lambda s: _on_off(s.backend_sampling))),
     ("speculative.draft", "--spec-draft-model", _spec(lambda s: s.draft)),
-    ("preserve_thinking", "--chat-template-kwargs", lambda a: a.template_kwargs),
+    ("preserve_thinking", "--reasoning-preserve", lambda a: _preserve(a)),
 )
+
+
+def _preserve(args: ServerArgs) -> str | None:
+    """``preserve_thinking`` as passed: ``--no-reasoning-preserve``, or the template kwargs that keep it."""
+    if args.reasoning_preserve is not None:
+        return _on_off(args.reasoning_preserve)
+    return f"enabled (--chat-template-kwargs {args.template_kwargs})" if args.template_kwargs else None
+
+
 _SPECULATIVE = "speculative."
 
 

@@ -1,7 +1,8 @@
 """The chat template a model is launched with: cache-stable history (``models[].preserve_thinking``).
 
 ``preserve_thinking`` null (the default) turns it on where the GGUF's template allows it
-(``orchestrator.models.stable_template``), true requires it, false leaves the template as it is.
+(``orchestrator.models.stable_template``), true requires it, false leaves the template as it is
+(and the plan passes ``--no-reasoning-preserve``: the pin keeps earlier reasoning by default).
 A rewritten template is written once under the cache folder, named by its hash. A model whose
 ``extra_args`` choose their own template or template arguments is left alone (and told so).
 """

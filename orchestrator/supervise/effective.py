@@ -15,6 +15,8 @@ clamped shows up as a difference between what models.yaml asked for and what run
 ``speculative.*``                the draft's ``- n_max=N, n_min=N, p_min=P, ..., backend_sampling=B``
 ``speculative.draft``            ``llama_model_loader: loaded meta data ... from PATH`` after
                                  ``loading draft model``: the file the draft really came from
+``preserve_thinking``            ``preserve_reasoning kwarg: true`` (the pin's switch behind the
+                                 template's ``preserve_thinking``; ``not supported by template``)
 ===============================  ==========================================================
 
 Pure functions over text: the instance reads its log once it is ready.
@@ -35,6 +37,7 @@ _PATTERNS: dict[str, re.Pattern[str]] = {
 }
 _CACHE_RAM = re.compile(r"prompt cache is (enabled, size limit: (?:(\d+) MiB|(no limit))|disabled)")
 _SPEC = re.compile(r"- n_max=(\d+), n_min=(\d+), p_min=([\d.]+), n_embd=\d+, backend_sampling=(\d)")
+_PRESERVE = re.compile(r"preserve_reasoning kwarg: (true|false|unset|not supported)")
 _DRAFT = re.compile(r"loading draft model '([^']*)'")
 _LOADED = re.compile(r"llama_model_loader: loaded meta data with \d+ key-value pairs and (\d+) tensors from (.+?) \(")
 
@@ -57,6 +60,10 @@ def effective_settings(log: str, props: dict[str, Any] | None = None) -> dict[st
         out["speculative.n_max"], out["speculative.n_min"] = spec.group(1), spec.group(2)
         out["speculative.p_min"] = f"{float(spec.group(3)):g}"
         out["speculative.backend_sampling"] = "enabled" if spec.group(4) == "1" else "disabled"
+    preserve = _PRESERVE.search(log)
+    if preserve:
+        word = preserve.group(1)
+        out["preserve_thinking"] = {"true": "enabled", "false": "disabled"}.get(word, word)
     draft = draft_loaded(log)
     if draft is not None:
         out["speculative.draft"] = draft[0]

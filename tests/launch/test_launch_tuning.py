@@ -79,3 +79,17 @@ def test_a_llama_server_without_the_flag_is_refused_before_launch(tmp_path: Path
     with pytest.raises(UserError) as err:
         plan_launch(config_for(tmp_path, model), gpus=[], build=native, capabilities=old)
     assert "ubatch_size" in str(err.value) and "-ub" in str(err.value)
+
+
+def test_preserve_thinking_false_passes_its_own_flag(tmp_path: Path, native: build_mod.BuildInfo) -> None:
+    # the pin keeps earlier reasoning by default (common/arg.cpp: preserve_reasoning = true sets the
+    # template's preserve_thinking), so `false` must say so; a binary without the switch gets nothing
+    write_gguf(tmp_path / "mtp.gguf", nextn=1)
+    model = ModelConfig(name="demo", path="mtp.gguf", preserve_thinking=False)
+    pin = dataclasses.replace(caps(native), flags=frozenset({"--reasoning-preserve", "--no-reasoning-preserve"}))
+    [spec] = plan_launch(config_for(tmp_path, model), gpus=[], build=native, capabilities=pin)
+    assert "--no-reasoning-preserve" in spec.argv and "--chat-template-kwargs" not in spec.argv
+    [older] = plan_launch(config_for(tmp_path, model), gpus=[], build=native, capabilities=caps(native))
+    assert "--no-reasoning-preserve" not in older.argv
+    setting = next(s for s in spec.settings if s.key == "preserve_thinking")
+    assert setting.asked == "disabled" and setting.flag == "--reasoning-preserve"

@@ -50,6 +50,7 @@ DOCUMENTED_DEFAULTS = {
     "--cache-type-v": ("cache_type_v", "f16"),
     "--cache-ram": ("cache_ram", "8192"),
     "--spec-draft-backend-sampling": ("speculative.backend_sampling", "enabled"),
+    "--reasoning-preserve": ("preserve_thinking", "enabled"),
 }
 
 
@@ -117,6 +118,7 @@ def test_every_flag_key_reads_back_as_asked(tmp_path: Path, bin_info: Any, separ
     assert effective["speculative.p_min"] == "0.25"
     assert effective["speculative.backend_sampling"] == "disabled"  # the pin's default is enabled
     assert effective["speculative.draft"] == str(draft)  # the draft's own file, not the trunk
+    assert effective["preserve_thinking"] == "enabled"
     for key, s in settings.items():  # status shows what was asked beside it
         assert s["asked"] is not None, key
     # llama-server's endpoints agree with its log
@@ -156,5 +158,5 @@ def test_help_states_the_defaults_we_document(bin_info: Any) -> None:
         section, _, name = key.rpartition(".")
         field = (SpeculativeConfig if section else ModelConfig).model_fields[name]
         said = field.description or ""
-        wanted = "on at the pin" if value == "enabled" else value
-        assert wanted in said, f"{key}'s description does not say llama-server's default ({value}): {said}"
+        wanted = {"speculative.backend_sampling": "on at the pin", "preserve_thinking": "keeps it on by default"}
+        assert wanted.get(key, value) in said, f"{key}'s description does not state llama-server's {value}: {said}"

@@ -22,6 +22,7 @@ llama_model_loader: loaded meta data with 40 key-value pairs and 14 tensors from
 llama_context: n_ctx                 = 1536
 spec init: - n_max=5, n_min=2, p_min=0.25, n_embd=32, backend_sampling=0
 srv          load: prompt cache is enabled, size limit: 1024 MiB
+srv          init: preserve_reasoning kwarg: true
 """
 
 
@@ -41,6 +42,7 @@ def test_each_key_comes_from_the_line_that_reports_it() -> None:
         "speculative.p_min": "0.25",
         "speculative.backend_sampling": "disabled",
         "speculative.draft": "/m/trunk.draft.gguf",
+        "preserve_thinking": "enabled",
     }
     assert draft_loaded(LOG) == ("/m/trunk.draft.gguf", 14)
 
