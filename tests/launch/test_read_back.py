@@ -160,3 +160,29 @@ def test_help_states_the_defaults_we_document(bin_info: Any) -> None:
         said = field.description or ""
         wanted = {"speculative.backend_sampling": "on at the pin", "preserve_thinking": "keeps it on by default"}
         assert wanted.get(key, value) in said, f"{key}'s description does not state llama-server's {value}: {said}"
+
+
+def test_dry_run_shows_each_backend_sampling_flag_and_the_defaults_left(
+    tmp_path: Path, bin_info: Any, pinned_source: Path
+) -> None:
+    from typer.testing import CliRunner
+
+    from orchestrator.cli.app import app
+
+    cfg = tmp_path / "models.yaml"
+    for value, flag in (("false", "--no-spec-draft-backend-sampling"), ("true", "--spec-draft-backend-sampling")):
+        cfg.write_text(
+            "server:\n  port: 0\nmodels:\n  - name: demo\n    path: builtin:tiny-mtp\n    speculative:\n"
+            f"      backend_sampling: {value}\n"
+        )
+        res = CliRunner().invoke(app, ["up", "-c", str(cfg), "--dry-run"])
+        assert res.exit_code == 0, res.output
+        assert f" {flag} " in res.output.replace("\n", " ")
+    cfg.write_text("server:\n  port: 0\nmodels:\n  - name: demo\n    path: builtin:tiny-mtp\n")
+    res = CliRunner().invoke(app, ["up", "-c", str(cfg), "--dry-run"])
+    out = " ".join(res.output.split())
+    assert "backend-sampling" not in out  # left out: llama-server's default, which the plan names
+    assert "left to llama-server's defaults (its --help):" in out
+    defaults = ("batch_size 2048", "ubatch_size 512", "cache_type_k f16", "cache_ram 8192", "backend_sampling enabled")
+    for said in defaults:
+        assert said in out, said
