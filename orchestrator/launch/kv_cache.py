@@ -7,8 +7,9 @@ llama-server exits at load, when:
   ``-fa auto``, the default, turns flash attention on for it);
 - with flash attention not off, a quantized K (or V) type's block size does not divide the head
   size of every layer ("K cache type q4_0 with block size 32 does not divide n_embd_head_k=16").
-  Without flash attention the attention views the K cache per head
-  (``ggml_view_3d`` with ``ggml_row_size(type, n_embd_head_k)``), which needs the same divisibility.
+  Without flash attention the attention views the K cache per head, which needs the same
+  divisibility: measured at the pin, ``-fa off --cache-type-k q8_0`` on 16-wide heads aborts on
+  ggml.c's view assertion (exit 134) at the first request.
 
 So the plan refuses such a type, naming the key and the types that load for this model.
 """

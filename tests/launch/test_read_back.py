@@ -103,9 +103,15 @@ async def _serve(cfg: Path, bin_info: Any, tmp_path: Path) -> dict[str, Any]:
         await sup.stop(5.0)
 
 
-def test_every_flag_key_reads_back_as_asked(tmp_path: Path, bin_info: Any, separate: tuple[Path, Path]) -> None:
-    trunk, draft = separate
-    got = asyncio.run(_serve(_config(tmp_path, trunk, draft), bin_info, tmp_path))
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory, bin_info: Any, separate: tuple[Path, Path]) -> dict[str, Any]:
+    """One launch with every key set, read back (the tests below share it)."""
+    tmp = tmp_path_factory.mktemp("served")
+    return asyncio.run(_serve(_config(tmp, *separate), bin_info, tmp))
+
+
+def test_every_flag_key_reads_back_as_asked(served: dict[str, Any], separate: tuple[Path, Path]) -> None:
+    got, draft = served, separate[1]
     settings = {s["key"]: s for s in got["row"]["settings"]}
     assert set(settings) == {key for key, _flag, _get in KEYS}, "a flag key is missing from the read-back"
     effective = {k: s["effective"] for k, s in settings.items()}
@@ -130,18 +136,21 @@ def test_every_flag_key_reads_back_as_asked(tmp_path: Path, bin_info: Any, separ
     assert "EARLIER-THOUGHT" in got["prompt"]
 
 
-def test_the_draft_comes_from_the_draft_file(tmp_path: Path, bin_info: Any, separate: tuple[Path, Path]) -> None:
+def test_the_draft_comes_from_the_draft_file(served: dict[str, Any], separate: tuple[Path, Path]) -> None:
     """The model loader reads ``speculative.draft``'s file for the draft: its tensors, its size.
     (At the pin, ``common_speculative_init_result`` passes ``params.model.path``; llama-server hands it
     params whose model is the draft's, ``common_base_params_to_speculative``, so the draft's file loads.)"""
-    from gguf import GGUFReader
+    from orchestrator.models.gguf_header import read_header
+
+    def tensors_in(path: Path) -> int:
+        return len(read_header(path, keep_string_arrays=()).tensors)
 
     trunk, draft = separate
-    got = asyncio.run(_serve(_config(tmp_path, trunk, draft), bin_info, tmp_path))
+    got = served
     loaded = draft_loaded(got["log"])
     assert loaded is not None
     path, tensors = loaded
-    assert path == str(draft) and tensors == len(GGUFReader(draft).tensors) != len(GGUFReader(trunk).tensors)
+    assert path == str(draft) and tensors == tensors_in(draft) != tensors_in(trunk)
     sizes = [float(m) for m in re.findall(r"print_info: file size\s+= ([\d.]+) MiB", got["log"])]
     assert len(sizes) == 2 and sizes[1] < sizes[0]  # the draft's own (smaller) file
 
