@@ -144,7 +144,16 @@ def test_up_serves_chat_status_logs_drain_and_down(tmp_path: Path, bin_info, dem
         assert result.returncode == 0, result.stderr
         rows = json.loads(result.stdout)["instances"]
         assert rows[0]["name"] == "demo-0" and rows[0]["state"] == "ready" and rows[0]["requests"] >= 1
-        assert up.cli("status").stdout.count("demo-0") == 1
+        status = up.cli("status").stdout
+        assert status.count("│ demo-0 ") == 1  # one row per instance
+        # each flag key: what models.yaml asked, or llama-server's default, beside what llama-server reports
+        settings = {s["key"]: s for s in rows[0]["settings"]}
+        assert settings["ctx_size"]["asked"] == settings["ctx_size"]["effective"] == "512"
+        assert settings["threads"]["asked"] == settings["threads"]["effective"] == "2"
+        bs = settings["speculative.backend_sampling"]
+        assert bs["asked"] is None and bs["default"] == "enabled" == bs["effective"]  # left out: upstream's default
+        assert "settings of demo-0" in status and "ctx_size: 512 -> 512" in status
+        assert "speculative.backend_sampling: (left out: llama-server's default enabled) -> enabled" in status
         logs = up.cli("logs", "demo-0", "-n", "400")
         assert logs.returncode == 0 and "listening on" in logs.stdout
         unknown = up.cli("logs", "nope")
