@@ -95,7 +95,9 @@ def estimate_bytes(
     k_type, v_type = kv_types[0] or "f16", kv_types[1] or "f16"
     total = estimate_memory(facts, ctx, parallel, k_type, draft_n_max=draft_n_max, kv_type_v=v_type).total
     if draft_facts is not None:
-        total += draft_facts.weights_bytes
+        # the draft file's weights, and its NextN layers' KV (ctx cells, f16: the draft's own cache types)
+        width = (draft_facts.head_count_kv or 0) * ((draft_facts.key_length or 0) + (draft_facts.value_length or 0))
+        total += draft_facts.weights_bytes + (ctx * draft_facts.nextn_layers * width * 2 if draft_n_max else 0)
     return total - sum(facts.expert_layer_bytes[:n_cpu_moe])
 
 

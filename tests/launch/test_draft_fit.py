@@ -29,6 +29,7 @@ def test_the_draft_files_weights_count_once(tmp_path: Path) -> None:
     t, d = read_model_facts(trunk), read_model_facts(draft)
     assert t.weights_bytes != d.weights_bytes  # two different files: the trunk, and the NextN block + its matrices
     alone = estimate_bytes(t, 1024, 1, draft_n_max=3)
-    assert spec.memory == alone + d.weights_bytes  # the draft's file, once
+    draft_kv = 1024 * d.nextn_layers * d.head_count_kv * (d.key_length + d.value_length) * 2  # type: ignore[operator]
+    assert spec.memory == alone + d.weights_bytes + draft_kv  # the draft's file, once, and its head's KV
     assert spec.memory < alone + t.weights_bytes  # not the target a second time
     assert d.weights_bytes <= draft.stat().st_size
