@@ -176,7 +176,9 @@ def _print_settings(console: Any, rows: list[dict[str, Any]]) -> None:
 
 
 def _same_setting(asked: str, seen: str) -> bool:
-    """Whether a reported value is the asked one: numbers compare as numbers, paths as given."""
+    """Whether a reported value is the asked one: numbers compare as numbers, paths as given, and
+    an asked value with its flag in parentheses ("enabled (--chat-template-kwargs ...)") by its word."""
+    asked = asked.split(" (", 1)[0]
     try:
         return float(asked) == float(seen)
     except ValueError:

@@ -70,6 +70,7 @@ def test_status_prints_asked_default_and_reported() -> None:
                 {"key": "ubatch_size", "asked": None, "default": "512", "effective": "512"},
                 {"key": "ctx_size", "asked": "4096", "default": "0", "effective": "2048"},
                 {"key": "cache_ram", "asked": None, "default": "8192", "effective": None},
+                {"key": "preserve_thinking", "asked": "enabled (--chat-template-kwargs {})", "effective": "enabled"},
             ],
         }
     ]
@@ -77,4 +78,5 @@ def test_status_prints_asked_default_and_reported() -> None:
     text = console.export_text()
     assert "batch_size: 1024 -> 1024\n" in text
     assert "ubatch_size: (left out: llama-server's default 512) -> 512" in text
+    assert "preserve_thinking: enabled (--chat-template-kwargs {}) -> enabled\n" in text
     assert "ctx_size: 4096 -> 2048   <- differs" in text and "cache_ram: (left out" in text and "not reported" in text
