@@ -10,6 +10,7 @@ the value read back differ; a default that upstream flipped fails ``test_help_st
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -195,3 +196,20 @@ def test_dry_run_shows_each_backend_sampling_flag_and_the_defaults_left(
     defaults = ("batch_size 2048", "ubatch_size 512", "cache_type_k f16", "cache_ram 8192", "backend_sampling enabled")
     for said in defaults:
         assert said in out, said
+
+
+@pytest.mark.parametrize("kv_type", ["q8_0", "q4_0"])
+def test_a_kv_type_the_plan_refuses_fails_at_load(kv_type: str, bin_info: Any, demo_model: Path) -> None:
+    """The plan's rule (launch/kv_cache.py) against the binary: a quantized K cache on the demo model's
+    16-wide heads makes llama-server exit at load, as the plan says before launching it."""
+    import subprocess
+
+    from orchestrator.launch.kv_cache import loadable
+    from orchestrator.models.facts import read_model_facts
+    from orchestrator.native.capabilities import library_env
+
+    assert kv_type not in loadable(read_model_facts(demo_model).key_length or 0, fa="auto", v_cache=False)
+    argv = [str(bin_info.server), "-m", str(demo_model), "--port", "0", "-c", "512", "-t", "1"]
+    env = {**os.environ, **library_env(bin_info)}
+    done = subprocess.run([*argv, "--cache-type-k", kv_type], capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode != 0 and "does not divide n_embd_head_k=16" in done.stdout + done.stderr
