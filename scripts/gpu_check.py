@@ -11,8 +11,9 @@ Steps (each timed; the run stops cleanly before ``--time-limit`` and reports wha
      rate, straight to each llama-server and through the orchestrator's endpoint, plus the
      endpoint's adaptive draft-length policy (``speculative.adaptive``: the row "adaptive");
   6. the launch settings ``orchestrator tune`` measures, as rows: prefill tok/s at ``--tune-depth``
-     per ``-ub`` (512, 2048) and decode tok/s with and without the draft's backend sampling
-     (``orchestrator.bench.tune``), beside the decode bandwidth bound;
+     per ``-ub`` (512, 2048) and decode tok/s with the draft's backend sampling on against off
+     (``--spec-draft-backend-sampling`` / ``--no-...``, each passed: ``orchestrator.bench.tune``),
+     beside the decode bandwidth bound;
   7. bytes read per decoded token from the model's tensors, the fraction of the bandwidth bound,
      the recommended K; ``gpu-check.json`` + ``gpu-check.md`` in ``--out``; where the time went.
 
@@ -244,7 +245,7 @@ def measure_launch_settings(
     args: argparse.Namespace, clock: Clock, models: dict[float, Path], gpu: dict[str, Any] | None, notes: list[str]
 ) -> list[dict[str, Any]]:
     """``orchestrator tune``'s rows on the first model: prefill per ``-ub`` at ``--tune-depth``,
-    decode with and without backend sampling; all settings up at once where memory allows."""
+    decode with backend sampling on and off (each flag passed); all settings up at once where memory allows."""
     from orchestrator.bench import sweep, tune
     from orchestrator.native.capabilities import probe_capabilities
 
@@ -423,7 +424,7 @@ def _report(
     js, md = gpu_report.write_reports(args.out, doc)
     print(gpu_report.steps_table(clock.steps))
     tuned = gpu_report.launch_settings_section(manifest.get("launch_settings") or [], doc.get("traffic") or {}, gpu)
-    print("\n".join(tuned[1:]))  # orchestrator tune's rows: prefill per -ub, decode with/without backend sampling
+    print("\n".join(tuned[1:]))  # orchestrator tune's rows: prefill per -ub, decode with backend sampling on/off
     print(f"reports: {js}\n         {md}")
     for n in notes:
         print(f"note: {n}")

@@ -57,8 +57,9 @@ def steps_table(steps: list[dict[str, Any]]) -> str:
 def launch_settings_section(
     rows: list[dict[str, Any]], traffic: dict[str, Any], gpu: dict[str, Any] | None
 ) -> list[str]:
-    """``orchestrator tune``'s rows: prefill per ``-ub``, decode with and without the draft's backend
-    sampling, each beside the default from the same rounds; decode beside its bandwidth bound."""
+    """``orchestrator tune``'s rows: prefill per ``-ub``, decode with the draft's backend sampling on
+    and off (each flag passed), each beside the default from the same rounds; decode beside its
+    bandwidth bound."""
     if not rows:
         return []
     bw = (gpu or {}).get("peak_bandwidth_bytes_per_s")
