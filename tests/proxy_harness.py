@@ -317,8 +317,8 @@ def real_stack(
 
     The instances come from the real launch plan (``orchestrator.launch.plan.plan_launch``, CPU) for
     ``build`` (the ``bin_info`` fixture).
-    ``models`` holds ModelConfig fields per model (default: one model ``demo`` with alias
-    ``tiny``, 2 slots of 4096 tokens, embeddings on so ``/v1/embeddings`` can be passed through);
+    ``models`` holds ModelConfig fields per model (``path`` defaults to ``model``; default: one model
+    ``demo`` with alias ``tiny``, 2 slots of 4096 tokens, embeddings on so ``/v1/embeddings`` can be passed through);
     ``policy`` replaces the fast supervisor policy.
     ``peers`` holds PeerConfig fields per peer (models.yaml ``peers:``).
     """
@@ -343,7 +343,7 @@ def real_stack(
         ]
     config = Config(
         server=ServerConfig(**server),
-        models=[ModelConfig(path=str(model), **m) for m in models],
+        models=[ModelConfig(**{"path": str(model), **m}) for m in models],
         peers=[PeerConfig(**p) for p in peers or []],
     )
     specs = plan_launch(config, gpus=[], build=build, capabilities=probe_capabilities(build), check_ports=False)

@@ -238,7 +238,6 @@ class ModelConfig(ModelLifecycle, ModelAgentKeys, ModelLaunchKeys, _Strict):
     system_messages: Literal["in_place", "merge", "to_user"] = Field("in_place", description=SYSTEM_MESSAGES_ABOUT)
     multimodal: bool = Field(False, description="accept image content (needs --mmproj in extra_args; MTP is text-only)")
     thinking: bool | None = Field(None, description="default enable_thinking for this model; null = the template's")
-    on_reasoning_only: Literal["pass", "retry_without_thinking"] = "pass"
     kv_persist: bool = Field(True, description="save slots before a stop, restore them (verified) at the next load")
     warm_prefixes: list[WarmPrefix] = Field(default_factory=list, description="system messages warmed at load")
     rpc: list[RpcEndpoint] = Field(

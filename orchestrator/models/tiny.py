@@ -105,6 +105,8 @@ MODES = ("echo", "random")
 VARIANTS = ("embedded", "separate", "dense")
 DEMO_Q = 0.1
 
+# the end-of-generation tokens a tuple of ``stop_after`` tokens end answers with, in order
+EOG_TEXTS = ("<|im_end|>", "<|endoftext|>")
 VOCAB_FILE = "models/ggml-vocab-qwen35.gguf"
 TEMPLATE_FILE = "models/templates/Qwen3.5-4B.jinja"
 # llama.cpp's vocab loader marks tokens as control/EOG by their text (``t.first == "</s>"``
@@ -334,7 +336,13 @@ def _check_args(mode: str, q: float, seed: int, variant: str) -> None:
 
 
 def write_tiny_model(
-    out: Path, *, mode: str = "echo", q: float = 0.0, seed: int = 0, variant: str = "embedded", stop_after: int = -1
+    out: Path,
+    *,
+    mode: str = "echo",
+    q: float = 0.0,
+    seed: int = 0,
+    variant: str = "embedded",
+    stop_after: int | tuple[int, ...] = -1,
 ) -> Path:
     """Write the tiny model (see the module docstring) to ``out`` and return ``out``.
 
@@ -359,7 +367,13 @@ def write_tiny_model(
     vocab = _load_vocab()
     template = _source_file(TEMPLATE_FILE).read_text(encoding="utf-8")
     dense = variant == "dense"
-    stop = (stop_after, _token_id(vocab, "<|im_end|>")) if stop_after >= 0 else None
+    stop: tuple[int, int] | list[tuple[int, int]] | None = None
+    if isinstance(stop_after, tuple):
+        if len(stop_after) > len(EOG_TEXTS):
+            raise UserError(f"at most {len(EOG_TEXTS)} stop tokens (one per end-of-generation token)")
+        stop = [(t, _token_id(vocab, eog)) for t, eog in zip(stop_after, EOG_TEXTS, strict=False)]
+    elif stop_after >= 0:
+        stop = (stop_after, _token_id(vocab, "<|im_end|>"))
     weights = build_weights(vocab.clean, vocab.n_vocab, mode, q, seed, dense, stop)
     model = _Contents("qwen35" if dense else "qwen35moe", vocab, template, weights, dense)
     provenance: dict[str, Any] = {
@@ -368,7 +382,8 @@ def write_tiny_model(
         "q": float(q),
         "seed": seed,
         "variant": variant,
-        **({"stop_after": stop_after} if stop_after >= 0 else {}),
+        **({"stop_after": stop_after} if isinstance(stop_after, int) and stop_after >= 0 else {}),
+        **({"stop_after": ",".join(map(str, stop_after))} if isinstance(stop_after, tuple) else {}),
     }
     head = f"blk.{N_TRUNK}."
     if variant != "separate":

@@ -140,7 +140,13 @@ _Vocabulary = tuple["np.ndarray", "np.ndarray", "np.ndarray | None", "np.ndarray
 
 
 def build_weights(
-    clean: np.ndarray, n_vocab: int, mode: str, q: float, seed: int, dense: bool, stop: tuple[int, int] | None = None
+    clean: np.ndarray,
+    n_vocab: int,
+    mode: str,
+    q: float,
+    seed: int,
+    dense: bool,
+    stop: tuple[int, int] | list[tuple[int, int]] | None = None,
 ) -> Weights:
     """Every tensor of the tiny model, in write order.
 
@@ -150,7 +156,8 @@ def build_weights(
         mode: ``echo`` or ``random``; q, seed: as ``write_tiny_model``.
         dense: the ``qwen35`` dense FFN instead of MoE.
         stop: echo mode: ``(t, eog)``: after token ``t`` the echo emits the end-of-generation token
-            ``eog`` instead of ``f(t)`` (which it then never emits), so answers reaching ``t`` end.
+            ``eog`` instead of ``f(t)`` (which it then never emits), so answers reaching ``t`` end;
+            or a list of such pairs, each with an end-of-generation token of its own.
     """
     import numpy as np
     from gguf import GGMLQuantizationType as Q
@@ -159,8 +166,7 @@ def build_weights(
     w = Weights(np.random.default_rng([seed, 0]), WRITE_SCALE if echo else 1.0)
     if echo:
         tok_embd, output, junk_dir, output_norm = _echo_vocabulary(clean, n_vocab, q, seed)
-        if stop is not None:
-            t, eog = stop
+        for t, eog in [stop] if isinstance(stop, tuple) else stop or []:
             successor = clean[(np.searchsorted(clean, t) + 1) % len(clean)]
             output[eog], output[successor] = output[successor].copy(), 0.0
     else:

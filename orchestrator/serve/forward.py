@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from orchestrator.serve.drafting.tuner import DraftTuner
 from orchestrator.serve.request_settings import RequestSettings
+from orchestrator.serve.upstream.template_efforts import TemplateEfforts
 
 if TYPE_CHECKING:
     from orchestrator.config.running import RunningConfig
@@ -40,6 +41,8 @@ class Forwarder:
         tuner: the draft-length policy of ``speculative.adaptive`` models (``serve.draft_tuner``):
             sets each request's ``speculative.n_max`` (``ProxyRequest.speculation``) and learns
             from its answer's timings.
+        efforts: the reasoning-effort levels each replica's chat template accepts, learned once
+            (``serve.upstream.template_efforts``).
     """
 
     def __init__(
@@ -60,6 +63,7 @@ class Forwarder:
         # Responses' stored responses (``serve.responses.stored.ResponseStore``, an API above this
         # layer: the app sets it); None stores nothing
         self.responses_store: Any = None
+        self.efforts = TemplateEfforts()  # reasoning_effort levels per replica's template
 
     @property
     def config(self) -> Config:

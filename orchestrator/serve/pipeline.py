@@ -18,9 +18,11 @@ the APIs share, in this order:
 7. **peer or lease**: a peer (``serve.peers``: peer-only models, spillover), else a lease on a
    replica, held while the model loads (``serve.holding``), on the replica and slot holding the
    prompt's prefix (``serve.prompt_cache``); in-flight counts while it runs;
-8. **upstream**: ``orchestrator.serve.upstream.client`` (keep-alive, resend on a dead pooled socket); a
+8. **upstream**: a reasoning effort the replica's template would refuse goes to the nearest level it
+   accepts (``_fit_effort``); ``orchestrator.serve.upstream.client`` (keep-alive, resend on a dead pooled socket); a
    replica that answered nothing (it just died) hands the request to the next serving one, once;
-9. **answer**: whole answers through the adapter's ``whole`` (accounting ``timings``/``usage``),
+9. **answer**: whole answers through the adapter's ``whole`` (accounting ``timings``/``usage``; an
+   answer may be asked again once, a ``Resend``: an answer that ended inside its thinking continued),
    streams through its ``codec`` (``orchestrator.serve.streaming.relay``);
 10. **metrics**: requests, durations, TTFT, repairs, tokens, session cache hits; the drafting watch.
 
@@ -43,9 +45,11 @@ import aiohttp
 from orchestrator.errors import ApiError
 from orchestrator.serve.adapters.base import Adapter, Internal, Resend
 from orchestrator.serve.cache.prompt_cache import AFFINITY_MIN_TOKENS, NO_AFFINITY, Affinity
+from orchestrator.serve.cache.sessions import usage_counts
 from orchestrator.serve.holding import Beat, audibly, hold_for_lease, next_lease
 from orchestrator.serve.http.body import ClientGone, dump_body, read_json
 from orchestrator.serve.metrics import NO_MODEL, ModelMetrics
+from orchestrator.serve.repair import efforts
 from orchestrator.serve.repair.agent_errors import MAX_TOKEN_BYTES, text_bytes, too_long
 from orchestrator.serve.repair.structured import schema_error
 from orchestrator.serve.streaming import RelayOutcome, relay
@@ -84,6 +88,8 @@ WAITING_SLOT, WAITING_RESTART = "waiting for a free slot", "waiting for a replic
 # or at most this much work redone): past it, the replica may have been working on it (its head
 # comes only with the answer), and the client gets 502 upstream_died to retry, not a silent re-run.
 RESEND_WITHIN_S = 5.0
+# What asking a replica which effort levels its template takes may meet (``_fit_effort``)
+_PROBE_FAILURES: tuple[type[Exception], ...] = (*UPSTREAM_FAILURES, *NOTHING_ANSWERED, aiohttp.ClientError)
 # Seconds before a request starts watching for its client's disconnect (see _run_watched).
 WATCH_AFTER = 0.05
 
@@ -129,6 +135,8 @@ class ProxyRequest:
         self.stream = self.thinking = self.trim_top = False
         self.attempt = 1
         self.learned: Any = None  # the route's per-request state from prepare (BodyPlan.learned)
+        self.continued: dict[str, Any] | None = None  # an answer that ended in its thinking, continued once
+        self.warnings: list[str] = []  # Warning headers of a whole answer (adapters: ``warn``)
         self.instance: Instance | Peer | None = None
         self.timings: dict[str, Any] | None = None  # the answer's llama-server timings, once known
         self.ticket: Ticket | None = None  # the draft-length policy's choice for this request
@@ -242,6 +250,9 @@ class ProxyRequest:
     def count_repair(self, kind: str) -> None:
         self.mm.repair(kind)  # adapters report their repairs here
 
+    def warn(self, header: str) -> None:
+        self.warnings.append(header)  # a whole answer's head is sent after the adapter fixed it
+
     def account(self, answer: dict[str, Any]) -> None:
         """A whole answer's ``timings`` (metrics, drafting watch, draft policy, TTFT), else its ``usage``."""
         timings = answer.get("timings")
@@ -251,7 +262,7 @@ class ProxyRequest:
             if isinstance(predicted_ms, (int, float)):
                 self.mm.ttft.observe(max(0.0, time.monotonic() - self.started - predicted_ms / 1000))
         else:
-            self.mm.usage(answer.get("usage"))
+            self._usage(answer.get("usage"))
 
     def _timings(self, timings: dict[str, Any]) -> None:
         self.timings = timings
@@ -261,6 +272,15 @@ class ProxyRequest:
         if self.instance is not None:
             self.instance.record_timings(timings)
         self.fwd.tuner.learn(self.ticket, timings)
+
+    def _usage(self, usage: Any) -> None:
+        """An answer without ``timings`` (llama-server's Responses): its ``usage`` to the metrics,
+        and its cached and processed prompt tokens to its session (``/status``)."""
+        self.mm.usage(usage)
+        counts = usage_counts(usage)
+        if counts is not None and self.route.generates:
+            session = self.route.session_key(self.out.body, self.scope["headers"])
+            self.router.count_session(self.model.name, session, self.out.body, counts)
 
     async def _end_stream(self, err: ApiError) -> None:
         """End a stream whose head already went out with ``err`` as its API's last event."""
@@ -376,6 +396,7 @@ class ProxyRequest:
         self.mm.in_flight.inc()
         resent = False
         try:
+            out = self.out = await self._fit_effort(upstream, out)
             while True:
                 call = calls.open(out.body.get("id_slot")) if calls is not None else None
                 try:
@@ -449,7 +470,7 @@ class ProxyRequest:
             answer = self.adapter.whole(self, data)
             if isinstance(answer, Resend):
                 return answer
-            return await self._send_whole(answer)
+            return await self._send_whole(answer, extra=[(b"warning", w.encode()) for w in self.warnings])
         except asyncio.CancelledError:
             if call is None or call.reason is None or self.disconnected:
                 raise
@@ -459,6 +480,22 @@ class ProxyRequest:
             # a stream whose head came may have sent tokens, a whole answer may be on its way: not sent again
             answered = self.finished or (self.stream and response is not None)
             raise Abandoned(call.reason, answered=answered) from None
+
+    async def _fit_effort(self, upstream: Upstream, out: Outgoing) -> Outgoing:
+        """A reasoning effort the replica's chat template would refuse, on the nearest level it
+        accepts (``repair.efforts``; the levels are learned once per replica,
+        ``upstream.template_efforts``): counted as a repair."""
+        if efforts.effort_field(out.body) is None:  # also token counts and /apply-template: the chat's prompt
+            return out
+        try:
+            accepted = await self.fwd.efforts.accepted(upstream)
+        except _PROBE_FAILURES:
+            return out  # the request itself meets the same fault, and answers it in its own shape
+        mapped = efforts.map_body(out.body, accepted)
+        if mapped is None:
+            return out
+        self.mm.repair(efforts.KIND)
+        return Outgoing(out.path, mapped, dump_body(mapped))
 
     async def _relay(self, upstream: Upstream, response: aiohttp.ClientResponse, stalls: int) -> int:
         if not self.head_sent:
@@ -473,7 +510,7 @@ class ProxyRequest:
             if outcome.timings is not None:
                 self._timings(outcome.timings)
             elif outcome.usage is not None:
-                self.mm.usage(outcome.usage)
+                self._usage(outcome.usage)
             for kind in outcome.repairs:
                 self.mm.repair(kind)
 

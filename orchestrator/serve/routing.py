@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from orchestrator.errors import ApiError
 from orchestrator.serve.cache.prompt_cache import NO_AFFINITY, Affinity, ChatOf
-from orchestrator.serve.cache.sessions import ConversationModels, conversation_keys, session_of
+from orchestrator.serve.cache.sessions import ConversationModels, conversation_keys, session_of, system_text
 from orchestrator.supervise.model_rules import RETRY_AFTER as SCHEDULER_RETRY_AFTER
 from orchestrator.supervise.model_state import ModelState
 from orchestrator.supervise.refusals import ModelRefused, Refusal
@@ -163,7 +163,7 @@ class Router:
         """An answer's prompt-cache hits to its session (``PromptCache.sessions``; ``key``: the
         client's session key, else the session is told by the body's opening)."""
         if self.prompt_cache is not None:
-            self.prompt_cache.sessions.record(model, session_of(key, body), timings)
+            self.prompt_cache.sessions.record(model, session_of(key, body), timings, system_text(body))
 
     async def left_serving(self, failed: Instance) -> bool:
         """Whether ``failed``, which answered nothing, left the serving states within ``REFUSED_WAIT`` s.

@@ -288,21 +288,26 @@ def test_reasoning_only_answer_is_retried_without_thinking(tmp_path: Path) -> No
         stack.close()
 
 
-def test_reasoning_only_answer_passes_by_default(stack: Stack) -> None:
+def test_reasoning_only_answer_is_continued_then_marked_cut_by_default(stack: Stack) -> None:
+    """An answer that only thought is continued once with its reasoning as the prefill and the
+    thinking closed (``repair.thinking_only``); still empty, it ends ``length``, never ``stop``."""
+
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
-        await fake.read_request(reader)
-        await fake.write_json(writer, chat_completion("", reasoning="I should greet."))
+        while (body := await fake.read_request(reader)) is not None:
+            continued = "continue_final_message" in json.loads(body)  # llama-server leaves the prefill out
+            await fake.write_json(writer, chat_completion("", reasoning=None if continued else "I should greet."))
 
     fake = FakeUpstream(stack, handler)
     stack.point_at(fake.url)
     r = httpx.post(stack.url + "/v1/chat/completions", json=CHAT)
-    assert r.json()["choices"][0]["message"] == {
-        "role": "assistant",
-        "content": "",
-        "reasoning_content": "I should greet.",
-    }
-    assert len(fake.requests) == 1
-    assert metric(stack, "orchestrator_repairs_total", kind="reasoning_only_passed", model="demo") == 1.0
+    choice = r.json()["choices"][0]
+    assert choice["message"] == {"role": "assistant", "content": "", "reasoning_content": "I should greet."}
+    assert choice["finish_reason"] == "length"
+    again = json.loads(fake.requests[1])
+    assert again["messages"][-1] == {"role": "assistant", "content": "", "reasoning_content": "I should greet."}
+    assert (again["continue_final_message"], again["add_generation_prompt"]) == ("content", False)
+    assert metric(stack, "orchestrator_repairs_total", kind="thinking_continued", model="demo") == 1.0
+    assert metric(stack, "orchestrator_repairs_total", kind="thinking_only_incomplete", model="demo") == 1.0
 
 
 def test_a_kept_alive_connection_the_server_closed_is_not_reused(stack: Stack) -> None:

@@ -28,7 +28,7 @@ from orchestrator.errors import ApiError
 from orchestrator.serve.drafting.fields import flatten_speculative
 from orchestrator.serve.http.body import dump_body
 from orchestrator.serve.http.shapes import Shape
-from orchestrator.serve.repair import chat, llama_fields, structured
+from orchestrator.serve.repair import chat, clock, llama_fields, structured, thinking_only
 from orchestrator.serve.repair.token_probs import TrimStream, drafting_off, trim, wants_token_probs, widen
 from orchestrator.serve.streaming import OPENAI_SSE, SSE_HEADERS, SseCodec, StreamCodec, StreamFlavor
 
@@ -65,6 +65,7 @@ class Request(Protocol):
     trim_top: bool  # the answer's candidate lists must be emptied (token_probs.widen)
     attempt: int  # 1, or 2 for the resend of a reasoning-only answer
     learned: Any  # what the route's prepare learned for the answer side (BodyPlan.learned)
+    continued: dict[str, Any] | None  # the answer that ended in its thinking, being continued
 
     @property
     def body(self) -> dict[str, Any]:
@@ -83,6 +84,9 @@ class Request(Protocol):
 
     def count_repair(self, kind: str) -> None:
         """Count one repair of ``kind`` for this request's model."""
+
+    def warn(self, header: str) -> None:
+        """Send a ``Warning`` header (its value) with a whole answer."""
 
     def account(self, answer: dict[str, Any]) -> None:
         """Account a whole answer's ``timings`` (metrics, drafting watch, TTFT) or ``usage``."""
@@ -121,6 +125,18 @@ class BodyPlan:
         if result.changed:
             self.body = result.body
             self.repairs.extend(result.repairs)
+
+    def move_clock(
+        self, body: dict[str, Any], policy: chat.RepairPolicy, move: Callable[[dict[str, Any]], Any]
+    ) -> None:
+        """With the model's ``cache.stable_system``, the system prompt's clock lines moved to the end of
+        the prompt by ``move`` (one API's function of ``orchestrator.serve.repair.clock``)."""
+        if not policy.stable_system:
+            return
+        moved = move(self.current(body))
+        if moved is not None:
+            self.body = moved
+            self.repairs.append(clock.KIND)
 
     def native_format(self, body: dict[str, Any]) -> None:
         """``response_format`` mapped onto llama-server's ``json_schema`` (completions, infill)."""
@@ -262,10 +278,7 @@ class Adapter:
 
     def codec(self, req: Request, route: Adapter) -> StreamCodec:
         """How the upstream stream of the internal ``route`` reaches this API's client."""
-        repair = route.stream_repair(req)
-        if req.trim_top:
-            repair = TrimStream(repair)
-        return SseCodec(self.flavor, repair)
+        return SseCodec(self.flavor, stream_repairs(req, route))
 
     def chat_request(self, body: dict[str, Any]) -> dict[str, Any]:
         """The chat request llama-server renders for this route's repaired ``body`` (only called
@@ -332,6 +345,17 @@ class Generation(Adapter):
     def encode(self, req: Request, obj: dict[str, Any], data: bytes, *, changed: bool) -> bytes:
         """The client's bytes for the answer ``obj`` (``data`` as llama-server sent it, if unchanged)."""
         return dump_body(obj) if changed else data
+
+
+def stream_repairs(req: Request, route: Adapter) -> Any:
+    """The repairs of a stream of the internal ``route``: its own, candidates trimmed, and (a prompt
+    that opened thinking) a normal end with nothing visible marked incomplete (``thinking_only``)."""
+    repair = route.stream_repair(req)
+    if req.trim_top:
+        repair = TrimStream(repair)
+    if req.thinking and route.kind in ("chat", "messages", "responses"):
+        repair = thinking_only.ThinkingOnlyStream(repair, route.kind)
+    return repair
 
 
 def check_n(body: dict[str, Any], model: ModelConfig) -> None:

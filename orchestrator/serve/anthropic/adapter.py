@@ -27,7 +27,7 @@ from orchestrator.serve.anthropic import prewarm
 from orchestrator.serve.anthropic import repair as anthropic
 from orchestrator.serve.anthropic.chat_view import anthropic_chat
 from orchestrator.serve.anthropic.shapes import MESSAGES
-from orchestrator.serve.repair import structured
+from orchestrator.serve.repair import clock, structured, thinking_only
 from orchestrator.serve.streaming import StreamFlavor
 
 if TYPE_CHECKING:
@@ -90,6 +90,7 @@ class MessagesStreamFix:
 def _repair(body: dict[str, Any], policy: chat.RepairPolicy) -> BodyPlan:
     plan = BodyPlan()
     plan.apply(anthropic.repair_request(body, policy))
+    plan.move_clock(body, policy, clock.anthropic)
     plan.check_fields(body, openai_tools=False)
     return plan
 
@@ -126,7 +127,23 @@ class Messages(Generation):
         if prewarm.wanted(req.client_body) and obj.get("type") == "message":
             prewarm.answer(obj)
             return obj, True
-        return obj, kind is not None or obj.get("id") != before
+        changed = kind is not None or obj.get("id") != before
+        if req.continued is not None:  # the continuation's answer: after the first one's thinking
+            obj, changed = thinking_only.messages_merged(req.continued, obj), True
+        elif not (req.thinking and thinking_only.messages_ended_in_thinking(obj)):
+            return obj, changed
+        elif req.attempt == 1 and req.model.on_reasoning_only == "continue":
+            again = thinking_only.messages_continuation(req.body, obj)
+            if again is not None:
+                req.count_repair(thinking_only.CONTINUED)
+                req.continued = obj
+                return Resend(again, thinking=True)
+        if thinking_only.messages_ended_in_thinking(obj):
+            req.count_repair(thinking_only.INCOMPLETE)
+            req.warn(thinking_only.WARNING)
+            thinking_only.messages_incomplete(obj)
+            changed = True
+        return obj, changed
 
     def chat_request(self, body: dict[str, Any]) -> dict[str, Any]:
         return anthropic_chat(body)

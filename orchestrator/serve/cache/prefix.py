@@ -38,6 +38,7 @@ def policy_for(model: ModelConfig) -> RepairPolicy:
         multimodal=model.multimodal,
         thinking_default=model.thinking,
         client_thinking=model.client_thinking,
+        stable_system=model.cache.stable_system,
     )
 
 

@@ -1,24 +1,50 @@
 """Prompt-cache hits per client session, for ``/status`` (each model's ``kv.sessions``) and
-``orchestrator status``.
+``orchestrator status``, and the system-prompt line that broke a session's cache.
 
 A session is the client's session key (Claude Code's session id in ``metadata.user_id``, OpenAI's
 ``prompt_cache_key``; ``Adapter.session_key``), else the opening of its messages (``session_of``),
 else ``-``. Every answer's ``timings`` add its prompt tokens taken from the cache (``cache_n``) and
 processed (``prompt_n``). Only the ``MAX_SESSIONS`` most recently seen sessions of a model are
 kept; ``rows`` shows the ``SHOWN`` latest.
+
+A session's consecutive prompts are compared by their system prompt (``system_text``): when it
+changed (a clock line that changes every request, a plugin rewriting it), everything after the
+change is processed again. The row's ``cache_broken_by`` names the line, its number and the byte
+offset where the two prompts part, how often it happened, and the log says so once per session
+(models.yaml ``cache.stable_system`` moves clock lines out: ``orchestrator.serve.repair.clock``).
+A conversation's opening is told without its clock lines, so it stays one session.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
+from orchestrator.serve.repair.clock import split_clock
+
+log = logging.getLogger(__name__)
 MAX_SESSIONS = 256  # per model: the least recently seen is forgotten first
 SHOWN = 8  # sessions per model in /status
+MAX_SYSTEM_CHARS = 1 << 16  # a system prompt is compared up to here (kept per session)
+SHOWN_LINE_CHARS = 160  # of the line that broke a cache
+
+
+@dataclass(frozen=True)
+class Break:
+    """Where a session's system prompt changed: the ``line`` (its new text) and its ``number``,
+    the ``offset`` in bytes where the two prompts part."""
+
+    line: str
+    number: int
+    offset: int
+
+    def row(self, times: int) -> dict[str, Any]:
+        return {"line": self.line, "line_number": self.number, "byte_offset": self.offset, "times": times}
 
 
 @dataclass
@@ -31,10 +57,14 @@ class SessionHits:
     last_cached: int = 0
     last_processed: int = 0
     seen: float = 0.0  # wall clock of the last answer
+    system: str | None = None  # the last request's system prompt (up to MAX_SYSTEM_CHARS)
+    broken: Break | None = None  # the latest change of it
+    breaks: int = 0  # requests whose system prompt differed from the one before
 
     def row(self, session: str) -> dict[str, Any]:
         total = self.cached + self.processed
         return {
+            "cache_broken_by": self.broken.row(self.breaks) if self.broken is not None else None,
             "session": session,
             "requests": self.requests,
             "cached_tokens": self.cached,
@@ -51,8 +81,9 @@ class Sessions:
     def __init__(self) -> None:
         self._models: dict[str, OrderedDict[str, SessionHits]] = {}
 
-    def record(self, model: str, session: str, timings: dict[str, Any]) -> None:
-        """Add an answer's ``timings`` (``cache_n``, ``prompt_n``) to ``session`` of ``model``."""
+    def record(self, model: str, session: str, timings: dict[str, Any], system: str | None = None) -> None:
+        """Add an answer's ``timings`` (``cache_n``, ``prompt_n``) to ``session`` of ``model``, and
+        compare its ``system`` prompt (``system_text``) with the session's previous one."""
         cached, processed = timings.get("cache_n", 0), timings.get("prompt_n", 0)
         if not isinstance(cached, int) or not isinstance(processed, int):
             return
@@ -66,6 +97,20 @@ class Sessions:
         hits.processed += max(0, processed)
         hits.last_cached, hits.last_processed = max(0, cached), max(0, processed)
         hits.seen = time.time()
+        if system is not None:
+            self._compare(model, session, hits, system[:MAX_SYSTEM_CHARS])
+
+    @staticmethod
+    def _compare(model: str, session: str, hits: SessionHits, system: str) -> None:
+        before, hits.system = hits.system, system
+        if before is None or before == system:
+            return
+        change = first_change(before, system)
+        if hits.broken is None:  # once per session: a clock breaks every request
+            log.warning("%s: session %s: the system prompt changed at line %d (byte %d): %r; every token after it "
+                        "is processed again (a clock? models.yaml cache.stable_system moves it out)",
+                        model, session, change.number, change.offset, change.line)  # fmt: skip
+        hits.broken, hits.breaks = change, hits.breaks + 1
 
     def rows(self, model: str) -> list[dict[str, Any]]:
         """The ``SHOWN`` most recently seen sessions of ``model``, latest first."""
@@ -75,6 +120,51 @@ class Sessions:
     def snapshot(self) -> dict[str, list[dict[str, Any]]]:
         """``rows`` of every model with a session (the console's poll)."""
         return {model: self.rows(model) for model, table in self._models.items() if table}
+
+
+def usage_counts(usage: Any) -> dict[str, int] | None:
+    """``cache_n`` and ``prompt_n`` of an answer that carries ``usage`` but no ``timings`` (llama-server's
+    Responses answers): OpenAI's and Responses' prompt tokens less their ``cached_tokens``, Anthropic's
+    ``input_tokens`` (which leave out ``cache_read_input_tokens``); None when it says neither."""
+    if not isinstance(usage, dict):
+        return None
+    prompt = usage.get("prompt_tokens", usage.get("input_tokens"))
+    details = usage.get("prompt_tokens_details", usage.get("input_tokens_details"))
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    if not isinstance(prompt, int):
+        return None
+    if isinstance(cached, int):
+        return {"cache_n": cached, "prompt_n": max(0, prompt - cached)}
+    read = usage.get("cache_read_input_tokens")
+    return {"cache_n": read if isinstance(read, int) else 0, "prompt_n": prompt}
+
+
+def first_change(before: str, after: str) -> Break:
+    """Where ``after`` first differs from ``before``: its line there, the line number, the byte offset."""
+    n = next((i for i, (a, b) in enumerate(zip(before, after, strict=False)) if a != b), min(len(before), len(after)))
+    start = after.rfind("\n", 0, n) + 1
+    end = after.find("\n", n)
+    line = after[start : end if end >= 0 else len(after)]
+    return Break(line[:SHOWN_LINE_CHARS], after.count("\n", 0, n) + 1, len(after[:n].encode()))
+
+
+def system_text(body: dict[str, Any]) -> str | None:
+    """The system prompt of llama-server's chat, Messages or Responses ``body`` (a leading system
+    message, ``system``, ``instructions``), or None when it has none."""
+    messages = body.get("messages")
+    if isinstance(messages, list) and messages and isinstance(messages[0], dict):
+        first = messages[0]
+        if first.get("role") in ("system", "developer"):
+            return _system_of(first.get("content"))
+    return _system_of(body.get("system")) if body.get("system") is not None else _system_of(body.get("instructions"))
+
+
+def _system_of(value: Any) -> str | None:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        return "\n\n".join(b["text"] for b in value if isinstance(b, dict) and isinstance(b.get("text"), str))
+    return None
 
 
 def session_of(key: str | None, body: dict[str, Any]) -> str:
@@ -95,7 +185,19 @@ def opening_digest(messages: list[Any], *beside: Any) -> str:
     conversation, different for another conversation on the same system prompt."""
     first = next((i for i, m in enumerate(messages) if isinstance(m, dict) and m.get("role") == "user"), len(messages))
     opening = [*beside, messages[: first + 1]] if beside else messages[: first + 1]
-    return hashlib.sha256(json.dumps(opening, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    return hashlib.sha256(json.dumps(_without_clock(opening), sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _without_clock(value: Any) -> Any:
+    """``value`` with every text's clock lines (``repair.clock``) left out: a timestamp that changes
+    on every request does not make each request a conversation of its own."""
+    if isinstance(value, str):
+        return split_clock(value)[0]
+    if isinstance(value, list):
+        return [_without_clock(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _without_clock(v) for k, v in value.items()}
+    return value
 
 
 CONVERSATIONS = 4096  # conversations whose model is remembered (the least recently seen go first)
@@ -131,7 +233,7 @@ def conversation_keys(session: str | None, body: dict[str, Any]) -> list[str]:
     keys = [session] if session is not None else []
     turns = _turns(body)
     if turns:
-        keys.append("o:" + hashlib.sha256(json.dumps(turns).encode()).hexdigest()[:16])
+        keys.append("o:" + hashlib.sha256(json.dumps(_without_clock(turns)).encode()).hexdigest()[:16])
     return keys
 
 

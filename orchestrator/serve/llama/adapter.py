@@ -5,6 +5,7 @@ route                                       before forwarding
 ==========================================  ================================================================
 ``/v1/chat/completions/input_tokens``,      the chat repair (``request_repair``) and llama-server's fields, so
 ``/apply-template``                         the count and the template are those of the prompt a chat would get
+                                            (a clock moved too, with ``cache.stable_system``)
 ``/infill``                                 as ``/v1/completions`` (``speculative`` flattened, structured
                                             output mapped, drafting off for token probabilities)
 ``/v1/rerank``, ``/tokenize``               nothing: body and answer pass untouched
@@ -20,7 +21,7 @@ from orchestrator.serve.adapters.base import Adapter, BodyPlan
 from orchestrator.serve.llama import shapes
 from orchestrator.serve.openai.adapter import Completions
 from orchestrator.serve.openai.shapes import CHAT
-from orchestrator.serve.repair import chat, llama_fields
+from orchestrator.serve.repair import chat, clock, llama_fields
 
 if TYPE_CHECKING:
     from orchestrator.config.schema import ModelConfig
@@ -32,6 +33,7 @@ class ChatPrompt(Adapter):
     def prepare(self, body: dict[str, Any], model: ModelConfig, policy: chat.RepairPolicy) -> BodyPlan:
         plan = BodyPlan()
         plan.apply(chat.repair_request(body, policy))
+        plan.move_clock(body, policy, clock.chat)
         plan.check_fields(body, openai_tools=True)
         return plan
 

@@ -27,12 +27,19 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.errors import ApiError
-from orchestrator.serve.adapters.base import Adapter, Generation, Internal, Request, Resend, parse_answer
+from orchestrator.serve.adapters.base import (
+    Adapter,
+    Generation,
+    Internal,
+    Request,
+    Resend,
+    parse_answer,
+    stream_repairs,
+)
 from orchestrator.serve.http.body import dump_body
 from orchestrator.serve.ollama import shapes
 from orchestrator.serve.ollama import translate as ollama
 from orchestrator.serve.openai.adapter import ChatCompletions, Completions, Embeddings
-from orchestrator.serve.repair.token_probs import TrimStream
 from orchestrator.serve.streaming import sse_events
 
 if TYPE_CHECKING:
@@ -163,9 +170,7 @@ class OllamaAdapter(Generation):
         return dump_body(ollama.answer(obj, req.model.name, req.started, generate=self.generate))
 
     def codec(self, req: Request, route: Adapter) -> StreamCodec:
-        repair = route.stream_repair(req)
-        if req.trim_top:
-            repair = TrimStream(repair)
+        repair = stream_repairs(req, route)
         return NdjsonCodec(ollama.StreamTranslator(req.model.name, req.started, generate=self.generate), repair)
 
     def keepalive(self, req: Request, what: str) -> bytes:

@@ -6,8 +6,8 @@ route                       before forwarding / on the answer
 ``/v1/chat/completions``    ``n`` within the model's slots, ``response_format`` checked, chat repair
                             (``request_repair``), llama-server's fields checked with OpenAI ``tools``,
                             drafting off for token probabilities; the answer's reasoning repaired
-                            (``response_repair``, ``stream_repair``), a reasoning-only answer resent
-                            without thinking when the model says ``retry_without_thinking``
+                            (``response_repair``, ``stream_repair``); an answer that ended inside
+                            its thinking continued once, else marked cut (``thinking_only``)
 ``/v1/completions``         ``response_format`` checked and mapped onto ``json_schema``, ``speculative``
                             flattened, fields checked, drafting off for token probabilities; with
                             ``suffix``, through ``/infill`` (``openai.fim``); ``best_of`` > 1 a 400
@@ -31,7 +31,7 @@ from orchestrator.serve.adapters.base import (
     flatten,
 )
 from orchestrator.serve.openai import fim, shapes
-from orchestrator.serve.repair import chat, llama_fields, structured
+from orchestrator.serve.repair import chat, clock, llama_fields, structured, thinking_only
 from orchestrator.serve.repair import response as reasoning
 from orchestrator.serve.repair.stream import repair_for_stream
 from orchestrator.serve.streaming import SseCodec, StreamCodec
@@ -54,24 +54,39 @@ class ChatCompletions(Generation):
         structured.check(body)
         plan = BodyPlan()
         plan.apply(chat.repair_request(body, policy))
+        plan.move_clock(body, policy, clock.chat)
         plan.check_fields(body, openai_tools=True)
         plan.token_probs(body)
         return plan
 
     def fix(self, req: Request, obj: dict[str, Any]) -> tuple[dict[str, Any], bool] | Resend:
-        """Reasoning before a bare ``</think>`` moves to ``reasoning_content``; a reasoning-only
-        answer is resent once without thinking when the model's ``on_reasoning_only`` says so."""
+        """Reasoning before a bare ``</think>`` moves to ``reasoning_content``; an answer that ended
+        inside its thinking is continued once or marked cut (``repair.thinking_only``), or resent
+        once without thinking when the model's ``on_reasoning_only`` says so."""
         fixed, kinds = reasoning.repair_response(obj, thinking=req.thinking)
         for kind in kinds:
             req.count_repair(kind)
-        if reasoning.is_reasoning_only(fixed):
-            if req.model.on_reasoning_only == "retry_without_thinking" and req.thinking and req.attempt == 1:
-                req.count_repair("reasoning_only_retried")
-                body = dict(req.body)
-                body["chat_template_kwargs"] = {**(body.get("chat_template_kwargs") or {}), "enable_thinking": False}
-                return Resend(body, thinking=False)
-            req.count_repair("reasoning_only_passed")
-        return fixed, fixed is not obj
+        if req.continued is not None:  # the continuation's answer: after the first one's reasoning
+            fixed = thinking_only.chat_merged(req.continued, fixed)
+        elif not (req.thinking and thinking_only.chat_ended_in_thinking(fixed)):
+            return fixed, fixed is not obj
+        elif req.attempt == 1 and req.model.on_reasoning_only == "continue":
+            req.count_repair(thinking_only.CONTINUED)
+            req.continued = fixed
+            # thinking=True: the continuation is the same thinking answer; its reasoning stays reasoning
+            return Resend(thinking_only.chat_continuation(req.body, fixed), thinking=True)
+        elif req.attempt == 1 and req.model.on_reasoning_only == "retry_without_thinking":
+            req.count_repair("reasoning_only_retried")
+            body = dict(req.body)
+            body["chat_template_kwargs"] = {**(body.get("chat_template_kwargs") or {}), "enable_thinking": False}
+            return Resend(body, thinking=False)
+        if thinking_only.chat_ended_in_thinking(fixed):
+            req.count_repair(thinking_only.INCOMPLETE)
+            req.warn(thinking_only.WARNING)
+            fixed = dict(fixed) if fixed is obj else fixed
+            fixed["choices"] = [dict(c) for c in fixed["choices"]]
+            thinking_only.chat_incomplete(fixed)
+        return fixed, True
 
     def chat_request(self, body: dict[str, Any]) -> dict[str, Any]:
         return body  # the repaired chat body is the chat request

@@ -9,6 +9,9 @@ module                 what
 ``tool_choice.py``     an object ``tool_choice`` as llama-server reads it
 ``stability.py``       cache-stable prompts: late system messages, volatile lines
 ``thinking.py``        who decides whether the model thinks
+``thinking_only.py``   an answer that ended inside its thinking: continued once, else marked cut
+``efforts.py``         reasoning effort onto the levels the chat template accepts
+``clock.py``           a clock in the system prompt moved to the end of the prompt
 ``agent_errors.py``    context overflow and malformed history in the shapes agents read
 ``structured.py``      ``response_format`` honoured or refused
 ``token_probs.py``     per-token probabilities complete with drafting on

@@ -105,12 +105,15 @@ class RepairPolicy:
             ``reasoning_effort``); ``None`` leaves the template's default (thinking on).
         client_thinking: a client's default (Anthropic ``thinking.type: adaptive``) may switch
             thinking; when false a configured ``thinking_default`` wins over it.
+        stable_system: (models.yaml ``cache.stable_system``) system-prompt lines holding a clock
+            move to a note at the end of the prompt (``orchestrator.serve.repair.clock``).
     """
 
     system_messages: Literal["in_place", "merge", "to_user"] = "in_place"
     multimodal: bool = False
     thinking_default: bool | None = None
     client_thinking: bool = False
+    stable_system: bool = False
 
 
 @dataclass

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from orchestrator.errors import ApiError
 from orchestrator.serve.adapters.base import Adapter, BodyPlan, Generation, Internal, Request, Resend
-from orchestrator.serve.repair import structured
+from orchestrator.serve.repair import clock, structured, thinking_only
 from orchestrator.serve.responses import compaction, stored
 from orchestrator.serve.responses import repair as responses
 from orchestrator.serve.responses.chat_view import responses_chat
@@ -235,6 +235,7 @@ def _repair(body: dict[str, Any], model: ModelConfig, policy: chat.RepairPolicy)
     plan = BodyPlan()
     result = responses.repair_request(body, policy)
     plan.apply(result)
+    plan.move_clock(body, policy, clock.responses)
     tools = result.learned if isinstance(result.learned, ToolMap) else ToolMap()
     plan.learned = ResponsesCall.of(body, model, tools)
     if "hosted_tool_skipped" in result.repairs or "hosted_item_skipped" in result.repairs:
@@ -339,14 +340,28 @@ class Responses(Generation):
             fix_incomplete(obj, _call(req).limits)  # a summary a limit cut is said to be cut
             return compaction.as_compaction(obj), True
         call = _call(req)
+        first = req.continued
+        if first is not None:  # the continuation's answer: after the first one's reasoning
+            obj = thinking_only.responses_merged(first, obj)
         kind = _fix(obj, call.limits, call.tools)
         if kind is not None:
             req.count_repair(kind)
+        ended = thinking_only.responses_ended_in_thinking(obj) and (req.thinking or first is not None)
+        if ended and first is None and req.attempt == 1 and req.model.on_reasoning_only == "continue":
+            again = thinking_only.responses_continuation(req.body, obj)
+            if again is not None:
+                req.count_repair(thinking_only.CONTINUED)
+                req.continued = obj
+                return Resend(again, thinking=True)
+        if ended:
+            req.count_repair(thinking_only.INCOMPLETE)
+            req.warn(thinking_only.WARNING)
+            thinking_only.responses_incomplete(obj)
         keep = _keeper(req)
         if keep is not None and obj.get("object") == "response":
             keep(obj)
             return obj, True
-        return obj, kind is not None
+        return obj, kind is not None or first is not None or ended
 
     async def recall(self, req: Request, internal: Internal) -> Internal:
         return recall(req, internal)

@@ -4,9 +4,12 @@
 import { $, el } from "./lib.js";
 
 const COLUMNS = [["session", "session"], ["requests", "requests"], ["hit_rate", "cached share"],
-  ["cached_tokens", "cached tokens"], ["processed_tokens", "processed tokens"], ["last", "last request"]];
+  ["cached_tokens", "cached tokens"], ["processed_tokens", "processed tokens"], ["last", "last request"],
+  ["cache_broken_by", "system prompt changed at"]];
 
-/** ``info``: ``{model: [{session, requests, hit_rate, cached_tokens, processed_tokens, last, seen}]}``. */
+/** ``info``: ``{model: [{session, requests, hit_rate, cached_tokens, processed_tokens, last, seen,
+ * cache_broken_by}]}``; ``cache_broken_by``: the system-prompt line that changed between two requests
+ * of the session (everything after it was processed again), or null. */
 export function renderSessions(info) {
   const models = Object.entries(info || {}).filter(([, rows]) => rows.length);
   $("sessions-section").hidden = !models.length;
@@ -27,5 +30,6 @@ export function renderSessions(info) {
 function cell(key, v) {
   if (key === "hit_rate") return v == null ? "–" : Math.round(100 * v) + "%";
   if (key === "last") return v ? `${v.cached_tokens} cached, ${v.processed_tokens} processed` : "–";
+  if (key === "cache_broken_by") return v ? `line ${v.line_number} (${v.times}×): ${v.line}` : "–";
   return String(v ?? "–");
 }
