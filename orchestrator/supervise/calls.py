@@ -19,12 +19,20 @@ import asyncio
 import itertools
 import os
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from orchestrator.supervise.progress import SlotMark
+from dataclasses import dataclass
 
 _PREFIX = f"orc-{os.getpid():x}-"
+
+
+@dataclass(frozen=True)
+class SlotMark:
+    """What one busy slot has done: its task, prompt tokens processed, tokens decoded, and the
+    request id the orchestrator gave it (``id_request``, native patch 0009; None without it)."""
+
+    task: int | None
+    processed: int
+    decoded: int
+    request: str | None = None
 
 
 class Call:

@@ -19,23 +19,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator.supervise.calls import Calls
+from orchestrator.supervise.calls import Calls, SlotMark
 from orchestrator.supervise.states import Outcome, PhaseEnd
 
 STEP_FACTOR = 3.0  # the limit is at least this many of the child's slowest step seen
 STEP_CAP_S = 300.0  # ... but never more than this (a step that slow is itself a stall)
 RETRY_WINDOW = 4.0  # limits: a slot stuck again this soon after its request was cancelled gets the child restarted
-
-
-@dataclass(frozen=True)
-class SlotMark:
-    """What one busy slot has done: its task, prompt tokens processed, tokens decoded, and the
-    request id the orchestrator gave it (``id_request``, native patch 0009; None without it)."""
-
-    task: int | None
-    processed: int
-    decoded: int
-    request: str | None = None
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,16 @@ A child can be alive and say ``/health`` ok while its main loop is stuck inside 
 stall verdict (``SupervisorPolicy.stall_timeout``), the replica is marked unresponsive after
 ``SupervisorPolicy.unresponsive_after`` seconds: the proxy's ``/health`` stops saying ok and no
 new request is routed to it.
+
+Liveness is the main loop answering (``ChildProbe.slots``); log lines are not, because
+llama-server's HTTP threads keep logging (a client's cancel) while the main loop is stuck. Progress
+is more than liveness: a loop that answers can still spin with a slot that never advances, so
+while requests are in flight every tick's ``/slots`` answer goes to ``on_slots``
+(``progress.NoProgress.on_slots``), which may end the watch. An idle child (no request in flight)
+that answered is probed only every ``unresponsive_after / 2`` s: a main loop with no slot busy has
+nothing to get stuck in, and a frozen idle child is still marked within ``unresponsive_after``.
+Without ``on_slots`` a probe is skipped when a response's timings came within the last tick
+(``Responsiveness.result_at``).
 """
 
 from __future__ import annotations
@@ -61,17 +71,7 @@ async def watch(
     on_slots: Callable[[Any, float], PhaseEnd | None] | None = None,
 ) -> PhaseEnd:
     """Watch a serving child until an event, a main loop that answers nothing for ``stall_timeout`` s,
-    or a busy slot that makes no progress (``on_slots``).
-
-    Liveness is the main loop answering (``answers``: ``ChildProbe.slots``); log lines are not,
-    because llama-server's HTTP threads keep logging (a client's cancel) while the main loop is
-    stuck. Progress is more than liveness: a loop that answers can still spin with a slot that never
-    advances, so while requests are in flight every tick's ``/slots`` answer goes to ``on_slots``
-    (``NoProgress.on_slots``), which may end the watch. An idle child (no request in flight) that
-    answered is probed only every ``unresponsive_after / 2`` s: a main loop with no slot busy has
-    nothing to get stuck in, and a frozen idle child is still marked within ``unresponsive_after``.
-    Without ``on_slots`` a probe is skipped when a response's timings came within the last tick
-    (``mark.result_at``).
+    or a busy slot that makes no progress (``on_slots``; see the module).
 
     Args:
         answers: one probe of the main loop: its health and the ``/slots`` answer (None without one).
@@ -104,8 +104,7 @@ async def watch(
             if health is Health.READY:
                 answered = time.monotonic()
                 mark.mark(None)
-                end = on_slots(slots, answered) if on_slots is not None and slots is not None else None
-                if end is not None:
+                if on_slots is not None and slots is not None and (end := on_slots(slots, answered)) is not None:
                     return end
                 continue
             silent = time.monotonic() - answered
