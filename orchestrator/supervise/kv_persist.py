@@ -23,8 +23,12 @@ A restore is verified: the saved tokens plus one more are sent to that slot, and
 and say nothing). The probe token is then undone by restoring the file again. A slot saved full
 (no room for the probe) is trusted on ``n_restored``. A restore that does not verify is logged,
 its file dropped, the slot erased, and persistence is turned off for that model for the rest of
-the run, with a warning in ``status``; so is a KV folder that cannot be written (read-only, full,
-not ours): the model loads and serves without persistence.
+the run, with a warning in ``status``. A KV folder that cannot be written (read-only, full, not
+ours) turns it off too, but not for good: the model loads and serves without persistence, and the
+next save or restore at least ``RETRY_S`` later tries the folder again (a small write, and for a
+full disk more free space than at the fault); once it takes writes, persistence resumes.
+``status`` shows when it was last turned off (``turned_off_at``) and when it last resumed
+(``resumed_at``), as ``time.time()`` seconds.
 
 With native patch 0003 a saved file carries the slot's context checkpoints and the draft's state:
 a hybrid model (gated delta-net layers, whose state cannot roll back) restored from it serves the
@@ -39,9 +43,10 @@ import asyncio
 import contextlib
 import errno
 import logging
+import shutil
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -69,6 +74,9 @@ log = logging.getLogger("orchestrator.kv")
 WarmTokens = Callable[["ModelConfig"], list[list[int]]]
 #: llama-server's answer when it cannot write the file (``SERVER_TASK_TYPE_SLOT_SAVE``)
 SAVE_REFUSED = "Unable to save slot"
+#: s at least between two tries of a KV folder that could not be written: a try that fails costs a
+#: save that writes until the disk is full again (and blocks its server meanwhile)
+RETRY_S = 30.0
 
 
 @dataclass
@@ -77,6 +85,8 @@ class ModelKv:
 
     enabled: bool
     warning: str | None = None
+    turned_off_at: float | None = None  # time.time() persistence was last turned off
+    resumed_at: float | None = None  # time.time() it last came back on (the KV folder took writes again)
     saved: int = 0  # slot files written
     superseded: int = 0  # saved states dropped: their conversation has a longer one on disk
     busy_skipped: int = 0  # slots still generating at a save (not waited for)
@@ -89,10 +99,14 @@ class ModelKv:
     restore_seconds: float = 0.0  # total, of verified restores
     last_restore_s: float | None = None
     warm_seconds: float = 0.0  # total prefill time of warm prefixes
+    # off because the KV folder could not be written (tried again, see the module), not for good
+    _disk_off: bool = field(default=False, repr=False)
+    _tried_at: float = field(default=0.0, repr=False)  # time.monotonic() of the fault or the last try
+    _free_at_fault: int = field(default=-1, repr=False)  # free bytes at a no-room fault (-1: another fault)
 
     def row(self) -> dict[str, Any]:
         """JSON-serialisable: the ``kv`` block of the model's ``status`` row."""
-        return dict(vars(self))
+        return {k: v for k, v in vars(self).items() if not k.startswith("_")}
 
 
 class KvPersistence:
@@ -137,7 +151,7 @@ class KvPersistence:
         Never raises: a failure is logged and kept as the model's warning (the stop goes on); a
         folder that cannot be written turns persistence off for the model."""
         st = self.model(model.name)
-        if not (model.kv_persist and st.enabled):
+        if not model.kv_persist or not (st.enabled or await self._retry(st, model.name, instances)):
             return
         async with self._lock(model.name):
             for inst in instances:
@@ -199,8 +213,8 @@ class KvPersistence:
         module). Never raises: problems become warnings and counters."""
         st = self.model(model.name)
         warm = await self._warm(model, st, instances)
+        persist = model.kv_persist and (st.enabled or await self._retry(st, model.name, instances))
         async with self._lock(model.name):
-            persist = model.kv_persist and st.enabled
             if persist:
                 try:
                     await asyncio.to_thread(self.store.drop_unsealed, model.name)
@@ -345,29 +359,73 @@ class KvPersistence:
             log.warning("kv: erasing slot %d at %s failed: %s", sid, url, err)
 
     def _disk_fault(self, st: ModelKv, model: str, err: OSError) -> None:
-        """The KV folder cannot be written: persistence off for ``model``, the fault in ``/health``."""
+        """The KV folder cannot be written: persistence off for ``model`` until a try ``RETRY_S``
+        later finds it writable (``_retry``), the fault in ``/health``."""
         disk.failed(f"saved prompt caches of {model}", err.filename or self.store.root / model, err)
         self._warn(st, model, f"kv_persist turned off: the KV folder cannot be written ({err})")
+        st._disk_off = True
+        st._tried_at = time.monotonic()
+        no_room = err.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+        st._free_at_fault = _free_bytes(self.store.root / model) if no_room else -1
+
+    async def _retry(self, st: ModelKv, model: str, instances: list[Instance]) -> bool:
+        """Whether persistence, turned off by the disk, resumes now: at most every ``RETRY_S``, the
+        KV folder must take a small write and (after no room) have more free space than at the fault."""
+        if not st._disk_off or time.monotonic() - st._tried_at < RETRY_S:
+            return False
+        st._tried_at = time.monotonic()
+        folder = self.store.root / model
+        problem = await asyncio.to_thread(_small_write_problem, folder)
+        free = await asyncio.to_thread(_free_bytes, folder)
+        if problem is None and 0 <= free <= st._free_at_fault:
+            problem = OSError(errno.ENOSPC, f"still no room: {free} bytes free", str(folder))
+        if problem is not None:
+            disk.failed(f"saved prompt caches of {model}", problem.filename or folder, problem)  # counts the try
+            log.info("kv: %s: the KV folder still cannot be written (%s); next try in %g s", model, problem, RETRY_S)
+            return False
+        off_since = time.strftime("%H:%M:%S", time.localtime(st.turned_off_at or time.time()))
+        st.enabled, st._disk_off, st.warning, st.resumed_at = True, False, None, time.time()
+        disk.succeeded(f"saved prompt caches of {model}")
+        log.warning("kv: %s: kv_persist resumed: the KV folder takes writes again (off since %s)", model, off_since)
+        for inst in instances:  # in place of their "turned off" warning
+            inst.record_error("kv_persist", f"resumed at {time.strftime('%H:%M:%S')} (off since {off_since})")
+        return True
 
     def _warn(self, st: ModelKv, model: str, text: str, *, disable: bool = True) -> None:
         log.warning("kv: %s: %s", model, text)
         st.warning = text
         if disable:
-            st.enabled = False
+            st.enabled, st._disk_off, st.turned_off_at = False, False, time.time()
 
 
 def _write_problem(folder: Path) -> OSError:
     """Why llama-server could not write a slot file into ``folder``: the error of a small write
     there, else (a small file fits, a slot file did not) no space."""
+    return _small_write_problem(folder) or OSError(errno.ENOSPC, "no room for a slot file", str(folder))
+
+
+def _small_write_problem(folder: Path) -> OSError | None:
+    """The error of a small write into ``folder`` (made if missing), None when it works."""
     probe = folder / ".kv-write-probe"
     try:
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
         probe.write_bytes(b"\0" * 4096)
         probe.unlink()
     except OSError as err:
         with contextlib.suppress(OSError):
             probe.unlink()
         return err
-    return OSError(errno.ENOSPC, "no room for a slot file", str(folder))
+    return None
+
+
+def _free_bytes(folder: Path) -> int:
+    """Free bytes of the disk holding ``folder`` (or its nearest existing parent); -1 when unknown."""
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    try:
+        return shutil.disk_usage(folder).free
+    except OSError:
+        return -1
 
 
 def _mark(inst: Instance, slot: dict[str, Any]) -> tuple[int | None, int] | None:
