@@ -25,8 +25,8 @@ and say nothing). The probe token is then undone by restoring the file again. A 
 its file dropped, the slot erased, and persistence is turned off for that model for the rest of
 the run, with a warning in ``status``. A KV folder that cannot be written (read-only, full, not
 ours) turns it off too, but not for good: the model loads and serves without persistence, and the
-next save or restore at least ``RETRY_S`` later tries the folder again (a small write, and for a
-full disk more free space than at the fault); once it takes writes, persistence resumes.
+next save or restore at least ``kv_state.RETRY_S`` later tries the folder again (a small write,
+and for a full disk more free space than at the fault); once it takes writes, persistence resumes.
 ``status`` shows when it was last turned off (``turned_off_at``) and when it last resumed
 (``resumed_at``), as ``time.time()`` seconds.
 
@@ -40,13 +40,9 @@ tests/native/test_patches_slot_checkpoints.py).
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import errno
 import logging
-import shutil
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -60,6 +56,7 @@ from orchestrator.supervise.kv_files import (
     slot_filename,
     state_id,
 )
+from orchestrator.supervise.kv_state import ModelKv, still_unwritable, write_problem
 from orchestrator.supervise.slot_client import SlotClient, SlotError
 from orchestrator.supervise.states import SERVING
 
@@ -74,39 +71,6 @@ log = logging.getLogger("orchestrator.kv")
 WarmTokens = Callable[["ModelConfig"], list[list[int]]]
 #: llama-server's answer when it cannot write the file (``SERVER_TASK_TYPE_SLOT_SAVE``)
 SAVE_REFUSED = "Unable to save slot"
-#: s at least between two tries of a KV folder that could not be written: a try that fails costs a
-#: save that writes until the disk is full again (and blocks its server meanwhile)
-RETRY_S = 30.0
-
-
-@dataclass
-class ModelKv:
-    """Persistence state and counters of one model (for ``status`` and metrics)."""
-
-    enabled: bool
-    warning: str | None = None
-    turned_off_at: float | None = None  # time.time() persistence was last turned off
-    resumed_at: float | None = None  # time.time() it last came back on (the KV folder took writes again)
-    saved: int = 0  # slot files written
-    superseded: int = 0  # saved states dropped: their conversation has a longer one on disk
-    busy_skipped: int = 0  # slots still generating at a save (not waited for)
-    restored: int = 0  # slot files restored and verified
-    checkpoints: int = 0  # context checkpoints restored with them
-    crash_restores: int = 0  # replicas restored after a crash restart
-    warmed: int = 0  # warm prefixes prefilled
-    skipped: int = 0  # files refused: corrupt, truncated, unreadable
-    verify_failures: int = 0
-    restore_seconds: float = 0.0  # total, of verified restores
-    last_restore_s: float | None = None
-    warm_seconds: float = 0.0  # total prefill time of warm prefixes
-    # off because the KV folder could not be written (tried again, see the module), not for good
-    _disk_off: bool = field(default=False, repr=False)
-    _tried_at: float = field(default=0.0, repr=False)  # time.monotonic() of the fault or the last try
-    _free_at_fault: int = field(default=-1, repr=False)  # free bytes at a no-room fault (-1: another fault)
-
-    def row(self) -> dict[str, Any]:
-        """JSON-serialisable: the ``kv`` block of the model's ``status`` row."""
-        return {k: v for k, v in vars(self).items() if not k.startswith("_")}
 
 
 class KvPersistence:
@@ -163,7 +127,7 @@ class KvPersistence:
                     self._disk_fault(st, model.name, err)
                 except SlotError as err:
                     if SAVE_REFUSED in str(err):  # llama-server could not write the file
-                        why = await asyncio.to_thread(_write_problem, self.store.root / model.name)
+                        why = await asyncio.to_thread(write_problem, self.store.root / model.name)
                         self._disk_fault(st, model.name, why)
                     else:
                         self._warn(
@@ -359,32 +323,25 @@ class KvPersistence:
             log.warning("kv: erasing slot %d at %s failed: %s", sid, url, err)
 
     def _disk_fault(self, st: ModelKv, model: str, err: OSError) -> None:
-        """The KV folder cannot be written: persistence off for ``model`` until a try ``RETRY_S``
-        later finds it writable (``_retry``), the fault in ``/health``."""
+        """The KV folder cannot be written: persistence off for ``model`` until a later try finds it
+        writable (``_retry``), the fault in ``/health``."""
         disk.failed(f"saved prompt caches of {model}", err.filename or self.store.root / model, err)
         self._warn(st, model, f"kv_persist turned off: the KV folder cannot be written ({err})")
-        st._disk_off = True
-        st._tried_at = time.monotonic()
-        no_room = err.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
-        st._free_at_fault = _free_bytes(self.store.root / model) if no_room else -1
+        st.disk_fault(self.store.root / model, err)
 
     async def _retry(self, st: ModelKv, model: str, instances: list[Instance]) -> bool:
-        """Whether persistence, turned off by the disk, resumes now: at most every ``RETRY_S``, the
-        KV folder must take a small write and (after no room) have more free space than at the fault."""
-        if not st._disk_off or time.monotonic() - st._tried_at < RETRY_S:
+        """Whether persistence, turned off by the disk, resumes now (``kv_state``: at most every
+        ``RETRY_S``, when the KV folder takes writes again)."""
+        if not st.retry_due():
             return False
-        st._tried_at = time.monotonic()
         folder = self.store.root / model
-        problem = await asyncio.to_thread(_small_write_problem, folder)
-        free = await asyncio.to_thread(_free_bytes, folder)
-        if problem is None and 0 <= free <= st._free_at_fault:
-            problem = OSError(errno.ENOSPC, f"still no room: {free} bytes free", str(folder))
+        problem = await asyncio.to_thread(still_unwritable, folder, st.free_at_fault)
         if problem is not None:
             disk.failed(f"saved prompt caches of {model}", problem.filename or folder, problem)  # counts the try
-            log.info("kv: %s: the KV folder still cannot be written (%s); next try in %g s", model, problem, RETRY_S)
+            log.info("kv: %s: the KV folder still cannot be written (%s); it is tried again later", model, problem)
             return False
         off_since = time.strftime("%H:%M:%S", time.localtime(st.turned_off_at or time.time()))
-        st.enabled, st._disk_off, st.warning, st.resumed_at = True, False, None, time.time()
+        st.resume()
         disk.succeeded(f"saved prompt caches of {model}")
         log.warning("kv: %s: kv_persist resumed: the KV folder takes writes again (off since %s)", model, off_since)
         for inst in instances:  # in place of their "turned off" warning
@@ -395,37 +352,7 @@ class KvPersistence:
         log.warning("kv: %s: %s", model, text)
         st.warning = text
         if disable:
-            st.enabled, st._disk_off, st.turned_off_at = False, False, time.time()
-
-
-def _write_problem(folder: Path) -> OSError:
-    """Why llama-server could not write a slot file into ``folder``: the error of a small write
-    there, else (a small file fits, a slot file did not) no space."""
-    return _small_write_problem(folder) or OSError(errno.ENOSPC, "no room for a slot file", str(folder))
-
-
-def _small_write_problem(folder: Path) -> OSError | None:
-    """The error of a small write into ``folder`` (made if missing), None when it works."""
-    probe = folder / ".kv-write-probe"
-    try:
-        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-        probe.write_bytes(b"\0" * 4096)
-        probe.unlink()
-    except OSError as err:
-        with contextlib.suppress(OSError):
-            probe.unlink()
-        return err
-    return None
-
-
-def _free_bytes(folder: Path) -> int:
-    """Free bytes of the disk holding ``folder`` (or its nearest existing parent); -1 when unknown."""
-    while not folder.exists() and folder != folder.parent:
-        folder = folder.parent
-    try:
-        return shutil.disk_usage(folder).free
-    except OSError:
-        return -1
+            st.turn_off()
 
 
 def _mark(inst: Instance, slot: dict[str, Any]) -> tuple[int | None, int] | None:

@@ -34,7 +34,7 @@ from scheduler_helpers import lifecycle_stack, tiny_models, wait_until
 from orchestrator.config.schema import Timeouts
 from orchestrator.host import disk
 from orchestrator.serve.cache import prompt_cache
-from orchestrator.supervise import kv_persist
+from orchestrator.supervise import kv_state
 
 pytestmark = [pytest.mark.slow, pytest.mark.server]
 
@@ -146,7 +146,7 @@ def test_a_full_kv_folder_resumes_persistence_once_space_returns(
     """It stayed off for the rest of the run. Now: a still-full disk is tried without a failing
     save, a try comes at most every RETRY_S, and once the filler is gone the next save resumes."""
     monkeypatch.setattr(prompt_cache, "IDLE_SAVE_S", 1e9)  # only the unloads save: no try at a random time
-    monkeypatch.setattr(kv_persist, "RETRY_S", 3600.0)
+    monkeypatch.setattr(kv_state, "RETRY_S", 3600.0)
     with tmpfs(kv_root / "a", "mode=0700,size=256k") as folder:
         filler = folder / "filler"
         filler.write_bytes(b"\0" * (256 - 16) * 1024)  # 16 KiB left: less than one slot
@@ -156,17 +156,17 @@ def test_a_full_kv_folder_resumes_persistence_once_space_returns(
             off = _row(stack.url, "a")["kv"]
             assert off["enabled"] is False and off["turned_off_at"] and off["resumed_at"] is None, off
             assert "kv_persist turned off" in off["warning"]
-            monkeypatch.setattr(kv_persist, "RETRY_S", 0.0)
+            monkeypatch.setattr(kv_state, "RETRY_S", 0.0)
             tries = _kv_fault(stack.url)["count"]  # type: ignore[index]
             _cycle(stack.url)  # still full: tried at the load and at the save, without writing a slot
             still = _row(stack.url, "a")["kv"]
             assert (still["enabled"], still["saved"], still["turned_off_at"]) == (False, 0, off["turned_off_at"])
             assert _kv_fault(stack.url)["count"] == tries + 2  # type: ignore[index]
             filler.unlink()
-            monkeypatch.setattr(kv_persist, "RETRY_S", 3600.0)
+            monkeypatch.setattr(kv_state, "RETRY_S", 3600.0)
             _cycle(stack.url)  # room again, but the last try was just now: not yet
             assert _row(stack.url, "a")["kv"]["enabled"] is False
-            monkeypatch.setattr(kv_persist, "RETRY_S", 0.0)
+            monkeypatch.setattr(kv_state, "RETRY_S", 0.0)
             _cycle(stack.url)  # resumed at the load, saved at the unload
             kv = _row(stack.url, "a")["kv"]
             assert (kv["enabled"], kv["warning"], kv["saved"]) == (True, None, 1), kv
