@@ -11,8 +11,12 @@ from orchestrator.errors import UserError
 MAX_DRAFT_LENGTH = 32
 
 
-def parse_int_list(text: str, *, option: str, minimum: int = 0) -> list[int]:
-    """Parse ``"0,1,2"`` into sorted unique ints >= ``minimum``.
+def parse_int_list(
+    text: str, *, option: str, minimum: int = 0, example: str = "0,1,2,4", meaning: str = ""
+) -> list[int]:
+    """Parse ``"0,1,2"`` into sorted unique ints >= ``minimum``. For the messages: ``example``, a
+    valid value of ``option`` (every number in it at least ``minimum``), and ``meaning``, what its
+    numbers are.
 
     Raises:
         UserError: on an empty list, a non-integer or a value below ``minimum``.
@@ -25,12 +29,13 @@ def parse_int_list(text: str, *, option: str, minimum: int = 0) -> list[int]:
         try:
             value = int(part)
         except ValueError:
-            raise UserError(f"{option}: {part!r} is not an integer", hint=f"e.g. {option} 0,1,2,4") from None
+            raise UserError(f"{option}: {part!r} is not an integer", hint=f"e.g. {option} {example}") from None
         if value < minimum:
-            raise UserError(f"{option}: {value} is below {minimum}", hint=f"e.g. {option} 0,1,2,4")
+            said = f" ({meaning})" if meaning else ""
+            raise UserError(f"{option}: {value} is below {minimum}{said}", hint=f"e.g. {option} {example}")
         values.add(value)
     if not values:
-        raise UserError(f"{option}: no values given", hint=f"e.g. {option} 0,1,2,4")
+        raise UserError(f"{option}: no values given", hint=f"e.g. {option} {example}")
     return sorted(values)
 
 

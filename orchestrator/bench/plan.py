@@ -1,6 +1,7 @@
 """The plan of a bench sweep: its variants (llama-server configurations), the interleaved
-request order, the bench copy of an instance spec, and the patch check on the build manifest.
-See :mod:`orchestrator.bench.sweep` for how a sweep runs.
+request order, the bench copy of an instance spec, the patch check on the build manifest, and the
+config a bench or tune plans with (narrowed to its model, with the context its deepest prompt
+needs, within the model's trained context). See :mod:`orchestrator.bench.sweep` for how a sweep runs.
 """
 
 from __future__ import annotations
@@ -10,6 +11,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from orchestrator.bench.prompts import depth_label
+from orchestrator.config.schema import Config, ModelConfig
+from orchestrator.errors import UserError
+from orchestrator.launch.files import facts_at, model_files
 from orchestrator.launch.spec import InstanceSpec, with_draft_length, with_port
 
 PATCH_NAME = "per-request-draft-length"  # substring of the patch file name in the build manifest
@@ -97,3 +102,55 @@ def has_patch(manifest: dict[str, Any]) -> bool:
         if isinstance(name, str) and PATCH_NAME in name:
             return True
     return False
+
+
+def check_depths(config: Config, model: ModelConfig, ctx: int, deepest: int) -> None:
+    """Refuse ``--depths`` whose deepest prompt needs more context per slot (``ctx``) than the
+    model's ``ctx_size`` gives and its GGUF was trained for: the raised ``ctx_size`` is the run's,
+    not the user's, so the launch plan's message (which names models.yaml's ``ctx_size``) would
+    blame the wrong thing.
+
+    Raises:
+        UserError: naming ``--depths``, the context needed, the trained context and the deepest
+            depth that fits.
+    """
+    if ctx <= model.ctx_size // model.parallel or model.allow_ctx_beyond_trained:
+        return  # within the user's own ctx_size: the plan checks that as theirs
+    i = config.models.index(model)
+    gguf, _ = model_files(config, i, model)
+    trained = facts_at(config, i, model, gguf, ("path",)).context_length
+    if not trained or ctx <= trained:
+        return
+    fits = trained - (ctx - deepest)
+    example = f"{fits // 1024}k" if fits >= 1024 else str(max(fits, 0))
+    raise UserError(
+        f"--depths {depth_label(deepest).lower()}: the deepest prompt needs {ctx} tokens of context per slot "
+        f"(its {deepest} tokens, the question and the answer), more than {model.name!r} was trained for "
+        f"({trained} tokens); the run would raise ctx_size beyond it",
+        hint=f"use depths up to {max(fits, 0)} tokens (e.g. --depths {example}), or set allow_ctx_beyond_trained: "
+        f"true for {model.name!r} in {config.path or 'models.yaml'} (quality beyond the trained length is the model's)",
+    )
+
+
+def bench_config(config: Config, model: ModelConfig, ctx: int = 0) -> Config:
+    """The config narrowed to ``model``, with the acceptance fallback off (the bench wants every
+    K measured as launched, and reports low acceptance itself) and at least ``ctx`` tokens of
+    context per slot (the deepest prompt)."""
+    spec = model.speculative.model_copy(update={"spec_fallback": "warn"})
+    one = model.model_copy(update={"speculative": spec, "ctx_size": max(model.ctx_size, ctx * model.parallel)})
+    narrowed = config.model_copy(update={"models": [one]})
+    narrowed.path = config.path
+    return narrowed
+
+
+def fit_config(config: Config, model: ModelConfig, n_max: int | None, ctx: int = 0) -> Config:
+    """The whole config (every model at its own index, so located messages name the right
+    line) with ``model`` planned at the sweep's largest draft length and deepest prompt
+    (``ctx`` tokens per slot) and without fallback."""
+    spec = model.speculative.model_copy(update={"spec_fallback": "warn"})
+    if n_max is not None and n_max > spec.n_max:
+        spec = spec.model_copy(update={"n_max": n_max})
+    one = model.model_copy(update={"speculative": spec, "ctx_size": max(model.ctx_size, ctx * model.parallel)})
+    planned = config.model_copy(update={"models": [one if m is model else m for m in config.models]})
+    planned.path = config.path
+    return planned

@@ -52,7 +52,7 @@ from typing import Any
 from orchestrator.bench import report
 from orchestrator.bench.args import MAX_DRAFT_LENGTH, parse_depths, parse_int_list, parse_seeds
 from orchestrator.bench.manifest import manifest
-from orchestrator.bench.plan import has_patch
+from orchestrator.bench.plan import bench_config, check_depths, fit_config, has_patch
 from orchestrator.bench.prompts import Prompt, at_depths, select_prompts
 from orchestrator.bench.runner import Sweep, SweepProgress, SweepRun
 from orchestrator.bench.summary import Summary, disagreements, noise_warning, overall_domain, recommend, summarize
@@ -144,30 +144,6 @@ def pick_model(config: Config, name: str | None) -> ModelConfig:
         raise UserError(f"no model {name!r} in {config.path or 'models.yaml'}", hint=f"models: {names}") from None
 
 
-def _bench_config(config: Config, model: ModelConfig, ctx: int = 0) -> Config:
-    """The config narrowed to ``model``, with the acceptance fallback off (the bench wants every
-    K measured as launched, and reports low acceptance itself) and at least ``ctx`` tokens of
-    context per slot (the deepest prompt)."""
-    spec = model.speculative.model_copy(update={"spec_fallback": "warn"})
-    one = model.model_copy(update={"speculative": spec, "ctx_size": max(model.ctx_size, ctx * model.parallel)})
-    narrowed = config.model_copy(update={"models": [one]})
-    narrowed.path = config.path
-    return narrowed
-
-
-def _fit_config(config: Config, model: ModelConfig, n_max: int | None, ctx: int = 0) -> Config:
-    """The whole config (every model at its own index, so located messages name the right
-    line) with ``model`` planned at the sweep's largest draft length and deepest prompt
-    (``ctx`` tokens per slot) and without fallback."""
-    spec = model.speculative.model_copy(update={"spec_fallback": "warn"})
-    if n_max is not None and n_max > spec.n_max:
-        spec = spec.model_copy(update={"n_max": n_max})
-    one = model.model_copy(update={"speculative": spec, "ctx_size": max(model.ctx_size, ctx * model.parallel)})
-    planned = config.model_copy(update={"models": [one if m is model else m for m in config.models]})
-    planned.path = config.path
-    return planned
-
-
 @dataclass(frozen=True)
 class BenchTarget:
     """What a sweep runs on: the loaded ``config`` (and the file it came from), the ``model``,
@@ -185,14 +161,22 @@ class BenchTarget:
 
 
 def plan_target(
-    config_file: Path, model: str | None, *, n_max: int | None = None, force: bool = False, ctx: int = 0
+    config_file: Path,
+    model: str | None,
+    *,
+    n_max: int | None = None,
+    force: bool = False,
+    ctx: int = 0,
+    deepest: int = 0,
 ) -> BenchTarget:
     """Load models.yaml, pick the model, locate the build, detect GPUs and plan the model's launch.
 
     The fit check counts the largest draft length the sweep launches (``n_max``, tokens: more
     recurrent-state snapshots and draft logits than the model's own ``speculative.n_max``), and
     its messages name the model's own models.yaml line; ``force`` launches anyway. ``ctx``: tokens
-    of context a request needs (deep prompts); the bench's server gets at least that per slot.
+    of context a request needs (deep prompts: ``deepest``, the deepest ``--depths``, plus the
+    question and answer); the bench's server gets at least that per slot, within the model's
+    trained context (``plan.check_depths``).
 
     Raises:
         UserError: a config error, no such model, no native build, no planned instance, or a
@@ -200,12 +184,13 @@ def plan_target(
     """
     cfg = load_config(config_file)
     model_cfg = pick_model(cfg, model)
-    bcfg = _bench_config(cfg, model_cfg, ctx)
+    check_depths(cfg, model_cfg, ctx, deepest)
+    bcfg = bench_config(cfg, model_cfg, ctx)
     info = build.locate()
     gpu_list, gpu_source = gpus_mod.detect_gpus()
     capabilities = probe_capabilities(info)
     planned = launch.plan_launch(
-        _fit_config(cfg, model_cfg, n_max, ctx),
+        fit_config(cfg, model_cfg, n_max, ctx),
         gpus=gpu_list,
         build=info,
         capabilities=capabilities,

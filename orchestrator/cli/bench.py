@@ -81,7 +81,9 @@ def run_bench(
         k=k, seeds=seeds, prompts=prompts, prompts_file=prompts_file, n_predict=n_predict, reps=reps,
         temperature=temperature, depths=depths,
     )  # fmt: skip
-    target = sweep.plan_target(config, model, n_max=max(options.ks), force=force, ctx=options.ctx_needed)
+    target = sweep.plan_target(
+        config, model, n_max=max(options.ks), force=force, ctx=options.ctx_needed, deepest=max(options.depths)
+    )
     _make_folder(out)
     started = datetime.now(UTC)
     with _progress_bar() as progress:

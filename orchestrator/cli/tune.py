@@ -41,14 +41,17 @@ def run_tune(
         UserError: bad options, config, missing build, a model that does not fit (without
             ``force``), an instance that fails to load, a request error.
     """
-    ubatches = parse_int_list(ubatch, option="--ubatch", minimum=1)
+    ubatches = parse_int_list(
+        ubatch, option="--ubatch", minimum=1, example=DEFAULT_UBATCHES,
+        meaning="physical batch sizes: prompt tokens per prefill step, at least 1",
+    )  # fmt: skip
     depth_list = [d for d in parse_depths(depths) if d > 0]
     if not depth_list:
         raise UserError("--depths needs at least one depth above 0 (e.g. 8k,32k)")
     if rounds < 2:
         raise UserError("--rounds must be at least 2 (a median over one round has no spread)")
     ctx = max(depth_list) + n_predict + 64
-    target = sweep.plan_target(config, model, force=force, ctx=ctx)
+    target = sweep.plan_target(config, model, force=force, ctx=ctx, deepest=max(depth_list))
     settings = tune.settings_for(target, ubatches, probe_capabilities(target.build).flags)
     with tempfile.TemporaryDirectory(prefix="orchestrator-tune-") as logs, _progress_bar() as progress:
         runner = tune.Tune(

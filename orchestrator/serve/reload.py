@@ -8,6 +8,13 @@ restarts only what changed. When the file is invalid or the change needs a full 
 changes: the located error is logged, shown in ``GET /status`` (``config_error``) and returned to
 ``orchestrator reload`` (exit status 1).
 
+Who may call changes first. Every request for a reload also reads the file at once, outside the
+queue of reloads, and a valid one's API keys (``rollout.AUTH_KEYS``) become current
+(``ModelScheduler.take_auth``) before the launch is planned (seconds) and while an earlier
+reload's restart still drains: a key the edit removed is refused from then on. A reload applied
+later never brings back the keys of a file read before the newest one. A plan that is then
+refused leaves the new keys in force (a removed key stays removed).
+
 Reloads are serial and coalesced: one runs at a time, and every request for a reload that arrives
 while one runs joins the one pending reload after it (a burst of SIGHUPs and edits is at most two
 reloads, the second reading the file as it is by then). ``Reloading.stop`` drops the pending one
@@ -25,11 +32,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from orchestrator.config.load import load_config
 from orchestrator.errors import ApiError, UserError
-from orchestrator.supervise.rollout import NO_CHANGE, RestartRequired
+from orchestrator.supervise.rollout import NO_CHANGE, RestartRequired, with_auth
 
 if TYPE_CHECKING:
-    from orchestrator.config.schema import Config
+    from orchestrator.config.schema import Config, ServerConfig
     from orchestrator.launch.spec import InstanceSpec
     from orchestrator.supervise.rollout import ReloadReport
     from orchestrator.supervise.scheduler import ModelScheduler
@@ -49,17 +57,29 @@ class ConfigReloader:
             native build and the GPUs); raises ``UserError`` for an invalid file.
         scheduler: applies the new plan to the models (and swaps the running config).
         on_note: where lines for people go (the ``up`` display).
+        read: reads and validates the file alone (the API keys' early step); raises ``UserError``.
 
     ``reloads`` counts reloads applied, ``attempts`` every reload run (applied or refused).
     """
 
     def __init__(
-        self, path: Path, prepare: Prepare, scheduler: ModelScheduler, on_note: Callable[[str], None] = log.warning
+        self,
+        path: Path,
+        prepare: Prepare,
+        scheduler: ModelScheduler,
+        on_note: Callable[[str], None] = log.warning,
+        read: Callable[[Path], Config] = load_config,
     ) -> None:
         self.path = path
         self.prepare = prepare
         self.scheduler = scheduler
         self.on_note = on_note
+        self.read = read
+        # reads of the file, numbered in the order they start; the newest whose keys are in force
+        self._reads = 0
+        self._auth: tuple[int, ServerConfig] | None = None
+        self._auth_task: asyncio.Task[None] | None = None
+        self._auth_again = False
         self.reloads = 0
         self.attempts = 0
         # the last reload that changed something: (time.time(), why, summary); `orchestrator reload`
@@ -72,6 +92,7 @@ class ConfigReloader:
         """Ask for a reload (``why``: ``file changed``, ``SIGHUP``, ``request``) and return its result
         to come: the pending reload's, when one already waits (coalesced), else a new pending one
         that runs once the running one (if any) ends."""
+        self._take_auth_soon()
         if self._pending is None:
             future: asyncio.Future[ReloadReport] = asyncio.get_running_loop().create_future()
             future.add_done_callback(_retrieve)  # a refused reload nobody awaits is logged, not warned
@@ -94,6 +115,8 @@ class ConfigReloader:
         if self._pending is not None:
             self._pending[0].cancel()
             self._pending = None
+        if self._auth_task is not None:
+            self._auth_task.cancel()
         if self._worker is not None:
             self._worker.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -115,11 +138,41 @@ class ConfigReloader:
                 if not future.done():
                     future.set_result(report)
 
+    def _take_auth_soon(self) -> None:
+        """Read the file now and make its keys current (``_take_auth``), coalesced like reloads."""
+        if self._auth_task is not None and not self._auth_task.done():
+            self._auth_again = True
+            return
+        self._auth_task = asyncio.get_running_loop().create_task(self._take_auth(), name="reload keys")
+
+    async def _take_auth(self) -> None:
+        self._auth_again = True
+        while self._auth_again:
+            self._auth_again = False
+            self._reads += 1
+            n = self._reads
+            try:
+                config = await asyncio.to_thread(self.read, self.path)
+            except (UserError, OSError):
+                continue  # the reload itself says why
+            self._newest_auth(n, config)
+
+    def _newest_auth(self, n: int, config: Config) -> Config:
+        """``config``, the file as read by read number ``n``, with the keys of the newest read: its
+        own (made current at once) when no later read was taken meanwhile."""
+        if self._auth is not None and self._auth[0] > n:
+            return with_auth(config, self._auth[1])
+        if self.scheduler.take_auth(config):
+            self._auth = (n, config.server)
+        return config
+
     async def _reload_once(self, why: str) -> ReloadReport:
         self.attempts += 1
+        self._reads += 1
+        n = self._reads
         try:
             config, specs, notes = await asyncio.to_thread(self.prepare, self.path)
-            report = await self.scheduler.apply(config, specs)
+            report = await self.scheduler.apply(self._newest_auth(n, config), specs)
         except UserError as err:
             text = str(err) + (f" ({err.hint})" if err.hint else "")
             self.scheduler.refused(text)

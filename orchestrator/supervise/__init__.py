@@ -20,7 +20,8 @@ Concern -> file:
 - reading llama-server's health answers and log lines (pure): ``readiness.py``
 - all instances, replica picking, waiting for readiness: ``supervisor.py``
 - prompt caches across stops: save before a stop, verified restore and warm prefixes before
-  ready: ``kv_persist.py``; the saved files (format, layout key, 0600, SHA-256, LRU disk
+  ready: ``kv_persist.py``; a model's persistence state and when a KV folder that failed is tried
+  again: ``kv_state.py``; the saved files (format, layout key, 0600, SHA-256, LRU disk
   budget): ``kv_files.py``; llama-server's slot routes: ``slot_client.py``; which slot and
   replica hold a prompt's longest prefix: ``affinity.py``
 - a model's RPC workers (models.yaml ``rpc:``): wait for them, notice a lost one: ``rpc_workers.py``

@@ -23,8 +23,12 @@ A restore is verified: the saved tokens plus one more are sent to that slot, and
 and say nothing). The probe token is then undone by restoring the file again. A slot saved full
 (no room for the probe) is trusted on ``n_restored``. A restore that does not verify is logged,
 its file dropped, the slot erased, and persistence is turned off for that model for the rest of
-the run, with a warning in ``status``; so is a KV folder that cannot be written (read-only, full,
-not ours): the model loads and serves without persistence.
+the run, with a warning in ``status``. A KV folder that cannot be written (read-only, full, not
+ours) turns it off too, but not for good: the model loads and serves without persistence, and the
+next save or restore at least ``kv_state.RETRY_S`` later tries the folder again (a small write,
+and for a full disk more free space than at the fault); once it takes writes, persistence resumes.
+``status`` shows when it was last turned off (``turned_off_at``) and when it last resumed
+(``resumed_at``), as ``time.time()`` seconds.
 
 With native patch 0003 a saved file carries the slot's context checkpoints and the draft's state:
 a hybrid model (gated delta-net layers, whose state cannot roll back) restored from it serves the
@@ -36,12 +40,9 @@ tests/native/test_patches_slot_checkpoints.py).
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import errno
 import logging
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -55,6 +56,7 @@ from orchestrator.supervise.kv_files import (
     slot_filename,
     state_id,
 )
+from orchestrator.supervise.kv_state import ModelKv, still_unwritable, write_problem
 from orchestrator.supervise.slot_client import SlotClient, SlotError
 from orchestrator.supervise.states import SERVING
 
@@ -69,30 +71,6 @@ log = logging.getLogger("orchestrator.kv")
 WarmTokens = Callable[["ModelConfig"], list[list[int]]]
 #: llama-server's answer when it cannot write the file (``SERVER_TASK_TYPE_SLOT_SAVE``)
 SAVE_REFUSED = "Unable to save slot"
-
-
-@dataclass
-class ModelKv:
-    """Persistence state and counters of one model (for ``status`` and metrics)."""
-
-    enabled: bool
-    warning: str | None = None
-    saved: int = 0  # slot files written
-    superseded: int = 0  # saved states dropped: their conversation has a longer one on disk
-    busy_skipped: int = 0  # slots still generating at a save (not waited for)
-    restored: int = 0  # slot files restored and verified
-    checkpoints: int = 0  # context checkpoints restored with them
-    crash_restores: int = 0  # replicas restored after a crash restart
-    warmed: int = 0  # warm prefixes prefilled
-    skipped: int = 0  # files refused: corrupt, truncated, unreadable
-    verify_failures: int = 0
-    restore_seconds: float = 0.0  # total, of verified restores
-    last_restore_s: float | None = None
-    warm_seconds: float = 0.0  # total prefill time of warm prefixes
-
-    def row(self) -> dict[str, Any]:
-        """JSON-serialisable: the ``kv`` block of the model's ``status`` row."""
-        return dict(vars(self))
 
 
 class KvPersistence:
@@ -137,7 +115,7 @@ class KvPersistence:
         Never raises: a failure is logged and kept as the model's warning (the stop goes on); a
         folder that cannot be written turns persistence off for the model."""
         st = self.model(model.name)
-        if not (model.kv_persist and st.enabled):
+        if not model.kv_persist or not (st.enabled or await self._retry(st, model.name, instances)):
             return
         async with self._lock(model.name):
             for inst in instances:
@@ -149,7 +127,7 @@ class KvPersistence:
                     self._disk_fault(st, model.name, err)
                 except SlotError as err:
                     if SAVE_REFUSED in str(err):  # llama-server could not write the file
-                        why = await asyncio.to_thread(_write_problem, self.store.root / model.name)
+                        why = await asyncio.to_thread(write_problem, self.store.root / model.name)
                         self._disk_fault(st, model.name, why)
                     else:
                         self._warn(
@@ -199,8 +177,8 @@ class KvPersistence:
         module). Never raises: problems become warnings and counters."""
         st = self.model(model.name)
         warm = await self._warm(model, st, instances)
+        persist = model.kv_persist and (st.enabled or await self._retry(st, model.name, instances))
         async with self._lock(model.name):
-            persist = model.kv_persist and st.enabled
             if persist:
                 try:
                     await asyncio.to_thread(self.store.drop_unsealed, model.name)
@@ -345,29 +323,36 @@ class KvPersistence:
             log.warning("kv: erasing slot %d at %s failed: %s", sid, url, err)
 
     def _disk_fault(self, st: ModelKv, model: str, err: OSError) -> None:
-        """The KV folder cannot be written: persistence off for ``model``, the fault in ``/health``."""
+        """The KV folder cannot be written: persistence off for ``model`` until a later try finds it
+        writable (``_retry``), the fault in ``/health``."""
         disk.failed(f"saved prompt caches of {model}", err.filename or self.store.root / model, err)
         self._warn(st, model, f"kv_persist turned off: the KV folder cannot be written ({err})")
+        st.disk_fault(self.store.root / model, err)
+
+    async def _retry(self, st: ModelKv, model: str, instances: list[Instance]) -> bool:
+        """Whether persistence, turned off by the disk, resumes now (``kv_state``: at most every
+        ``RETRY_S``, when the KV folder takes writes again)."""
+        if not st.retry_due():
+            return False
+        folder = self.store.root / model
+        problem = await asyncio.to_thread(still_unwritable, folder, st.free_at_fault)
+        if problem is not None:
+            disk.failed(f"saved prompt caches of {model}", problem.filename or folder, problem)  # counts the try
+            log.info("kv: %s: the KV folder still cannot be written (%s); it is tried again later", model, problem)
+            return False
+        off_since = time.strftime("%H:%M:%S", time.localtime(st.turned_off_at or time.time()))
+        st.resume()
+        disk.succeeded(f"saved prompt caches of {model}")
+        log.warning("kv: %s: kv_persist resumed: the KV folder takes writes again (off since %s)", model, off_since)
+        for inst in instances:  # in place of their "turned off" warning
+            inst.record_error("kv_persist", f"resumed at {time.strftime('%H:%M:%S')} (off since {off_since})")
+        return True
 
     def _warn(self, st: ModelKv, model: str, text: str, *, disable: bool = True) -> None:
         log.warning("kv: %s: %s", model, text)
         st.warning = text
         if disable:
-            st.enabled = False
-
-
-def _write_problem(folder: Path) -> OSError:
-    """Why llama-server could not write a slot file into ``folder``: the error of a small write
-    there, else (a small file fits, a slot file did not) no space."""
-    probe = folder / ".kv-write-probe"
-    try:
-        probe.write_bytes(b"\0" * 4096)
-        probe.unlink()
-    except OSError as err:
-        with contextlib.suppress(OSError):
-            probe.unlink()
-        return err
-    return OSError(errno.ENOSPC, "no room for a slot file", str(folder))
+            st.turn_off()
 
 
 def _mark(inst: Instance, slot: dict[str, Any]) -> tuple[int | None, int] | None:

@@ -17,6 +17,10 @@ plan with the running one:
 - every other key applies from the next request (the running config's readers), and a replica
   made from now on takes the new ``timeouts.load`` and ``timeouts.stall``.
 
+Who may call (``AUTH_KEYS``: ``server.api_keys``, ``auth_health``, ``auth_metrics``) changes
+first: ``take_auth`` makes a read file's keys current before its launch is planned (seconds) and
+while an earlier reload still drains, so a removed key is refused from the moment the file is read.
+
 Reloads run one at a time. Every stop goes through ``before_stop`` (reason ``reload``).
 """
 
@@ -34,13 +38,15 @@ from orchestrator.supervise.model_state import ModelState
 from orchestrator.supervise.transitions import ModelTransitions
 
 if TYPE_CHECKING:
-    from orchestrator.config.schema import Config
+    from orchestrator.config.schema import Config, ServerConfig
     from orchestrator.launch.spec import InstanceSpec
     from orchestrator.supervise.instance import Instance
 
 # server keys the running endpoint cannot change: its socket, CORS, and what uvicorn's HTTP
 # protocol was built with (the header limits)
 RESTART_KEYS = ("host", "port", "cors_origins", "ollama_api", "max_header_bytes", "timeouts.client_header")
+# server keys that decide who may call: current at once (``Rollout.take_auth``)
+AUTH_KEYS = ("api_keys", "auth_health", "auth_metrics")
 
 
 class RestartRequired(UserError):
@@ -74,10 +80,29 @@ def _busy(inst: Instance) -> Callable[[], bool]:
     return lambda: inst.in_flight > 0
 
 
+def with_auth(config: Config, server: ServerConfig) -> Config:
+    """``config`` with the ``AUTH_KEYS`` of ``server`` (a new snapshot)."""
+    auth = {k: getattr(server, k) for k in AUTH_KEYS}
+    return config.model_copy(update={"server": config.server.model_copy(update=auth)})
+
+
 class Rollout(ModelTransitions):
     """Restart and reload, as ``ModelScheduler``'s own methods (see the module)."""
 
     _reloading: asyncio.Lock  # reloads run one at a time
+
+    def take_auth(self, config: Config) -> bool:
+        """Make ``config``'s ``AUTH_KEYS`` current now, all else as it runs (a reload's first step:
+        before its launch is planned, and while an earlier reload still drains). False, changing
+        nothing, when ``config`` needs a full restart (its reload will be refused)."""
+        current = self.running.current
+        try:
+            _refuse_restart_keys(current, config)
+        except RestartRequired:
+            return False
+        if any(getattr(current.server, k) != getattr(config.server, k) for k in AUTH_KEYS):
+            self.running.swap(with_auth(current, config.server))
+        return True
 
     async def _restart_model(self, m: ManagedModel, specs: list[InstanceSpec] | None = None) -> None:
         """Restart ``m``'s replicas one at a time (drain, stop, start, wait until it serves), with

@@ -94,3 +94,27 @@ def test_tune_on_the_echo_model_prints_the_table_and_applies_it(
     bs = model.speculative.backend_sampling
     assert f"backend_sampling: {str(bs).lower()}" in said if bs is not None else "backend_sampling: as it is" in said
     assert cfg.read_text().startswith("# kept")
+
+
+@pytest.mark.parametrize("command", ["tune", "bench"])
+def test_depths_beyond_the_trained_context_blame_depths_not_models_yaml(
+    tmp_path: Path, echo_model: Path, command: str
+) -> None:
+    """The run raises ctx_size for its deepest prompt; the message used to name the user's
+    models.yaml ctx_size line (4096 trained tokens, ctx_size 512 in the file)."""
+    cfg = tmp_path / "models.yaml"
+    cfg.write_text(f"models:\n  - name: echo\n    path: {echo_model}\n    ctx_size: 512\n    threads: 1\n")
+    res = CliRunner().invoke(app, [command, "-c", str(cfg), "--depths", "8k"])
+    assert res.exit_code == 2, res.output  # a UserError
+    said = " ".join(res.output.split())
+    assert "--depths 8k" in said and "trained for (4096 tokens)" in said, said
+    assert "models.yaml:" not in said and "set ctx_size" not in said, said  # not the user's line
+    assert "e.g. --depths 3k" in said and "allow_ctx_beyond_trained" in said, said
+
+
+def test_ubatch_0_is_refused_with_an_example_that_works(tmp_path: Path) -> None:
+    res = CliRunner().invoke(app, ["tune", "-c", str(tmp_path / "models.yaml"), "--ubatch", "0"])
+    said = " ".join(res.output.split())
+    assert res.exit_code == 2 and "--ubatch: 0 is below 1" in said and "prefill step" in said, said
+    example = said.split("e.g. --ubatch", 1)[1].split()[0]
+    assert example == "512,1024,2048" and "0" not in example.split(","), said

@@ -181,3 +181,31 @@ def test_gateway_case(stack: Stack, case: dict[str, Any]) -> None:
             run.check(req["check"], req, body, text)
         else:
             run.previous = body
+
+
+@pytest.mark.parametrize(
+    ("path", "fields"),
+    [
+        ("/v1/responses/compact", {}),
+        ("/v1/responses/compact", {"input": []}),
+        ("/v1/responses/compact", {"input": ""}),
+        ("/v1/responses", {"input": [{"type": "compaction_trigger"}]}),
+        ("/v1/responses", {"input": [{"type": "compaction_trigger"}], "stream": True}),
+    ],
+    ids=["compact-no-input", "compact-empty-list", "compact-empty-string", "trigger-alone", "trigger-alone-stream"],
+)
+def test_a_compaction_with_nothing_to_compact_is_a_400_naming_input(
+    stack: Stack, path: str, fields: dict[str, Any]
+) -> None:
+    """No history: the model used to summarise nothing, holding the slot for up to 2048 tokens (10-21 s)
+    and answering 200; now a 400 in the OpenAI shape, and nothing reaches llama-server."""
+    stack.recorder.clear()
+    r = httpx.post(
+        stack.url + path, json={"model": "demo", **fields}, headers={"Authorization": "Bearer K1"}, timeout=60
+    )
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert (error["param"], error["type"]) == ("input", "invalid_request_error")
+    assert error["code"] == "missing_required_parameter"
+    assert "input" in error["message"]
+    assert stack.recorder.requests == []

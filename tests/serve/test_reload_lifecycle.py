@@ -1,11 +1,15 @@
 """Reloads through real llama-servers (tiny models on the CPU): a model the reload adds is listed by
 the official Ollama client (``/api/tags``, ``/api/ps`` with its context) and by ``/v1/models``; a
 model the reload removes answers 404 at once while another model's restart is still draining;
-reloads asked for in a burst run one at a time, at most one pending (``ConfigReloader``)."""
+reloads asked for in a burst run one at a time, at most one pending (``ConfigReloader``); an API
+key the edited file removes is refused as soon as the file is read, before the launch is planned
+and while an earlier reload's restart drains, and a reload applied later never brings it back."""
 
 from __future__ import annotations
 
 import asyncio
+import json
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -15,6 +19,8 @@ import ollama
 import pytest
 from scheduler_helpers import chat, lifecycle_config, lifecycle_stack, plan, state, tiny_models, wait_until
 
+from orchestrator.config.load import load_config
+from orchestrator.config.schema import Config
 from orchestrator.serve.reload import ConfigReloader
 from orchestrator.supervise.model_state import ModelState
 
@@ -115,4 +121,90 @@ def test_a_burst_of_reload_requests_runs_at_most_two_reloads_and_stop_drops_the_
         assert stack.run(backlog_then_stop()) < 1.0
         assert reloader.attempts - before <= 1  # the pending one never ran
     finally:
+        stack.close()
+
+
+def _write(path: Path, config: Config) -> None:
+    path.write_text(json.dumps(config.model_dump(mode="json", exclude_defaults=True)))  # JSON is YAML
+
+
+def _status_with(url: str, key: str) -> int:
+    return httpx.get(url + "/v1/models", headers={"Authorization": f"Bearer {key}"}, timeout=30).status_code
+
+
+def test_a_removed_key_is_refused_once_the_file_is_read_before_the_plan(
+    tmp_path: Path, bin_info: Any, tiny: list[Path]
+) -> None:
+    """The launch plan of a reload took 5 s here (1.4-3.3 s in the stress run) and the old key
+    answered meanwhile. Each plan waits on a gate here, so nothing depends on how long it takes."""
+    a = {"name": "a", "path": str(tiny[0])}
+    both, kept = {"api_keys": ["old", "keep"]}, {"api_keys": ["keep"]}
+    stack = lifecycle_stack(tmp_path, bin_info, [a], server=both)
+    path = tmp_path / "models.yaml"
+    _write(path, lifecycle_config([a], server=both))
+    gates, read = [threading.Event(), threading.Event()], []
+
+    def prepare(file: Path) -> Any:
+        config = load_config(file)  # read first, then plan, as `up` does
+        read.append(config.server.api_keys)
+        gates[len(read) - 1].wait(60)
+        return config, plan(config, bin_info), []
+
+    reloader = ConfigReloader(path, prepare, stack.scheduler, lambda _note: None)
+    try:
+        assert _status_with(stack.url, "old") == 200
+        first = asyncio.run_coroutine_threadsafe(reloader.reload("SIGHUP"), stack.loop)
+        wait_until("the first reload to read the file", lambda: read == [["old", "keep"]])
+        _write(path, lifecycle_config([a], server=kept))
+        second = asyncio.run_coroutine_threadsafe(reloader.reload("file changed"), stack.loop)
+        wait_until("the removed key refused", lambda: _status_with(stack.url, "old") == 401, timeout=30)
+        assert reloader.reloads == 0 and not first.done()  # both plans still wait
+        assert _status_with(stack.url, "keep") == 200
+        gates[0].set()
+        first.result(timeout=60)  # the first reload applies the file it read, with the old key...
+        assert _status_with(stack.url, "old") == 401  # ...but never brings that key back
+        assert not second.done()
+        gates[1].set()
+        second.result(timeout=60)
+        assert _status_with(stack.url, "old") == 401 and _status_with(stack.url, "keep") == 200
+        assert stack.scheduler.config.server.api_keys == ["keep"]
+    finally:
+        for gate in gates:
+            gate.set()
+        stack.run(reloader.stop())
+        stack.close()
+
+
+def test_a_removed_key_is_refused_while_an_earlier_reload_drains_a_restart(
+    tmp_path: Path, bin_info: Any, tiny: list[Path]
+) -> None:
+    a = {"name": "a", "path": str(tiny[0])}
+    both, kept = {"api_keys": ["old", "keep"]}, {"api_keys": ["keep"]}
+    stack = lifecycle_stack(tmp_path, bin_info, [a], server=both)
+    path = tmp_path / "models.yaml"
+    restarted = {**a, "ctx_size": 1024}  # a's launch changes: its replica drains, then restarts
+    _write(path, lifecycle_config([restarted], server=both))
+
+    def prepare(file: Path) -> Any:
+        config = load_config(file)
+        return config, plan(config, bin_info), []
+
+    reloader = ConfigReloader(path, prepare, stack.scheduler, lambda _note: None)
+    try:
+        headers = {"Authorization": "Bearer keep"}
+        assert httpx.post(stack.url + "/v1/chat/completions", json=chat("a"), headers=headers, timeout=120).is_success
+        lease = stack.run(stack.scheduler.acquire("a"))  # a request in flight: the restart drains
+        first = asyncio.run_coroutine_threadsafe(reloader.reload("SIGHUP"), stack.loop)
+        wait_until("a's restart to drain its replica", lambda: stack.scheduler.models["a"].draining, timeout=60)
+        _write(path, lifecycle_config([restarted], server=kept))
+        second = asyncio.run_coroutine_threadsafe(reloader.reload("file changed"), stack.loop)
+        wait_until("the removed key refused", lambda: _status_with(stack.url, "old") == 401, timeout=30)
+        assert not first.done() and stack.scheduler.models["a"].draining  # still draining
+        stack.loop.call_soon_threadsafe(lease.release)
+        assert first.result(timeout=120).restarted == ["a"]
+        second.result(timeout=120)
+        assert _status_with(stack.url, "old") == 401 and _status_with(stack.url, "keep") == 200
+        assert state(stack, "a") is ModelState.READY
+    finally:
+        stack.run(reloader.stop())
         stack.close()

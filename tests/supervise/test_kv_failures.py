@@ -3,6 +3,8 @@
 - a read-only KV folder (a read-only tmpfs) and a full one (a tmpfs with no room left) turn
   persistence off for the model with a warning in ``/status``; the model loads, serves, unloads
   and loads again, and no partial file is left behind;
+- once the full disk has room again, persistence resumes at the next save or load (tried at most
+  every ``RETRY_S``), and ``/status`` says when it went off and when it came back;
 - a slot filled to the end of its context is saved and restored like any other;
 - an unload with a stream still running honours ``server.timeouts.drain``: the busy slot is not
   waited for;
@@ -32,6 +34,7 @@ from scheduler_helpers import lifecycle_stack, tiny_models, wait_until
 from orchestrator.config.schema import Timeouts
 from orchestrator.host import disk
 from orchestrator.serve.cache import prompt_cache
+from orchestrator.supervise import kv_state
 
 pytestmark = [pytest.mark.slow, pytest.mark.server]
 
@@ -121,6 +124,57 @@ def test_a_full_kv_folder_turns_persistence_off_and_leaves_no_partial_file(
             assert sorted(p.name for p in folder.iterdir()) == ["filler"]
             faults = httpx.get(stack.url + "/status", timeout=30).json()["disk"]
             assert [f["error"] for f in faults if "prompt caches of a" in f["what"]] == [os.strerror(errno.ENOSPC)]
+        finally:
+            stack.close()
+
+
+def _cycle(url: str) -> None:
+    """Load, one request, unload (a save, and at the load a restore)."""
+    _post(url, "/models/load", {"model": "a"}, timeout=120)
+    assert _post(url, "/v1/completions", {"model": "a", "prompt": long_text("doc", 100), "max_tokens": 2})
+    _post(url, "/models/unload", {"model": "a"}, timeout=120)
+
+
+def _kv_fault(url: str) -> dict[str, Any] | None:
+    faults = httpx.get(url + "/status", timeout=30).json()["disk"]
+    return next((f for f in faults if f["what"] == "saved prompt caches of a"), None)
+
+
+def test_a_full_kv_folder_resumes_persistence_once_space_returns(
+    tmp_path: Path, kv_root: Path, bin_info: Any, tiny: list[Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It stayed off for the rest of the run. Now: a still-full disk is tried without a failing
+    save, a try comes at most every RETRY_S, and once the filler is gone the next save resumes."""
+    monkeypatch.setattr(prompt_cache, "IDLE_SAVE_S", 1e9)  # only the unloads save: no try at a random time
+    monkeypatch.setattr(kv_state, "RETRY_S", 3600.0)
+    with tmpfs(kv_root / "a", "mode=0700,size=256k") as folder:
+        filler = folder / "filler"
+        filler.write_bytes(b"\0" * (256 - 16) * 1024)  # 16 KiB left: less than one slot
+        stack = lifecycle_stack(tmp_path, bin_info, [{"name": "a", "path": str(tiny[0]), "ctx_size": 4096}])
+        try:
+            _cycle(stack.url)
+            off = _row(stack.url, "a")["kv"]
+            assert off["enabled"] is False and off["turned_off_at"] and off["resumed_at"] is None, off
+            assert "kv_persist turned off" in off["warning"]
+            monkeypatch.setattr(kv_state, "RETRY_S", 0.0)
+            tries = _kv_fault(stack.url)["count"]  # type: ignore[index]
+            _cycle(stack.url)  # still full: tried at the load and at the save, without writing a slot
+            still = _row(stack.url, "a")["kv"]
+            assert (still["enabled"], still["saved"], still["turned_off_at"]) == (False, 0, off["turned_off_at"])
+            assert _kv_fault(stack.url)["count"] == tries + 2  # type: ignore[index]
+            filler.unlink()
+            monkeypatch.setattr(kv_state, "RETRY_S", 3600.0)
+            _cycle(stack.url)  # room again, but the last try was just now: not yet
+            assert _row(stack.url, "a")["kv"]["enabled"] is False
+            monkeypatch.setattr(kv_state, "RETRY_S", 0.0)
+            _cycle(stack.url)  # resumed at the load, saved at the unload
+            kv = _row(stack.url, "a")["kv"]
+            assert (kv["enabled"], kv["warning"], kv["saved"]) == (True, None, 1), kv
+            assert kv["turned_off_at"] == off["turned_off_at"] < kv["resumed_at"] <= time.time(), kv
+            assert _kv_fault(stack.url) is None
+            assert len(list(folder.glob("*.bin"))) == 1
+            _post(stack.url, "/models/load", {"model": "a"}, timeout=120)
+            assert _row(stack.url, "a")["kv"]["restored"] == 1
         finally:
             stack.close()
 

@@ -134,7 +134,10 @@ def check_tools(body: dict[str, Any]) -> None:
 def unsatisfiable(schema: Any, path: str) -> str | None:
     """The path of a part of ``schema`` that no value can match and that every value must (the
     root, ``allOf`` members, required properties), or None. Found: ``false``, ``{"not": {}}``,
-    ``{"not": true}``, an empty ``enum`` or ``type`` list."""
+    ``{"not": true}``, an empty ``enum`` or ``type`` list, and ``allOf`` members whose ``type``s
+    share no JSON type with each other or the schema's own (``string`` and ``integer``: the
+    converter ran such a schema unconstrained, a 200 that ignored it); the path then names the
+    first member that leaves no type."""
     if schema is False:
         return path
     if not isinstance(schema, dict):
@@ -142,15 +145,59 @@ def unsatisfiable(schema: Any, path: str) -> str | None:
     if schema.get("not") in ({}, True) or schema.get("enum") == [] or schema.get("type") == []:
         return path
     parts = schema.get("allOf")
+    allowed = _own_types(schema)
     for j, part in enumerate(parts if isinstance(parts, list) else []):
         if (found := unsatisfiable(part, f"{path}.allOf[{j}]")) is not None:
             return found
+        allowed = _meet(allowed, _types(part))
+        if allowed is not None and not allowed:
+            return f"{path}.allOf[{j}]"
     props, required = schema.get("properties"), schema.get("required")
     if isinstance(props, dict) and isinstance(required, list):
         for name in required:
             if isinstance(name, str) and (found := unsatisfiable(props.get(name), f"{path}.properties.{name}")):
                 return found
     return None
+
+
+#: JSON Schema's type names; ``number`` is ``integer`` or ``fraction`` (any other number), so that
+#: ``integer`` and ``number`` meet in ``integer``
+_TYPE_SETS = {
+    "null": frozenset({"null"}),
+    "boolean": frozenset({"boolean"}),
+    "object": frozenset({"object"}),
+    "array": frozenset({"array"}),
+    "string": frozenset({"string"}),
+    "integer": frozenset({"integer"}),
+    "number": frozenset({"integer", "fraction"}),
+}
+
+
+def _own_types(schema: dict[str, Any]) -> frozenset[str] | None:
+    """The JSON types a schema's own ``type`` allows; None for any (no ``type``, or one we do not
+    know: llama-server's converter refuses that itself)."""
+    names = schema.get("type")
+    names = [names] if isinstance(names, str) else names
+    if not isinstance(names, list) or not all(isinstance(n, str) and n in _TYPE_SETS for n in names):
+        return None
+    return frozenset().union(*(_TYPE_SETS[n] for n in names))
+
+
+def _types(schema: Any) -> frozenset[str] | None:
+    """The JSON types every value of ``schema`` has: its own ``type`` met with its ``allOf``
+    members' (None for any)."""
+    if not isinstance(schema, dict):
+        return None
+    allowed = _own_types(schema)
+    parts = schema.get("allOf")
+    for part in parts if isinstance(parts, list) else []:
+        allowed = _meet(allowed, _types(part))
+    return allowed
+
+
+def _meet(a: frozenset[str] | None, b: frozenset[str] | None) -> frozenset[str] | None:
+    """The types both allow (None: any)."""
+    return b if a is None else a if b is None else a & b
 
 
 def format_schema(fmt: dict[str, Any]) -> dict[str, Any] | None:

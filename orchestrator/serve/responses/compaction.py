@@ -68,11 +68,25 @@ def triggered(body: dict[str, Any]) -> bool:
 
 def summary_request(body: dict[str, Any], *, stream: bool = False) -> dict[str, Any]:
     """The ``/v1/responses`` request that asks the model for the summary of ``body``'s input (the
-    history as sent, a trailing ``compaction_trigger`` left out, then :data:`COMPACT_PROMPT`)."""
+    history as sent, a trailing ``compaction_trigger`` left out, then :data:`COMPACT_PROMPT`).
+
+    Raises:
+        ApiError: 400 naming ``input`` when there is nothing to compact (no ``input``, an empty
+            string or list, or only a ``compaction_trigger``): the model would summarise nothing,
+            holding a slot for up to :data:`SUMMARY_TOKENS` tokens of invention.
+    """
     items = body.get("input")
     history: list[Any] = [{"role": "user", "content": items}] if isinstance(items, str) else list(items or [])
     while history and isinstance(history[-1], dict) and history[-1].get("type") == TRIGGER:
         history.pop()
+    if (not history or items == "") and not body.get("previous_response_id"):  # that one the repair refuses
+        raise ApiError(
+            400,
+            "'input' is required: the conversation to compact (a string or a non-empty list of items); "
+            "there is nothing to compact without it",
+            param="input",
+            code="missing_required_parameter",
+        )
     # previous_response_id stays: the repair refuses it (400), as for any request, rather than
     # summarising part of a history without a word
     out = {k: v for k, v in body.items() if k not in ("stream", "store")}

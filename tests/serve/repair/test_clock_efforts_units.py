@@ -1,7 +1,7 @@
 """Clock lines moved out of the system prompt (``repair.clock``), reasoning effort onto a template's
 levels (``repair.efforts``), an answer that ended inside its thinking (``repair.thinking_only``):
-the pure rules, on literals. The live cases are in ``tests/serve/test_thinking_only_live.py``, ``test_effort_levels_live.py``
-and ``test_clock_cache_live.py``."""
+the pure rules, on literals. The live cases are in ``tests/serve/test_thinking_only_live.py``,
+``test_effort_levels_live.py`` and ``test_clock_cache_live.py``."""
 
 from __future__ import annotations
 

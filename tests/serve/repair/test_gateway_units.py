@@ -58,6 +58,12 @@ def test_a_think_llama_server_would_ignore_is_a_400() -> None:
         ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {}}},
                     {"type": "function", "function": {"name": "g", "parameters": {"allOf": [{"not": True}]}}}]},
          "tools[1].function.parameters.allOf[0]"),
+        ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {
+            "allOf": [{"type": "string"}, {"type": "integer"}]}}}]},
+         "tools[0].function.parameters.allOf[1]"),
+        ({"json_schema": {"type": "string", "allOf": [{"type": ["integer", "null"]}]}}, "json_schema.allOf[0]"),
+        ({"json_schema": {"allOf": [{"type": ["string", "integer"]}, {"allOf": [{"type": "integer"}]},
+                                    {"type": "string"}]}}, "json_schema.allOf[2]"),
     ],
 )  # fmt: skip
 def test_a_schema_nothing_can_match_is_a_400_naming_where(body: dict[str, Any], param: str) -> None:
@@ -70,6 +76,9 @@ def test_satisfiable_schemas_pass() -> None:
     optional = {"type": "object", "properties": {"a": {"not": {}}}}  # satisfied by leaving a out
     structured.check({"messages": USER, "json_schema": optional})
     structured.check({"messages": USER, "response_format": {"type": "json_object"}})
+    number = {"allOf": [{"type": "number"}, {"type": ["integer", "string"]}, {"allOf": [{"minimum": 1}]}]}
+    structured.check({"messages": USER, "json_schema": number})  # integer is a number: they meet
+    structured.check({"messages": USER, "json_schema": {"allOf": [{"type": "string"}, {"type": "strange"}]}})
 
 
 def test_launcher_suffixes_and_case_resolve_to_the_model() -> None:

@@ -139,6 +139,39 @@ def test_schema_llama_server_cannot_use_is_400_naming_it(stack: Stack, schema: d
     assert r.status_code == 400 and "json_schema" in r.json()["error"]["message"]
 
 
+STRING_AND_INTEGER = {"allOf": [{"type": "string"}, {"type": "integer"}]}  # no value is both
+OBJECT_OF_IT = {"type": "object", "properties": {"n": STRING_AND_INTEGER}, "required": ["n"]}
+
+
+@pytest.mark.parametrize(
+    ("path", "fields", "param"),
+    [
+        ("/v1/chat/completions",
+         {"messages": MESSAGES, "tools": [{"type": "function", "function": {"name": "f", "parameters": OBJECT_OF_IT}}]},
+         "tools[0].function.parameters.properties.n.allOf[1]"),
+        ("/v1/chat/completions",
+         {"messages": MESSAGES, "response_format": {"type": "json_schema", "json_schema": {
+             "name": "x", "schema": STRING_AND_INTEGER}}},
+         "response_format.json_schema.schema.allOf[1]"),
+        ("/v1/responses",
+         {"input": "Answer.", "tools": [{"type": "function", "name": "f", "parameters": STRING_AND_INTEGER}]},
+         "tools[0].parameters.allOf[1]"),
+    ],
+    ids=["chat-tool", "chat-response_format", "responses-tool"],
+)  # fmt: skip
+def test_an_allof_of_string_and_integer_is_a_400_naming_the_path(
+    stack: Stack, path: str, fields: dict[str, Any], param: str
+) -> None:
+    """llama-server ran these (200, the schema ignored); no value can be a string and an integer."""
+    stack.recorder.clear()
+    r = httpx.post(stack.url + path, json={"model": "demo", "max_tokens": 8, **fields}, timeout=60)
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert (error["param"], error["code"], error["type"]) == (param, "invalid_schema", "invalid_request_error"), error
+    assert param in error["message"]
+    assert stack.recorder.requests == []
+
+
 def test_completions_refuse_two_schemas(stack: Stack) -> None:
     r = completion(stack, json_schema=SCHEMA, response_format={"type": "json_object"})
     assert r.status_code == 400 and r.json()["error"]["param"] == "response_format"
