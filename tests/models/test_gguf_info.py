@@ -225,7 +225,8 @@ def test_memory_formula_by_hand(echo_model: Path) -> None:
     assert m.recurrent_state == 3 * ((4 - 1) * (32 + 2 * 1 * 16) + 16 * 32) * 4  # F32 conv + delta states
     assert m.weights == f.weights_bytes - f.nextn_bytes  # NextN not loaded without --spec-type
     mm = estimate_memory(f, 1000, n_parallel=2, kv_type="q8_0", draft_n_max=3)
-    assert mm.kv_cache == int(1000 * 2 * 32 * 34 / 32)  # + the NextN layer's KV, q8_0 = 34 bytes / 32
+    # the trunk's attention layer in q8_0 (34 bytes / 32), the NextN layer's own draft KV in f16
+    assert mm.kv_cache == int(1000 * 1 * (32 * 34 / 32 + 32 * 2))
     assert mm.recurrent_state == m.recurrent_state * 2 * 4
     assert mm.weights == f.weights_bytes
     with pytest.raises(UserError, match="unknown KV cache type"):
