@@ -10,9 +10,11 @@ import math
 from pathlib import Path
 from typing import Any
 
-TAIL_BYTES = 64 * 1024  # the first call of a log follower starts this far from the end
+# llama-server at -lv 4 (launch/argv.py) logs some 250 lines while the tiny model loads, more for a real one:
+# the first window reaches back to the launch marker of the current process
+TAIL_BYTES = 256 * 1024  # the first call of a log follower starts this far from the end
 MAX_READ = 256 * 1024  # one follow call returns at most this many bytes
-FIRST_LINES = 200  # lines kept from the first call's window
+FIRST_LINES = 1000  # lines kept from the first call's window (as many as the page keeps)
 
 
 def read_log(path: Path, offset: int | None) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from supervision_helpers import fake_spec
 from orchestrator.config.schema import Config, ModelConfig, ServerConfig
 from orchestrator.serve.app import create_app, served_by
 from orchestrator.serve.console.access import CSP
-from orchestrator.serve.console.files import read_log
+from orchestrator.serve.console.files import FIRST_LINES, read_log
 from orchestrator.serve.console.history import History
 from orchestrator.serve.http.hosts import host_of, is_loopback
 from orchestrator.serve.metrics import ProxyMetrics
@@ -166,11 +166,11 @@ def test_log_route_follows_by_offset(client: TestClient, tmp_path: Path) -> None
 
 def test_log_reader_starts_from_the_tail_mid_line_and_after_replacement(tmp_path: Path) -> None:
     log = tmp_path / "x.log"
-    log.write_bytes(b"".join(b"line %06d\n" % i for i in range(20_000)))  # 240 kB
+    log.write_bytes(b"".join(b"line %06d\n" % i for i in range(40_000)))  # 480 kB: past the first window
     out = read_log(log, None)
-    assert len(out["lines"]) == 200 and out["lines"][-1] == "line 019999"
+    assert len(out["lines"]) == FIRST_LINES and out["lines"][-1] == "line 039999"
     assert all(re.fullmatch(r"line \d{6}", x) for x in out["lines"])  # no half line from the window start
-    assert read_log(log, out["offset"] + 10**6)["lines"][-1] == "line 019999"  # file replaced: start over
+    assert read_log(log, out["offset"] + 10**6)["lines"][-1] == "line 039999"  # file replaced: start over
     assert read_log(tmp_path / "missing.log", None) == {"offset": 0, "lines": [], "size": 0}
 
 

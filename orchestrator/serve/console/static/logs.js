@@ -14,7 +14,7 @@ export class LogTail {
     $("log-follow").addEventListener("change", () => this.follow().catch(() => {}));
   }
 
-  /** Fetch the lines written since the last call (the last 200 on the first). */
+  /** Fetch the lines written since the last call (the last 1000 on the first). */
   async follow() {
     const log = this.log;
     if (!log.instance || log.busy || (!$("log-follow").checked && log.offset !== null)) return;
