@@ -108,6 +108,11 @@ def livelocked(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Stack
     s.close()
 
 
+def chat(stack: Stack) -> httpx.Response:
+    return httpx.post(stack.url + "/v1/chat/completions", timeout=60,
+                      json={"model": "demo", "messages": [{"role": "user", "content": "hi"}]})  # fmt: skip
+
+
 def status(stack: Stack) -> dict[str, object]:
     row: dict[str, object] = httpx.get(stack.url + "/status", timeout=10).json()["instances"][0]
     return row
@@ -116,8 +121,7 @@ def status(stack: Stack) -> dict[str, object]:
 @pytest.mark.parametrize("livelocked", [1], indirect=True)
 def test_an_injected_livelock_costs_seconds_the_request_is_cancelled_and_sent_again(livelocked: Stack) -> None:
     started = time.monotonic()
-    r = httpx.post(livelocked.url + "/v1/chat/completions", timeout=60,
-                   json={"model": "demo", "messages": [{"role": "user", "content": "hi"}]})  # fmt: skip
+    r = chat(livelocked)
     assert r.status_code == 200, r.text
     assert r.json()["choices"][0]["message"]["content"] == "ok"
     assert time.monotonic() - started < 15
@@ -131,8 +135,7 @@ def test_an_injected_livelock_costs_seconds_the_request_is_cancelled_and_sent_ag
 @pytest.mark.parametrize("livelocked", [2], indirect=True)
 def test_a_slot_still_stuck_after_the_cancel_gets_the_child_restarted(livelocked: Stack) -> None:
     started = time.monotonic()
-    r = httpx.post(livelocked.url + "/v1/chat/completions", timeout=60,
-                   json={"model": "demo", "messages": [{"role": "user", "content": "hi"}]})  # fmt: skip
+    r = chat(livelocked)
     # the resent request was in the stuck slot when the child was restarted: not sent a third time
     assert r.status_code == 502, r.text
     assert time.monotonic() - started < 20
