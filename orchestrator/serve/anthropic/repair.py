@@ -21,6 +21,8 @@ kind                        what happened
 ``null_content``            null content became ``""``
 ``tool_results_first``      a user turn holding tool results and other blocks became two turns,
                             the results first (llama-server put the text before them)
+``tool_results_ordered``    ``tool_result`` blocks sent back in another order than their ``tool_use``
+                            calls were put in the calls' order by id (``repair.tool_order``)
 ``empty_dropped``           an assistant turn with no text, tool use or thinking was dropped
 ``redacted_dropped``        ``redacted_thinking`` blocks (opaque, another model's) were dropped
 ``thinking_mapped``         ``thinking.type`` became ``chat_template_kwargs.enable_thinking``
@@ -30,6 +32,9 @@ kind                        what happened
                             (llama-server maps it to "any tool")
 ``tool_search_served``,     Claude Code's tool search (``anthropic.tool_search``)
 ``tool_reference_text``
+``tool_change_rendered``    Claude Code's mid-conversation ``tool_addition`` / ``tool_removal``
+                            blocks told where they happened; ``tools`` the tools offered now and
+                            ``render_tools`` the prompt's (``anthropic.tool_changes``)
 ==========================  ======================================================================
 
 Refused with 400 (the field named in the message): a role other than user/assistant (or system/
@@ -53,8 +58,9 @@ import json
 from typing import Any
 
 from orchestrator.errors import ApiError
-from orchestrator.serve.anthropic import tool_search
+from orchestrator.serve.anthropic import tool_changes, tool_search
 from orchestrator.serve.drafting.fields import flat_speculative_fields
+from orchestrator.serve.repair import tool_order
 from orchestrator.serve.repair.chat import (
     SYSTEM_AS_USER_PREFIX,
     SYSTEM_JOINER,
@@ -211,6 +217,8 @@ def _repair_turns(messages: Any, policy: RepairPolicy, kinds: list[str]) -> tupl
             out.extend({**msg, "content": part} for part in _results_first(content) or ())
             continue
         out.append(msg if content is msg.get("content") else {**msg, "content": content})
+    if _order_results(out):
+        _add(kinds, tool_order.KIND)
     if not any(m["role"] == "user" and _is_query(m["content"]) for m in out):
         raise _bad(
             "no user text to answer: a user turn with only tool results does not count "
@@ -218,6 +226,27 @@ def _repair_turns(messages: Any, policy: RepairPolicy, kinds: list[str]) -> tupl
             "messages",
         )
     return out, system
+
+
+def _order_results(out: list[dict[str, Any]]) -> bool:
+    """The ``tool_result`` blocks of the user turn after each assistant turn with ``tool_use``
+    blocks, put in the order of those calls (in place); whether any moved (``repair.tool_order``)."""
+    moved = False
+    for i in range(1, len(out)):
+        prev, turn = out[i - 1], out[i]
+        if prev["role"] != "assistant" or turn["role"] != "user" or not isinstance(turn["content"], list):
+            continue
+        prev_content = prev["content"] if isinstance(prev["content"], list) else []
+        calls = [b.get("id") for b in prev_content if isinstance(b, dict) and b.get("type") == "tool_use"]
+        at = [k for k, b in enumerate(turn["content"]) if isinstance(b, dict) and b.get("type") == "tool_result"]
+        ordered = tool_order.in_call_order([turn["content"][k] for k in at], lambda b: b.get("tool_use_id"), calls)
+        if ordered is not None:
+            content = list(turn["content"])
+            for k, block in zip(at, ordered, strict=True):
+                content[k] = block
+            out[i] = {**turn, "content": content}
+            moved = True
+    return moved
 
 
 def _results_first(content: list[Any]) -> tuple[list[Any], list[Any]] | None:
@@ -341,6 +370,8 @@ def repair_request(body: dict[str, Any], policy: RepairPolicy) -> RepairResult:
     """
     kinds: list[str] = []
     body = tool_search.prepare(body, kinds)
+    _check_tools(body.get("tools"), body.get("tool_choice"))  # as the client numbered them
+    body = tool_changes.prepare(body, kinds)
     _refuse_unsupported(body)
     spec = flat_speculative_fields(body)  # reaches the slot through native patch 0005
     if spec is not None:
@@ -368,8 +399,11 @@ def repair_request(body: dict[str, Any], policy: RepairPolicy) -> RepairResult:
     if tools:
         out["tools"] = tools
     elif tools is not None:
-        out.pop("tools", None)
         out.pop("tool_choice", None)
+        if "render_tools" in out:
+            out["tools"] = []  # none offered; the prompt still shows the conversation's tools
+        else:
+            out.pop("tools", None)
     return RepairResult(body=out, changed=True, repairs=kinds, thinking=_thinking_on(out))
 
 

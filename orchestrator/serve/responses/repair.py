@@ -27,6 +27,8 @@ kind                       what happened
                            llama-server reads (it ignores ``text``)
 ``thinking_default``       the per-model ``enable_thinking`` default was added (no ``reasoning``)
 ``speculative_flattened``  ``"speculative": {"n_max": K}`` became ``"speculative.n_max": K``
+``tool_results_ordered``   ``function_call_output`` items sent back in another order than their
+                           calls were put in the calls' order by ``call_id`` (``repair.tool_order``)
 =========================  ========================================================================
 
 State llama-server cannot keep is refused with 400 naming the field, never ignored:
@@ -44,6 +46,7 @@ from typing import Any
 
 from orchestrator.errors import ApiError
 from orchestrator.serve.drafting.fields import flatten_speculative
+from orchestrator.serve.repair import tool_order
 from orchestrator.serve.repair.chat import SYSTEM_AS_USER_PREFIX, SYSTEM_JOINER, RepairPolicy, RepairResult
 from orchestrator.serve.repair.stability import append_text, reminder
 from orchestrator.serve.repair.thinking import check_effort
@@ -125,12 +128,38 @@ def _repair_input(items: list[Any], policy: RepairPolicy, kinds: list[str]) -> t
             _add(kinds, "system_merged")
             if text:
                 system.append(text)
+    if _order_results(out):
+        _add(kinds, tool_order.KIND)
     if not any(_is_user_query(item) for item in out):
         raise _bad(
             "no user message to answer in 'input' (template: 'No user query found in messages.'); add a user message",
             "input",
         )
     return out, system
+
+
+def _order_results(out: list[Any]) -> bool:
+    """Each run of ``function_call_output`` items put in the order of the turn's ``function_call``
+    items before it (in place); whether any moved (``orchestrator.serve.repair.tool_order``)."""
+    moved, calls, i = False, [], 0
+    while i < len(out):
+        itype = out[i].get("type")
+        if itype == "function_call":
+            calls.append(out[i].get("call_id"))
+        elif itype == "function_call_output":
+            end = i
+            while end < len(out) and out[end].get("type") == "function_call_output":
+                end += 1
+            ordered = tool_order.in_call_order(out[i:end], lambda item: item.get("call_id"), calls)
+            if ordered is not None:
+                out[i:end] = ordered
+                moved = True
+            calls, i = [], end
+            continue
+        elif itype != "reasoning":
+            calls = []  # a message ends the turn's calls
+        i += 1
+    return moved
 
 
 def _append_reminder(out: list[Any], text: str) -> None:
