@@ -53,9 +53,10 @@ CLAUDE_CAPABILITIES = (
     "-effort,-context_management,-rejects_disabled_thinking,-refusal_fallback"
 )
 
-# Claude Code aborts a stream that sends no byte for this long (ms; it never takes less than its
-# 300 s default): a first turn's prefill of a long prompt on a slow host may take minutes before the
-# first token, and llama-server's pings come only once a slot has started the request.
+# Claude Code's stream watchdog aborts a stream without an event for this long (ms; it never takes
+# less than its 300 s default): a first turn's prefill of a long prompt on a slow host may take
+# minutes before the first token, and the keep-alives meanwhile are SSE comments, which an event
+# watchdog does not see.
 CLAUDE_STREAM_IDLE_MS = 900_000
 
 
