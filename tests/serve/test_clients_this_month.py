@@ -387,3 +387,88 @@ def test_b37_streamed_prefill_continuation_is_content_with_reasoning_format_none
         deltas = [c["choices"][0]["delta"] for c in chunks if c.get("choices")]
         assert "".join(d.get("content") or "" for d in deltas) == expected, (fmt, deltas)
         assert not "".join(d.get("reasoning_content") or "" for d in deltas), (fmt, deltas)
+
+
+# --- item 10: every content-block type Claude Code can send -----------------------------------
+
+SURFACE = Path(__file__).resolve().parents[1] / "data" / "client_surface" / "claude-code.json"
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "apis.md"
+USE = {"type": "tool_use", "id": "toolu_1", "name": "get_x", "input": {}}
+SEARCH = {"type": "server_tool_use", "id": "srvtoolu_1", "name": "tool_search_tool_regex", "input": {"pattern": "x"}}
+REFERENCES = {
+    "type": "tool_search_tool_search_result",
+    "tool_references": [{"type": "tool_reference", "tool_name": "get_x"}],
+}
+FOUND = {"type": "tool_search_tool_result", "tool_use_id": "srvtoolu_1", "content": REFERENCES}
+
+
+def result(content: Any) -> dict[str, Any]:
+    return {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": content}]}
+
+
+def assistant(*blocks: dict[str, Any]) -> dict[str, Any]:
+    return {"role": "assistant", "content": list(blocks)}
+
+
+def text(value: str) -> dict[str, Any]:
+    return {"type": "text", "text": value}
+
+
+# the types the endpoint serves, each in a conversation as Claude Code sends it
+SERVED: dict[str, list[dict[str, Any]]] = {
+    "text": [{"role": "user", "content": [text("U")]}],
+    "thinking": [assistant({"type": "thinking", "thinking": "T", "signature": "S"}, text("A"))],
+    "redacted_thinking": [assistant({"type": "redacted_thinking", "data": "D"}, text("A"))],
+    "tool_use": [assistant(USE), result("R")],
+    "tool_result": [assistant(USE), result([text("R")])],
+    "tool_reference": [assistant(USE), result([{"type": "tool_reference", "tool_name": "get_x"}])],
+    "server_tool_use": [assistant(SEARCH, FOUND)],
+    "tool_search_tool_result": [assistant(SEARCH, FOUND)],
+    "tool_addition": [change(ref("tool_addition", "get_x"))],
+    "tool_removal": [change(ref("tool_removal", "get_x"))],
+}
+# refused by design (docs/apis.md says why): a 400 naming the block, never a 5xx
+REFUSED = {
+    "image": "user",  # this model has no vision projector (a model with one takes it)
+    "document": "user",
+    "search_result": "user",
+    "container_upload": "user",
+    "mcp_tool_use": "assistant",
+    "mcp_tool_result": "user",
+    "mcp_tool_listing": "assistant",
+    "web_search_tool_result": "assistant",
+    "web_fetch_tool_result": "assistant",
+    "code_execution_tool_result": "assistant",
+    "bash_code_execution_tool_result": "assistant",
+    "text_editor_code_execution_tool_result": "assistant",
+    "advisor_tool_result": "assistant",
+    "compaction": "assistant",
+    "connector_text": "assistant",
+    "fallback": "assistant",
+    "mid_conv_system": "assistant",
+}
+
+
+def test_item10_every_claude_code_block_type_is_served_or_refused_by_design(stack: Stack) -> None:
+    """One block of each type in Claude Code's own table (``scripts/client_surface.py`` reads it
+    from the installed bundle): the served ones count, the others are a 400 naming the block, each
+    listed in docs/apis.md with its reason. A type a new version adds fails here until it is one
+    or the other."""
+    surface = json.loads(SURFACE.read_text())
+    assert set(surface["content_block_types"]) == set(SERVED) | set(REFUSED), "a new block type: serve or refuse it"
+    docs = DOCS.read_text()
+    opening = [{"role": "user", "content": "U1"}]
+    tools = [GET_X, {**GET_Y, "name": "get_w"}]
+    for btype, turns in SERVED.items():
+        body = {"model": "demo", "tools": tools, "messages": [*opening, *turns, {"role": "user", "content": "U2"}]}
+        r = post(stack, "/v1/messages/count_tokens", body)
+        assert r.status_code == 200, (btype, r.text)
+    for btype, role in REFUSED.items():
+        block = {"type": btype, "tool_use_id": "srvtoolu_1", "content": []}
+        body = {
+            "model": "demo",
+            "messages": [*opening, {"role": role, "content": [block]}, {"role": "user", "content": "U2"}],
+        }
+        r = post(stack, "/v1/messages/count_tokens", body)
+        assert r.status_code == 400 and btype in r.json()["error"]["message"], (btype, r.text)
+        assert f"`{btype}`" in docs, f"docs/apis.md does not say why {btype} is refused"
