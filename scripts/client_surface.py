@@ -4,7 +4,7 @@ Claude Code ships as one native binary whose JavaScript bundle carries its table
 content-block types (an object literal ``{advisor_tool_result:!0, ..., web_search_tool_result:!0}``
 followed by a list of the block types it sends beside them, ``["connector_text", ...]``). This
 script reads both from the binary that ``scripts/install_agent_clients.sh`` installed and writes
-``tests/data/client_surface/claude-code.json``; ``tests/serve/test_client_surface.py`` sends one
+``tests/data/client_surface/claude-code.json``; ``tests/serve/test_clients_this_month.py`` sends one
 block of each type through the endpoint. Bumping the client and running this again shows, in the
 test, which types are new.
 

@@ -59,6 +59,7 @@ from typing import Any
 
 from orchestrator.errors import ApiError
 from orchestrator.serve.anthropic import tool_changes, tool_search
+from orchestrator.serve.anthropic.tools import check_tools, repair_tools
 from orchestrator.serve.drafting.fields import flat_speculative_fields
 from orchestrator.serve.repair import tool_order
 from orchestrator.serve.repair.chat import (
@@ -217,7 +218,7 @@ def _repair_turns(messages: Any, policy: RepairPolicy, kinds: list[str]) -> tupl
             out.extend({**msg, "content": part} for part in _results_first(content) or ())
             continue
         out.append(msg if content is msg.get("content") else {**msg, "content": content})
-    if _order_results(out):
+    if tool_order.order_anthropic(out):
         _add(kinds, tool_order.KIND)
     if not any(m["role"] == "user" and _is_query(m["content"]) for m in out):
         raise _bad(
@@ -226,27 +227,6 @@ def _repair_turns(messages: Any, policy: RepairPolicy, kinds: list[str]) -> tupl
             "messages",
         )
     return out, system
-
-
-def _order_results(out: list[dict[str, Any]]) -> bool:
-    """The ``tool_result`` blocks of the user turn after each assistant turn with ``tool_use``
-    blocks, put in the order of those calls (in place); whether any moved (``repair.tool_order``)."""
-    moved = False
-    for i in range(1, len(out)):
-        prev, turn = out[i - 1], out[i]
-        if prev["role"] != "assistant" or turn["role"] != "user" or not isinstance(turn["content"], list):
-            continue
-        prev_content = prev["content"] if isinstance(prev["content"], list) else []
-        calls = [b.get("id") for b in prev_content if isinstance(b, dict) and b.get("type") == "tool_use"]
-        at = [k for k, b in enumerate(turn["content"]) if isinstance(b, dict) and b.get("type") == "tool_result"]
-        ordered = tool_order.in_call_order([turn["content"][k] for k in at], lambda b: b.get("tool_use_id"), calls)
-        if ordered is not None:
-            content = list(turn["content"])
-            for k, block in zip(at, ordered, strict=True):
-                content[k] = block
-            out[i] = {**turn, "content": content}
-            moved = True
-    return moved
 
 
 def _results_first(content: list[Any]) -> tuple[list[Any], list[Any]] | None:
@@ -287,52 +267,6 @@ def _repair_thinking(body: dict[str, Any], policy: RepairPolicy, kinds: list[str
     return None
 
 
-def _check_tools(tools: Any, choice: Any) -> None:
-    """400 for a malformed ``tools`` list or ``tool_choice`` (llama-server would answer 200 without them)."""
-    if tools is not None:
-        if not isinstance(tools, list):
-            raise _bad("tools must be a list of tool objects", "tools")
-        for i, tool in enumerate(tools):
-            here = f"tools[{i}]"
-            if not isinstance(tool, dict):
-                raise _bad(f"{here} must be an object with 'name' and 'input_schema'", here)
-            if not isinstance(tool.get("name"), str) or not tool["name"]:
-                raise _bad(f"{here}.name must be a non-empty string", f"{here}.name")
-            if not isinstance(tool.get("input_schema"), dict):
-                raise _bad(
-                    f"{here}.input_schema must be a JSON schema object (only client tools with an "
-                    "input_schema are supported; server tools are not)",
-                    f"{here}.input_schema",
-                )
-    if choice is None:
-        return
-    ctype = choice.get("type") if isinstance(choice, dict) else None
-    if ctype not in ("auto", "any", "tool", "none"):
-        raise _bad("tool_choice.type must be 'auto', 'any', 'tool' or 'none'", "tool_choice.type")
-    if ctype == "tool" and (not isinstance(choice.get("name"), str) or not choice["name"]):
-        raise _bad("tool_choice.name is required (a string) when tool_choice.type is 'tool'", "tool_choice.name")
-
-
-def _repair_tools(body: dict[str, Any], kinds: list[str]) -> list[Any] | None:
-    """``tools`` to send when ``tool_choice`` needs it (None: unchanged, ``[]``: remove)."""
-    choice = body.get("tool_choice")
-    tools = body.get("tools")
-    _check_tools(tools, choice)
-    if not isinstance(choice, dict):
-        return None
-    if choice.get("type") == "none":
-        _add(kinds, "tool_choice_none")
-        return []
-    if choice.get("type") == "tool":
-        name = choice.get("name")
-        named = [t for t in tools or [] if t.get("name") == name]
-        if not named:
-            raise _bad(f"tool_choice.name {name!r} is not one of the request's tools", "tool_choice.name")
-        _add(kinds, "tool_choice_named")
-        return named
-    return None
-
-
 def _refuse_unsupported(body: dict[str, Any]) -> None:
     thinking = body.get("thinking")
     budget = thinking.get("budget_tokens") if isinstance(thinking, dict) else None
@@ -370,7 +304,7 @@ def repair_request(body: dict[str, Any], policy: RepairPolicy) -> RepairResult:
     """
     kinds: list[str] = []
     body = tool_search.prepare(body, kinds)
-    _check_tools(body.get("tools"), body.get("tool_choice"))  # as the client numbered them
+    check_tools(body.get("tools"), body.get("tool_choice"))  # as the client numbered them
     body = tool_changes.prepare(body, kinds)
     _refuse_unsupported(body)
     spec = flat_speculative_fields(body)  # reaches the slot through native patch 0005
@@ -389,7 +323,7 @@ def repair_request(body: dict[str, Any], policy: RepairPolicy) -> RepairResult:
     ctk = _repair_thinking(body, policy, kinds)
     if ctk is not None:
         new["chat_template_kwargs"] = ctk
-    tools = _repair_tools(body, kinds)
+    tools = repair_tools(body, kinds)
     if not kinds:
         return RepairResult(body=body, changed=False, repairs=[], thinking=_thinking_on(body))
     out = {**body, **new, "messages": turns}

@@ -41,8 +41,7 @@ kind                        what happened
 ``thinking_moved``          a top-level ``enable_thinking`` (or ``think``) moved into ``chat_template_kwargs``
 ``thinking_default``        the per-model ``enable_thinking`` default was added
 ``speculative_flattened``   ``"speculative": {"n_max": K}`` became llama-server's ``"speculative.n_max": K``
-``tool_results_ordered``    a run of ``tool`` messages sent back in another order than their calls
-                            was put in the calls' order by ``tool_call_id`` (``tool_order``)
+``tool_results_ordered``    ``tool`` messages put in the order of their calls by id (``tool_order``)
 ``tool_choice_named``       an object ``tool_choice`` became ``required`` (or its ``allowed_tools`` mode),
                             ``tools`` cut to its functions (``chat_tool_choice``; llama-server: ``auto``)
 ==========================  ======================================================================
@@ -86,8 +85,6 @@ SYSTEM_JOINER = "\n\n"
 # model can tell an operator instruction from something the user typed. Plain words, no special
 # tokens: the tokenizer must not see a control sequence a client could forge.
 SYSTEM_AS_USER_PREFIX = "[System instruction]\n"
-
-_THINK_CLOSE = "</think>"
 
 
 @dataclass
@@ -293,25 +290,6 @@ def _append_reminder(rest: list[dict[str, Any]], text: str) -> None:
         rest.append({"role": "user", "content": reminder(text)})
 
 
-def _order_results(out: list[dict[str, Any]]) -> bool:
-    """Each run of ``tool`` messages put in the order of the calls before it (in place); whether
-    any moved (``orchestrator.serve.repair.tool_order``)."""
-    moved = False
-    for i, msg in enumerate(out):
-        calls = msg.get("tool_calls") if msg["role"] == "assistant" else None
-        if not isinstance(calls, list):
-            continue
-        end = i + 1
-        while end < len(out) and out[end]["role"] == "tool":
-            end += 1
-        ids = [c.get("id") if isinstance(c, dict) else None for c in calls]
-        ordered = tool_order.in_call_order(out[i + 1 : end], lambda m: m.get("tool_call_id"), ids)
-        if ordered is not None:
-            out[i + 1 : end] = ordered
-            moved = True
-    return moved
-
-
 def _repair_messages(messages: Any, policy: RepairPolicy, kinds: _Kinds) -> list[dict[str, Any]]:
     """Return the repaired message list: the same list object when nothing changed.
 
@@ -329,11 +307,8 @@ def _repair_messages(messages: Any, policy: RepairPolicy, kinds: _Kinds) -> list
             out.append(fixed)
     placed = _place_system(out, policy, kinds)
     if placed is not None:
-        touched = True
-        out = placed
-    if _order_results(out):
-        kinds.add(tool_order.KIND)
-        touched = True
+        touched, out = True, placed
+    touched = tool_order.order_chat(out, kinds.add) or touched
     if not any(m["role"] == "user" and _is_user_query(m.get("content")) for m in out):
         raise _bad(
             "no user message to answer (empty system/assistant messages are dropped, and a user "

@@ -128,7 +128,7 @@ def _repair_input(items: list[Any], policy: RepairPolicy, kinds: list[str]) -> t
             _add(kinds, "system_merged")
             if text:
                 system.append(text)
-    if _order_results(out):
+    if tool_order.order_responses(out):
         _add(kinds, tool_order.KIND)
     if not any(_is_user_query(item) for item in out):
         raise _bad(
@@ -136,30 +136,6 @@ def _repair_input(items: list[Any], policy: RepairPolicy, kinds: list[str]) -> t
             "input",
         )
     return out, system
-
-
-def _order_results(out: list[Any]) -> bool:
-    """Each run of ``function_call_output`` items put in the order of the turn's ``function_call``
-    items before it (in place); whether any moved (``orchestrator.serve.repair.tool_order``)."""
-    moved, calls, i = False, [], 0
-    while i < len(out):
-        itype = out[i].get("type")
-        if itype == "function_call":
-            calls.append(out[i].get("call_id"))
-        elif itype == "function_call_output":
-            end = i
-            while end < len(out) and out[end].get("type") == "function_call_output":
-                end += 1
-            ordered = tool_order.in_call_order(out[i:end], lambda item: item.get("call_id"), calls)
-            if ordered is not None:
-                out[i:end] = ordered
-                moved = True
-            calls, i = [], end
-            continue
-        elif itype != "reasoning":
-            calls = []  # a message ends the turn's calls
-        i += 1
-    return moved
 
 
 def _append_reminder(out: list[Any], text: str) -> None:

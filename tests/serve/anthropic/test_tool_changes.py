@@ -1,6 +1,6 @@
 """Claude Code's mid-conversation tool changes (B68), repaired on literals: the change becomes a
 reminder where it happened, ``render_tools`` keeps the prompt's tools block, ``tools`` is what the
-answer may call now (the live path is ``tests/serve/test_claude_code_tool_changes.py``)."""
+answer may call now (the live path is ``tests/serve/test_clients_this_month.py``)."""
 
 from __future__ import annotations
 
