@@ -3,8 +3,8 @@
 and the answer's parser. With it a conversation's tool change is told where it happened and the
 prompt's top (its tools block) stays as the first turn rendered it.
 
-The prompt is read back from ``/apply-template`` and ``count_tokens``; what may be called, from a
-forced tool call (``tool_choice: required``): the grammar names only the offered tools.
+The prompt is read back from ``/apply-template`` and ``count_tokens``; that only ``tools`` build the
+grammar, from a tool schema the grammar builder refuses, offered or only shown.
 """
 
 from __future__ import annotations
@@ -46,13 +46,18 @@ def test_the_prompt_shows_render_tools(server: httpx.Client) -> None:
     assert "get_x" not in prompt(server, tools=[GET_Y])  # without it: as before
 
 
-def test_only_the_offered_tools_can_be_called(server: httpx.Client) -> None:
-    """The grammar is built from ``tools``: a forced call can only name get_y, shown or not."""
-    body = {"messages": MESSAGES, "max_tokens": 48, "temperature": 0.0, "tool_choice": "required"}
-    resp = server.post("/v1/chat/completions", json={**body, "tools": [GET_Y], "render_tools": [GET_X, GET_Y]})
-    assert resp.status_code == 200, resp.text
-    calls = resp.json()["choices"][0]["message"].get("tool_calls") or []
-    assert calls and {c["function"]["name"] for c in calls} == {"get_y"}, resp.json()
+def test_only_the_offered_tools_build_the_grammar(server: httpx.Client) -> None:
+    """A tool whose schema the grammar builder refuses (a ``$ref`` to nothing) fails the request
+    when it is offered, and not when it is only shown: ``tools`` alone build the grammar and the
+    parser, ``render_tools`` only the prompt (where its schema is plain text)."""
+    broken = {"type": "object", "properties": {"pet": {"$ref": "#/components/schemas/Pet"}}, "required": ["pet"]}
+    bad = {"type": "function", "function": {"name": "pets", "description": "P", "parameters": broken}}
+    body = {"messages": MESSAGES, "max_tokens": 2, "chat_template_kwargs": {"enable_thinking": False}}
+    offered = server.post("/v1/chat/completions", json={**body, "tools": [GET_Y, bad]})
+    assert offered.status_code >= 400 and "components" in offered.text, offered.text
+    shown = server.post("/v1/chat/completions", json={**body, "tools": [GET_Y], "render_tools": [GET_Y, bad]})
+    assert shown.status_code == 200, shown.text
+    assert "#/components/schemas/Pet" in prompt(server, tools=[GET_Y], render_tools=[GET_Y, bad])
 
 
 def test_anthropic_count_tokens_counts_the_shown_prompt(server: httpx.Client) -> None:

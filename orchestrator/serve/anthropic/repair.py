@@ -152,7 +152,7 @@ def _check_blocks(content: list[Any], where: str, policy: RepairPolicy, kinds: l
         if btype == "tool_use" and not isinstance(block.get("input", {}), dict):
             raise _bad(f"{here}.input must be an object (the tool call's arguments)", f"{here}.input")
         if btype == "image" and not policy.multimodal:
-            raise _bad(f"{here}: this model has no vision projector; send text only", f"{here}.type")
+            raise _bad(f"{here}: an 'image' block needs a vision projector, which this model has not", f"{here}.type")
         kept.append(block)
     return kept
 
