@@ -1,4 +1,4 @@
-"""Patch 0009 (native/patches/0009-render-tools-apart-from-offered-tools.patch): a request's
+"""Patch 0010 (native/patches/0010-render-tools-apart-from-offered-tools.patch): a request's
 ``render_tools`` are the tools its prompt shows, while ``tools`` alone build the tool-call grammar
 and the answer's parser. With it a conversation's tool change is told where it happened and the
 prompt's top (its tools block) stays as the first turn rendered it.

@@ -55,7 +55,7 @@ def anthropic_chat(body: dict[str, Any]) -> dict[str, Any]:
                 new["reasoning_content"] = reasoning
             messages.append(new)
         messages.extend(results)
-    # the prompt shows render_tools when the conversation changed its tools (native patch 0009)
+    # the prompt shows render_tools when the conversation changed its tools (native patch 0010)
     shown = body.get("render_tools")
     tools = shown if isinstance(shown, list) else [oai_tool(t) for t in body.get("tools") or []]
     return {"messages": messages, "tools": tools or None, "chat_template_kwargs": body.get("chat_template_kwargs")}

@@ -15,7 +15,7 @@ happened and the top stays as the first turn rendered it:
 - the change becomes text of that system message (``<system-reminder>`` placement follows the
   model's ``system_messages`` policy, like any late system message): an added tool with its
   definition as the tools block shows definitions, a removed tool named as gone;
-- ``render_tools`` (native patch 0009) carries the request's own ``tools``, OpenAI-style exactly as
+- ``render_tools`` (native patch 0010) carries the request's own ``tools``, OpenAI-style exactly as
   llama-server's Anthropic conversion makes them, so the prompt's tools block is byte-identical to a
   turn without changes, while ``tools`` becomes the tools offered now (the request's, plus the
   added definitions, less the removed ones): they alone build the tool-call grammar and the
