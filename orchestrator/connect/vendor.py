@@ -37,6 +37,28 @@ from orchestrator.connect.endpoint import KEY_ENV, Endpoint, Model
 # the smallest CLAUDE_CODE_AUTO_COMPACT_WINDOW Claude Code 2.1.3xx takes as written
 AUTO_COMPACT_MINIMUM = 100_000
 
+# What the endpoint serves, in Claude Code's own capability names (CLAUDE_CODE_MODEL_CAPABILITIES:
+# "cap,-cap" for every model, or "model=cap,..." entries split by ";"; read from 2.1.332's bundle).
+# For a model name it does not know, it guesses: mid-conversation tool changes on (they are served:
+# rendered where they happen, anthropic.tool_changes), everything else from the name. Said here, so
+# it neither relies on the guess nor sends what nothing here serves:
+# - on: ``mid_conv_system`` (system turns inside messages, rendered in place as reminders),
+#   ``mid_conv_tool_change`` (tool_addition / tool_removal), ``adaptive_thinking``
+#   (``thinking: {type: adaptive}``, mapped to the template's enable_thinking);
+# - off: ``effort`` (output_config.effort: llama-server has no such knob), ``context_management``
+#   (server-side clearing of old tool results: not done here), ``rejects_disabled_thinking`` (this
+#   endpoint takes ``thinking: disabled``), ``refusal_fallback`` (no server-side fallback model).
+CLAUDE_CAPABILITIES = (
+    "mid_conv_system,mid_conv_tool_change,adaptive_thinking,"
+    "-effort,-context_management,-rejects_disabled_thinking,-refusal_fallback"
+)
+
+# Claude Code's stream watchdog aborts a stream without an event for this long (ms; it never takes
+# less than its 300 s default): a first turn's prefill of a long prompt on a slow host may take
+# minutes before the first token, and the keep-alives meanwhile are SSE comments, which an event
+# watchdog does not see.
+CLAUDE_STREAM_IDLE_MS = 900_000
+
 
 def claude_code(ep: Endpoint, m: Model, key: str, shown: str) -> ClientConfig:
     env = {
@@ -53,6 +75,9 @@ def claude_code(ep: Endpoint, m: Model, key: str, shown: str) -> ClientConfig:
         "CLAUDE_CODE_MAX_CONTEXT_TOKENS": str(m.context),
         # only our endpoint: no telemetry, error reports or update checks to Anthropic
         "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        # what the endpoint serves, for a model it does not recognise (instead of its guess)
+        "CLAUDE_CODE_MODEL_CAPABILITIES": CLAUDE_CAPABILITIES,
+        "CLAUDE_STREAM_IDLE_TIMEOUT_MS": str(CLAUDE_STREAM_IDLE_MS),
     }
     if m.context >= AUTO_COMPACT_MINIMUM:
         # the window its auto-compaction is computed against (it compacts about min(output, 20K) +

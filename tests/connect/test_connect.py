@@ -101,6 +101,11 @@ def test_claude_code_write_merges_env_after_a_backup(tmp_path: Path, home: Path)
     assert env["CLAUDE_CODE_MAX_CONTEXT_TOKENS"] == "8192"
     # 2.1.3xx reads an auto-compact window under 100K as 100K and warns on every start: not set
     assert "CLAUDE_CODE_AUTO_COMPACT_WINDOW" not in env
+    # B69: what the endpoint serves, in its own capability names, not its guess for a name it does
+    # not know; and a stream idle limit above its 300 s default for a long first prefill
+    caps = set(env["CLAUDE_CODE_MODEL_CAPABILITIES"].split(","))
+    assert {"mid_conv_system", "mid_conv_tool_change", "adaptive_thinking", "-effort", "-context_management"} <= caps
+    assert int(env["CLAUDE_STREAM_IDLE_TIMEOUT_MS"]) > 300_000
 
 
 def test_claude_code_gets_its_auto_compact_window_from_100k(tmp_path: Path, home: Path) -> None:

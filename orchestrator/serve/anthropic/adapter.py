@@ -9,6 +9,9 @@ two things llama-server says wrong are fixed in the answer, whole or streamed:
   ``stop_reason`` would take a cut answer for a finished turn. Counted as the repair
   ``anthropic_stop_sequence``.
 - ``max_tokens: 0`` (Anthropic's documented cache pre-warm): ``orchestrator.serve.anthropic.prewarm``.
+- ``thinking.display: "omitted"``: the answer's thinking blocks keep their (empty) signature and
+  lose their text, whole and streamed (``thinking_delta`` events carry ``""``), as Anthropic's API
+  answers it; the model still thinks (not counted as a repair: the client asked for it).
 - message ids: llama-server answers ``"id": "chatcmpl-..."`` (its chat id); Anthropic's start
   with ``msg_``. The whole Message's id and the ``message_start`` event's are rewritten to
   ``msg_<same random part>`` (not counted as a repair: every answer has one).
@@ -67,18 +70,43 @@ def fix_event(obj: dict[str, Any]) -> str | None:
     return "anthropic_stop_sequence" if isinstance(delta, dict) and fix_stop_reason(delta) else None
 
 
+def thinking_omitted(body: dict[str, Any]) -> bool:
+    """Whether the request asked for ``thinking.display: "omitted"``: thinking blocks come back
+    without their text (their signature kept), as Anthropic's API answers it."""
+    thinking = body.get("thinking")
+    return isinstance(thinking, dict) and thinking.get("display") == "omitted"
+
+
+def omit_thinking(obj: dict[str, Any]) -> bool:
+    """Empty the text of a whole Message's thinking blocks, or of a ``thinking_delta`` event, in
+    place. Returns whether it changed."""
+    changed = False
+    if obj.get("type") == "message":
+        for block in obj.get("content") or []:
+            if isinstance(block, dict) and block.get("type") == "thinking" and block.get("thinking"):
+                block["thinking"], changed = "", True
+    delta = obj.get("delta") if obj.get("type") == "content_block_delta" else None
+    if isinstance(delta, dict) and delta.get("type") == "thinking_delta" and delta.get("thinking"):
+        delta["thinking"], changed = "", True
+    return changed
+
+
 class MessagesStreamFix:
     """The stream repair (``stream_repair.StreamRepair``'s protocol) of a Messages stream."""
 
+    def __init__(self, *, omit: bool = False) -> None:
+        self.omit = omit  # thinking.display "omitted": thinking deltas lose their text
+
     def needs_parse(self, raw: bytes) -> bool:
         """Whether ``raw`` may hold an event to fix (holds for every substring of such bytes)."""
-        return b'"stop_sequence":"' in raw or b'"message_start"' in raw
+        return b'"stop_sequence":"' in raw or b'"message_start"' in raw or (self.omit and b'"thinking_delta"' in raw)
 
     def repair(self, chunk: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
         """A fixed copy of ``chunk`` and the repair kinds, or ``chunk`` itself and none."""
         fixed = copy.deepcopy(chunk)
         kind = fix_event(fixed)
-        if kind is None and fixed.get("message") == chunk.get("message"):
+        omitted = self.omit and omit_thinking(fixed)
+        if kind is None and not omitted and fixed.get("message") == chunk.get("message"):
             return chunk, []
         return fixed, [kind] if kind is not None else []
 
@@ -131,7 +159,7 @@ class Messages(Generation):
         if req.continued is not None:  # the continuation's answer: after the first one's thinking
             obj, changed = thinking_only.messages_merged(req.continued, obj), True
         elif not (req.thinking and thinking_only.messages_ended_in_thinking(obj)):
-            return obj, changed
+            return _shown(req, obj, changed)
         elif req.attempt == 1 and req.model.on_reasoning_only == "continue":
             again = thinking_only.messages_continuation(req.body, obj)
             if again is not None:
@@ -143,7 +171,7 @@ class Messages(Generation):
             req.warn(thinking_only.WARNING)
             thinking_only.messages_incomplete(obj)
             changed = True
-        return obj, changed
+        return _shown(req, obj, changed)
 
     def chat_request(self, body: dict[str, Any]) -> dict[str, Any]:
         return anthropic_chat(body)
@@ -163,7 +191,7 @@ class Messages(Generation):
         return session_id("s:", session) if isinstance(session, str) and session else None
 
     def stream_repair(self, req: Request) -> Any:
-        return MessagesStreamFix()
+        return MessagesStreamFix(omit=thinking_omitted(req.client_body))
 
     def error_body(self, err: ApiError) -> dict[str, Any]:
         return anthropic.error_body(err)
@@ -182,3 +210,9 @@ class CountTokens(Adapter):
 
     def error_body(self, err: ApiError) -> dict[str, Any]:
         return anthropic.error_body(err)
+
+
+def _shown(req: Request, obj: dict[str, Any], changed: bool) -> tuple[dict[str, Any], bool]:
+    """The answer as the client asked to see it: thinking without its text when display is omitted."""
+    omitted = thinking_omitted(req.client_body) and omit_thinking(obj)
+    return obj, changed or omitted

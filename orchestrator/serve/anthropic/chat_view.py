@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from orchestrator.serve.anthropic.tool_changes import oai_tool
+
 
 def anthropic_chat(body: dict[str, Any]) -> dict[str, Any]:
     """``{"messages", "tools", "chat_template_kwargs"}`` of a repaired Anthropic body."""
@@ -53,11 +55,9 @@ def anthropic_chat(body: dict[str, Any]) -> dict[str, Any]:
                 new["reasoning_content"] = reasoning
             messages.append(new)
         messages.extend(results)
-    tools = [
-        {"type": "function", "function": {"name": t.get("name", ""), "description": t.get("description", ""),
-                                          "parameters": t.get("input_schema", {})}}
-        for t in body.get("tools") or []
-    ]  # fmt: skip
+    # the prompt shows render_tools when the conversation changed its tools (native patch 0010)
+    shown = body.get("render_tools")
+    tools = shown if isinstance(shown, list) else [oai_tool(t) for t in body.get("tools") or []]
     return {"messages": messages, "tools": tools or None, "chat_template_kwargs": body.get("chat_template_kwargs")}
 
 

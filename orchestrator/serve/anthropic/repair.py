@@ -21,6 +21,8 @@ kind                        what happened
 ``null_content``            null content became ``""``
 ``tool_results_first``      a user turn holding tool results and other blocks became two turns,
                             the results first (llama-server put the text before them)
+``tool_results_ordered``    ``tool_result`` blocks sent back in another order than their ``tool_use``
+                            calls were put in the calls' order by id (``repair.tool_order``)
 ``empty_dropped``           an assistant turn with no text, tool use or thinking was dropped
 ``redacted_dropped``        ``redacted_thinking`` blocks (opaque, another model's) were dropped
 ``thinking_mapped``         ``thinking.type`` became ``chat_template_kwargs.enable_thinking``
@@ -30,6 +32,9 @@ kind                        what happened
                             (llama-server maps it to "any tool")
 ``tool_search_served``,     Claude Code's tool search (``anthropic.tool_search``)
 ``tool_reference_text``
+``tool_change_rendered``    Claude Code's mid-conversation ``tool_addition`` / ``tool_removal``
+                            blocks told where they happened; ``tools`` the tools offered now and
+                            ``render_tools`` the prompt's (``anthropic.tool_changes``)
 ==========================  ======================================================================
 
 Refused with 400 (the field named in the message): a role other than user/assistant (or system/
@@ -53,8 +58,10 @@ import json
 from typing import Any
 
 from orchestrator.errors import ApiError
-from orchestrator.serve.anthropic import tool_search
+from orchestrator.serve.anthropic import tool_changes, tool_search
+from orchestrator.serve.anthropic.tools import check_tools, repair_tools
 from orchestrator.serve.drafting.fields import flat_speculative_fields
+from orchestrator.serve.repair import tool_order
 from orchestrator.serve.repair.chat import (
     SYSTEM_AS_USER_PREFIX,
     SYSTEM_JOINER,
@@ -145,7 +152,7 @@ def _check_blocks(content: list[Any], where: str, policy: RepairPolicy, kinds: l
         if btype == "tool_use" and not isinstance(block.get("input", {}), dict):
             raise _bad(f"{here}.input must be an object (the tool call's arguments)", f"{here}.input")
         if btype == "image" and not policy.multimodal:
-            raise _bad(f"{here}: this model has no vision projector; send text only", f"{here}.type")
+            raise _bad(f"{here}: an 'image' block needs a vision projector, which this model has not", f"{here}.type")
         kept.append(block)
     return kept
 
@@ -211,6 +218,8 @@ def _repair_turns(messages: Any, policy: RepairPolicy, kinds: list[str]) -> tupl
             out.extend({**msg, "content": part} for part in _results_first(content) or ())
             continue
         out.append(msg if content is msg.get("content") else {**msg, "content": content})
+    if tool_order.order_anthropic(out):
+        _add(kinds, tool_order.KIND)
     if not any(m["role"] == "user" and _is_query(m["content"]) for m in out):
         raise _bad(
             "no user text to answer: a user turn with only tool results does not count "
@@ -258,52 +267,6 @@ def _repair_thinking(body: dict[str, Any], policy: RepairPolicy, kinds: list[str
     return None
 
 
-def _check_tools(tools: Any, choice: Any) -> None:
-    """400 for a malformed ``tools`` list or ``tool_choice`` (llama-server would answer 200 without them)."""
-    if tools is not None:
-        if not isinstance(tools, list):
-            raise _bad("tools must be a list of tool objects", "tools")
-        for i, tool in enumerate(tools):
-            here = f"tools[{i}]"
-            if not isinstance(tool, dict):
-                raise _bad(f"{here} must be an object with 'name' and 'input_schema'", here)
-            if not isinstance(tool.get("name"), str) or not tool["name"]:
-                raise _bad(f"{here}.name must be a non-empty string", f"{here}.name")
-            if not isinstance(tool.get("input_schema"), dict):
-                raise _bad(
-                    f"{here}.input_schema must be a JSON schema object (only client tools with an "
-                    "input_schema are supported; server tools are not)",
-                    f"{here}.input_schema",
-                )
-    if choice is None:
-        return
-    ctype = choice.get("type") if isinstance(choice, dict) else None
-    if ctype not in ("auto", "any", "tool", "none"):
-        raise _bad("tool_choice.type must be 'auto', 'any', 'tool' or 'none'", "tool_choice.type")
-    if ctype == "tool" and (not isinstance(choice.get("name"), str) or not choice["name"]):
-        raise _bad("tool_choice.name is required (a string) when tool_choice.type is 'tool'", "tool_choice.name")
-
-
-def _repair_tools(body: dict[str, Any], kinds: list[str]) -> list[Any] | None:
-    """``tools`` to send when ``tool_choice`` needs it (None: unchanged, ``[]``: remove)."""
-    choice = body.get("tool_choice")
-    tools = body.get("tools")
-    _check_tools(tools, choice)
-    if not isinstance(choice, dict):
-        return None
-    if choice.get("type") == "none":
-        _add(kinds, "tool_choice_none")
-        return []
-    if choice.get("type") == "tool":
-        name = choice.get("name")
-        named = [t for t in tools or [] if t.get("name") == name]
-        if not named:
-            raise _bad(f"tool_choice.name {name!r} is not one of the request's tools", "tool_choice.name")
-        _add(kinds, "tool_choice_named")
-        return named
-    return None
-
-
 def _refuse_unsupported(body: dict[str, Any]) -> None:
     thinking = body.get("thinking")
     budget = thinking.get("budget_tokens") if isinstance(thinking, dict) else None
@@ -341,6 +304,8 @@ def repair_request(body: dict[str, Any], policy: RepairPolicy) -> RepairResult:
     """
     kinds: list[str] = []
     body = tool_search.prepare(body, kinds)
+    check_tools(body.get("tools"), body.get("tool_choice"))  # as the client numbered them
+    body = tool_changes.prepare(body, kinds)
     _refuse_unsupported(body)
     spec = flat_speculative_fields(body)  # reaches the slot through native patch 0005
     if spec is not None:
@@ -358,7 +323,7 @@ def repair_request(body: dict[str, Any], policy: RepairPolicy) -> RepairResult:
     ctk = _repair_thinking(body, policy, kinds)
     if ctk is not None:
         new["chat_template_kwargs"] = ctk
-    tools = _repair_tools(body, kinds)
+    tools = repair_tools(body, kinds)
     if not kinds:
         return RepairResult(body=body, changed=False, repairs=[], thinking=_thinking_on(body))
     out = {**body, **new, "messages": turns}
@@ -368,8 +333,11 @@ def repair_request(body: dict[str, Any], policy: RepairPolicy) -> RepairResult:
     if tools:
         out["tools"] = tools
     elif tools is not None:
-        out.pop("tools", None)
         out.pop("tool_choice", None)
+        if "render_tools" in out:
+            out["tools"] = []  # none offered; the prompt still shows the conversation's tools
+        else:
+            out.pop("tools", None)
     return RepairResult(body=out, changed=True, repairs=kinds, thinking=_thinking_on(out))
 
 

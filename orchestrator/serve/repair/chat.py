@@ -41,6 +41,7 @@ kind                        what happened
 ``thinking_moved``          a top-level ``enable_thinking`` (or ``think``) moved into ``chat_template_kwargs``
 ``thinking_default``        the per-model ``enable_thinking`` default was added
 ``speculative_flattened``   ``"speculative": {"n_max": K}`` became llama-server's ``"speculative.n_max": K``
+``tool_results_ordered``    ``tool`` messages put in the order of their calls by id (``tool_order``)
 ``tool_choice_named``       an object ``tool_choice`` became ``required`` (or its ``allowed_tools`` mode),
                             ``tools`` cut to its functions (``chat_tool_choice``; llama-server: ``auto``)
 ==========================  ======================================================================
@@ -57,6 +58,7 @@ from typing import Any, Literal
 from orchestrator.errors import ApiError
 from orchestrator.serve.drafting.fields import flat_speculative_fields
 from orchestrator.serve.repair import tool_choice as chat_tool_choice
+from orchestrator.serve.repair import tool_order
 from orchestrator.serve.repair.agent_errors import checked_calls
 from orchestrator.serve.repair.stability import append_text, reminder
 from orchestrator.serve.repair.thinking import chat_thinking, chat_thinking_on
@@ -83,8 +85,6 @@ SYSTEM_JOINER = "\n\n"
 # model can tell an operator instruction from something the user typed. Plain words, no special
 # tokens: the tokenizer must not see a control sequence a client could forge.
 SYSTEM_AS_USER_PREFIX = "[System instruction]\n"
-
-_THINK_CLOSE = "</think>"
 
 
 @dataclass
@@ -310,8 +310,8 @@ def _repair_messages(messages: Any, policy: RepairPolicy, kinds: _Kinds) -> list
             out.append(fixed)
     placed = _place_system(out, policy, kinds)
     if placed is not None:
-        touched = True
-        out = placed
+        touched, out = True, placed
+    touched = tool_order.order_chat(out, kinds.add) or touched
     if not any(m["role"] == "user" and _is_user_query(m.get("content")) for m in out):
         raise _bad(
             "no user message to answer (empty system/assistant messages are dropped, and a user "

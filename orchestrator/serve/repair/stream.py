@@ -323,6 +323,19 @@ def _server_splits_reasoning(body: dict[str, Any], extra_args: Sequence[str]) ->
     return fmt != "none"
 
 
+def continues_content(body: dict[str, Any]) -> bool:
+    """Whether the request ends with an assistant prefill whose text the answer continues: the
+    generation prompt then closes the think block before the prefill (``common_chat_templates_apply``
+    resolves ``continue_final_message`` to content unless the prefill holds only reasoning), so the
+    answer is content from its first token."""
+    messages = body.get("messages")
+    last = messages[-1] if isinstance(messages, list) and messages else None
+    if not isinstance(last, dict) or last.get("role") != "assistant":
+        return False
+    content = last.get("content")
+    return bool(content) or not last.get("reasoning_content")
+
+
 def repair_for_stream(body: dict[str, Any], thinking: bool, extra_args: Sequence[str]) -> StreamRepair | None:
     """The response repair a chat stream needs, or None to pass its bytes through untouched.
 
@@ -334,7 +347,8 @@ def repair_for_stream(body: dict[str, Any], thinking: bool, extra_args: Sequence
     - thinking off: reasoning that still arrives is moved to content, and a stray ``</think>``
       is split off;
     - thinking on and llama-server leaves reasoning in the content (``reasoning_format: none``):
-      the content before ``</think>`` is relabelled ``reasoning_content``;
+      the content before ``</think>`` is relabelled ``reasoning_content``, unless the request ends
+      with an assistant prefill of text (:func:`continues_content`): that answer is content;
     - thinking on and llama-server splits reasoning itself (its default): nothing to repair. The
       splitter is not used there on purpose: when the model's reasoning is empty the server sends
       only content deltas, which a thinking-on splitter would relabel as reasoning.
@@ -343,5 +357,5 @@ def repair_for_stream(body: dict[str, Any], thinking: bool, extra_args: Sequence
     if not thinking:
         return StreamRepair(thinking=False, n=n)
     if not _server_splits_reasoning(body, extra_args):
-        return StreamRepair(thinking=True, n=n)
+        return StreamRepair(thinking=not continues_content(body), n=n)
     return None

@@ -258,9 +258,14 @@ def schema_error(err: ApiError, body: dict[str, Any]) -> ApiError:
         the template was repaired before, so the schema is what failed); ``err`` otherwise.
     """
     param = schema_param(body)
-    if err.code == "invalid_schema" and param is None:
+    grammar_failed = err.status == 400 and "failed to parse grammar" in err.message
+    tools_failed = err.code == "invalid_schema" or err.param == "tools" or grammar_failed
+    if tools_failed and param is None and body.get("tools"):
         # a schema llama-server could not use that is not the output's: a tool's parameters
-        return ApiError(400, err.message, param="tools", code="invalid_schema") if body.get("tools") else err
+        found = unusable_tool(body.get("tools"))
+        where, why = found if found is not None else ("tools", "")
+        message = f"{where}: {why}; " if why else ""
+        return ApiError(400, f"{message}llama-server: {err.message}", param=where, code="invalid_schema")
     if err.status not in (502, 400) or param is None or (err.status == 400 and err.code != "invalid_schema"):
         return err
     return ApiError(
@@ -269,3 +274,66 @@ def schema_error(err: ApiError, body: dict[str, Any]) -> ApiError:
         param=param,
         code="invalid_schema",
     )
+
+
+# JSON schema types llama-server's converter knows (common/json-schema.cpp: "unrecognized type")
+SCHEMA_TYPES = ("string", "number", "integer", "boolean", "object", "array", "null")
+# llama.cpp's grammar parser refuses a repetition of more than this many (src/llama-grammar.cpp,
+# MAX_REPETITION_THRESHOLD): a minItems or minLength above it cannot become a grammar
+MAX_REPETITIONS = 2000
+
+
+def unusable_tool(tools: Any) -> tuple[str, str] | None:
+    """The path of the first tool schema part that llama-server cannot turn into a grammar, and why:
+    a ``$ref`` outside the schema or to nothing in it, an unknown ``type``, or a ``minItems`` /
+    ``minLength`` over :data:`MAX_REPETITIONS`. Used to name the tool once llama-server refused."""
+    for where, schema in tool_schemas(tools):
+        found = _unusable(schema, schema, where)
+        if found is not None:
+            return found
+    return None
+
+
+def _unusable(node: Any, root: Any, path: str) -> tuple[str, str] | None:
+    if isinstance(node, list):
+        for j, item in enumerate(node):
+            if (found := _unusable(item, root, f"{path}[{j}]")) is not None:
+                return found
+        return None
+    if not isinstance(node, dict):
+        return None
+    ref = node.get("$ref")
+    if isinstance(ref, str) and not _resolves(ref, root):
+        why = (
+            "only references into the same schema (#/...) can be used"
+            if not ref.startswith("#")
+            else "it names nothing"
+        )
+        return f"{path}.$ref", f"$ref {ref!r}: {why}"
+    types = node.get("type")
+    for name in types if isinstance(types, list) else [types] if isinstance(types, str) else []:
+        if name not in SCHEMA_TYPES:
+            return f"{path}.type", f"unknown type {name!r}; use one of {', '.join(SCHEMA_TYPES)}"
+    for key in ("minItems", "minLength"):
+        count = node.get(key)
+        if isinstance(count, int) and count > MAX_REPETITIONS:
+            return f"{path}.{key}", f"{key} {count} is more repetitions than a grammar allows ({MAX_REPETITIONS})"
+    for key, value in node.items():
+        if key not in ("enum", "const", "default", "examples") and (found := _unusable(value, root, f"{path}.{key}")):
+            return found
+    return None
+
+
+def _resolves(ref: str, root: Any) -> bool:
+    """Whether ``ref`` is a JSON pointer into ``root`` (``#``, ``#/$defs/Pet``...)."""
+    if not ref.startswith("#"):
+        return False
+    node = root
+    for part in [p.replace("~1", "/").replace("~0", "~") for p in ref[1:].split("/") if p]:
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return False
+    return True

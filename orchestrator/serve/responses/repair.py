@@ -27,6 +27,8 @@ kind                       what happened
                            llama-server reads (it ignores ``text``)
 ``thinking_default``       the per-model ``enable_thinking`` default was added (no ``reasoning``)
 ``speculative_flattened``  ``"speculative": {"n_max": K}`` became ``"speculative.n_max": K``
+``tool_results_ordered``   ``function_call_output`` items sent back in another order than their
+                           calls were put in the calls' order by ``call_id`` (``repair.tool_order``)
 =========================  ========================================================================
 
 State llama-server cannot keep is refused with 400 naming the field, never ignored:
@@ -44,6 +46,7 @@ from typing import Any
 
 from orchestrator.errors import ApiError
 from orchestrator.serve.drafting.fields import flatten_speculative
+from orchestrator.serve.repair import tool_order
 from orchestrator.serve.repair.chat import SYSTEM_AS_USER_PREFIX, SYSTEM_JOINER, RepairPolicy, RepairResult
 from orchestrator.serve.repair.stability import append_text, reminder
 from orchestrator.serve.repair.thinking import check_effort
@@ -125,6 +128,8 @@ def _repair_input(items: list[Any], policy: RepairPolicy, kinds: list[str]) -> t
             _add(kinds, "system_merged")
             if text:
                 system.append(text)
+    if tool_order.order_responses(out):
+        _add(kinds, tool_order.KIND)
     if not any(_is_user_query(item) for item in out):
         raise _bad(
             "no user message to answer in 'input' (template: 'No user query found in messages.'); add a user message",
