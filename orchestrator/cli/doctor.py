@@ -20,7 +20,7 @@ from orchestrator.errors import UserError
 from orchestrator.host import disk, gpus
 from orchestrator.host.gpus import GPU
 from orchestrator.native import cuda as native_cuda
-from orchestrator.native import cuda_compat
+from orchestrator.native import cuda_compat, registry
 from orchestrator.native import fetch as native_fetch
 from orchestrator.native.versions import KnownBad, describe_pin, known_bad, parse_version
 
@@ -210,13 +210,17 @@ def _locate(config: Path) -> BuildInfo | None:
 
 
 def check_pin() -> Check:
-    """The pinned llama.cpp as users compare it with upstream: build number and commit."""
+    """The pinned llama.cpp as users compare it with upstream: build number and date, and the
+    newest source the registry has (one short request; offline says so)."""
     try:
         pin = native_fetch.load_pin()
     except UserError as err:
         return Check("llama.cpp pin", FAIL, str(err), err.hint)
+    age = registry.describe(pin, registry.newest(pin.package))
     return Check(
-        "llama.cpp pin", OK, f"{describe_pin(pin.commit, pin.build)} of {pin.repo} (llama-cpp-python {pin.version})"
+        "llama.cpp pin",
+        OK,
+        f"{describe_pin(pin.commit, pin.build, pin.date)} of {pin.repo} ({pin.package} {pin.version}); {age}",
     )
 
 
