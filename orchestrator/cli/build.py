@@ -152,7 +152,8 @@ def built_line(manifest: dict[str, Any]) -> str:
     Not llama-server's ``--version`` alone: built from the PyPI sdist it says ``build 0``."""
     patches = manifest.get("patches") or []
     release = manifest.get("upstream_build") or "(unknown release)"
-    what = f"llama.cpp {release} ({manifest.get('upstream_commit', '?')}), {len(patches)} patches, "
+    commit = manifest.get("upstream_commit", "?")
+    what = f"llama.cpp {release}{'' if commit == release else f' ({commit})'}, {len(patches)} patches, "
     return what + str(manifest.get("backend", "?"))
 
 

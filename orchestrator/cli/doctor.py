@@ -230,7 +230,7 @@ def upstream_of(build: BuildInfo) -> tuple[str, list[KnownBad]]:
     manifest = build.manifest
     pin = native_fetch.load_pin()
     if manifest.get("upstream_commit") == pin.commit:
-        return describe_pin(pin.commit, pin.build), []
+        return describe_pin(pin.commit, pin.build, pin.date), []
     from orchestrator.native.build import server_version
 
     try:
