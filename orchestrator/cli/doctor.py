@@ -261,7 +261,7 @@ def check_build(build: BuildInfo | None, gpu_count: int) -> Check:
     if not manifest:
         return Check("native build", WARN, detail, "orchestrator build (records patches and flags in manifest.json)")
     current = [{"name": p.name, "sha256": p.sha256} for p in native_fetch.list_patches()]
-    if manifest.get("adopted"):
+    if manifest.get("adopted") or manifest.get("source"):  # a llama.cpp of the user's, with or without our queue
         return _check_adopted(build, detail)
     if manifest.get("patches") != current:
         return Check(
@@ -293,7 +293,9 @@ def _check_adopted(build: BuildInfo, detail: str) -> Check:
         capabilities = probe_capabilities(build)
     except UserError as err:
         return Check("native build", FAIL, f"{detail}; {err}", err.hint)
-    detail = f"yours (build.llama_server): {detail}"
+    source = (build.manifest or {}).get("source")
+    whose = f"build --source {source.get('path')}" if isinstance(source, dict) else "build.llama_server"
+    detail = f"yours ({whose}): {detail}"
     if not capabilities.draft_mtp:
         return Check("native build", WARN, detail + "; no --spec-type draft-mtp: models run without MTP", None)
     if capabilities.features_off:

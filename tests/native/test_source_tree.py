@@ -108,3 +108,24 @@ def test_the_pin_header_reads_as_the_pin(pinned_source: Path) -> None:
     assert {"llama_context_params", "llama_model_params", "llama_batch"} <= set(structs)
     assert "llama_tokenize" in functions and len(functions) > 150
     assert st.header_problem(pinned_source, pinned_source) is None
+
+
+def test_a_tree_the_runtime_cannot_read_is_refused_before_building(
+    tmp_path: Path, pinned_source: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``build --source`` on a tree whose llama.h adds a field to a struct the bindings read: the
+    refusal names the struct and why, and nothing is copied or compiled."""
+    from orchestrator.cli import build as build_cli
+
+    monkeypatch.setenv("ORCHESTRATOR_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("ORCHESTRATOR_SOURCE_DIR", str(pinned_source))  # the pin's llama.h, not downloaded again
+    tree = _tree(tmp_path / "mine")
+    header = (pinned_source / "include/llama.h").read_text()
+    assert "struct llama_context_params {" in header
+    moved = header.replace("struct llama_context_params {", "struct llama_context_params {\n        int32_t added;", 1)
+    (tree / "include/llama.h").write_text(moved)
+    with pytest.raises(UserError) as err:
+        build_cli.run(backend="cpu", cuda_arch=None, jobs=1, force=False, show=False, source=tree)
+    assert "refused" in str(err.value) and "struct llama_context_params" in str(err.value)
+    assert "llama-cpp-python" in (err.value.hint or "")
+    assert not (tmp_path / "cache" / "builds").exists()
