@@ -139,6 +139,8 @@ def run(target: BenchTarget, options: SamplingOptions, *, log_dir: Path, progres
             )
             done = asyncio.run(sweep.run())
             cells.append(cell(mode, t, done.results))
+            if done.interrupted:  # Ctrl-C: the cells measured so far, nothing more launched
+                return cells
     return cells
 
 
