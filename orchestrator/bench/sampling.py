@@ -8,7 +8,7 @@ temperature a request field, so each mode is one bench instance and every temper
 on it: a draft-length sweep (:mod:`orchestrator.bench.runner`) at one K, per (mode, temperature),
 on the model's own launch plan. Reported per cell: the acceptance rate (accepted over drafted
 draft tokens, pooled), tokens per verification step, and the median decode tok/s over
-repetitions. On the CPU bed (the tiny echo model) speed means little (docs/speculative.md); the
+repetitions. On the CPU bed (the tiny echo model) speed means little (docs/draft-length.md); the
 acceptance rate is the figure that carries over.
 """
 

@@ -185,7 +185,7 @@ class SpeculativeConfig(_Strict):
         description="how the draft is sampled (--spec-draft-sampling, llama.cpp b11434+): greedy takes the "
         "drafter's most likely token and the target checks it by matching; probabilistic samples the draft and the "
         "target verifies it by rejection sampling when the request's temperature > 0 (agents' 0.6-1.0). Unset: "
-        "the orchestrator's default (docs/speculative.md has the measurement it was chosen from)",
+        "greedy, llama-server's default (docs/draft-length.md has the measurement it was chosen from)",
     )
 
     @model_validator(mode="after")

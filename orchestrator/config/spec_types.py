@@ -60,7 +60,7 @@ SpecType = Annotated[
 
 
 #: ``speculative.sampling`` when models.yaml leaves it unset; None renders no flag (llama-server's
-#: own default, greedy). Chosen from ``orchestrator bench --draft-sampling`` (docs/speculative.md).
+#: own default, greedy). Chosen from ``orchestrator bench --draft-sampling`` (docs/draft-length.md).
 DEFAULT_DRAFT_SAMPLING: str | None = None
 
 
