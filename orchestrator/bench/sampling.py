@@ -148,7 +148,7 @@ def payload(target: BenchTarget, options: SamplingOptions, cells: list[Cell]) ->
     """``sampling.json``: the settings, the launch command and every cell."""
     return {
         "model": target.model.name,
-        "command_line": target.base.command_line,
+        "command_line": with_sampling(target.base, "MODE").command_line,  # MODE: greedy, probabilistic
         "settings": dataclasses.asdict(options),
         "cells": [dataclasses.asdict(c) for c in cells],
     }

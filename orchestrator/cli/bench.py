@@ -242,7 +242,8 @@ def run_sampling(
         cells = bs.run(target, options, log_dir=out / "logs", progress=progress)
     stdout = Console() if sys.stdout.isatty() else Console(width=160)
     stdout.print(sampling_table(cells, title=f"{target.model.name}: draft sampling at K = {options.k}"))
-    stdout.print(f"launch: {target.base.command_line}", markup=False, highlight=False, soft_wrap=True)
+    launch = bs.with_sampling(target.base, "MODE").command_line
+    stdout.print(f"launch (MODE: each sampling): {launch}", markup=False, highlight=False, soft_wrap=True)
     report.write_json(out / "sampling.json", bs.payload(target, options, cells))
     stdout.print(f"results: {out}/sampling.json", markup=False, highlight=False)
     return 0
