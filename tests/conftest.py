@@ -50,6 +50,13 @@ def _state_folder(tmp_path_factory: pytest.TempPathFactory) -> None:
     os.environ["ORCHESTRATOR_STATE"] = str(tmp_path_factory.mktemp("state"))
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _no_registry() -> None:
+    """``doctor`` and ``build --show`` ask PyPI how old the pin is; tests never reach the network:
+    the registry's URL is a closed local port (the offline answer), unless a test serves one."""
+    os.environ.setdefault("ORCHESTRATOR_PYPI_JSON", "http://127.0.0.1:9/pypi/{package}/json")
+
+
 @pytest.fixture(scope="session")
 def bin_info() -> Any:
     """The native build (``BuildInfo``); skips when there is none."""

@@ -54,6 +54,12 @@ def build(
     no_patches: bool = typer.Option(
         False, "--no-patches", help="build only llama-server, without native/patches (never the current build)"
     ),
+    source: Path | None = typer.Option(
+        None,
+        "--source",
+        help="build your own llama.cpp (a folder or a tarball) with native/patches instead of the pin; reports each "
+        "patch as applied, already upstream or conflict, and the features then off",
+    ),
 ) -> None:
     """Fetch the pinned llama.cpp, apply native/patches and build llama-server + libllama."""
     from orchestrator.cli import build as m
@@ -67,6 +73,7 @@ def build(
             show=show,
             config=config,
             no_patches=no_patches,
+            source=source,
         )
     )
 
@@ -322,6 +329,29 @@ def bench(
             depths=depths,
         )
     )
+
+
+@bench_app.command("sampling")
+def bench_sampling(
+    model: str | None = typer.Argument(None, help="model name from models.yaml (default: the only one)"),
+    config: Path = typer.Option(DEFAULT_CONFIG, "--config", "-c"),
+    k: int | None = typer.Option(None, "--k", help="draft length (default: the model's speculative.n_max)"),
+    temperatures: str = typer.Option("0,0.6,1.0", help="request temperatures to measure each mode at"),
+    prompts: str = typer.Option("math,code,general", help="built-in prompt sets"),
+    n_predict: int = typer.Option(64, help="tokens to generate per request"),
+    reps: int = typer.Option(2, help="repetitions per (prompt, seed)"),
+    seeds: str = typer.Option("0,1,2", help="comma-separated sampling seeds"),
+    out: Path = typer.Option(Path("results-sampling"), help="results folder"),
+) -> None:
+    """Greedy against probabilistic drafting (--spec-draft-sampling) at each temperature: acceptance and tok/s."""
+    from orchestrator.cli import bench as m
+
+    _run(
+        lambda: m.run_sampling(
+            model, config=config, k=k, temperatures=temperatures, prompts=prompts, n_predict=n_predict,
+            reps=reps, seeds=seeds, out=out,
+        )
+    )  # fmt: skip
 
 
 # The benchmarks that reproduce a published figure: each runs its tool from the source checkout

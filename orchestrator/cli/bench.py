@@ -19,6 +19,7 @@ from rich.table import Table
 
 from orchestrator.bench import sweep
 from orchestrator.bench.report import fmt_number
+from orchestrator.bench.sampling import Cell
 from orchestrator.bench.summary import Summary
 from orchestrator.errors import UserError
 
@@ -206,5 +207,64 @@ def render_table(summaries: Sequence[Summary], recommended: dict[str, int], *, t
             fmt_number(s.step_cost),
             fmt_number(s.joules_per_token) if s.joules_per_token is not None else "-",
             str(s.reps),
+        )
+    return t
+
+
+def run_sampling(
+    model: str | None,
+    *,
+    config: Path,
+    k: int | None,
+    temperatures: str,
+    prompts: str,
+    n_predict: int,
+    reps: int,
+    seeds: str,
+    out: Path,
+) -> int:
+    """``orchestrator bench sampling``: greedy against probabilistic drafting at each temperature
+    (:mod:`orchestrator.bench.sampling`); prints the table and writes ``sampling.json`` into ``out``.
+
+    Raises ``UserError``: bad options, config, missing build, a model without speculation, an
+    instance that fails to load.
+    """
+    from orchestrator.bench import report
+    from orchestrator.bench import sampling as bs
+
+    target = sweep.plan_target(config, model)
+    options = bs.check_options(
+        k=k, temperatures=temperatures, prompts=prompts, n_predict=n_predict, reps=reps, seeds=seeds,
+        model_n_max=target.model.speculative.n_max,
+    )  # fmt: skip
+    _make_folder(out)
+    with _progress_bar() as progress:
+        cells = bs.run(target, options, log_dir=out / "logs", progress=progress)
+    stdout = Console() if sys.stdout.isatty() else Console(width=160)
+    stdout.print(sampling_table(cells, title=f"{target.model.name}: draft sampling at K = {options.k}"))
+    launch = bs.with_sampling(target.base, "MODE").command_line
+    stdout.print(f"launch (MODE: each sampling): {launch}", markup=False, highlight=False, soft_wrap=True)
+    report.write_json(out / "sampling.json", bs.payload(target, options, cells))
+    stdout.print(f"results: {out}/sampling.json", markup=False, highlight=False)
+    return 0
+
+
+def sampling_table(cells: Sequence[Cell], *, title: str) -> Table:
+    """One row per (temperature, mode): acceptance, tokens per step, median decode tok/s."""
+    t = Table(title=title, title_justify="left")
+    for col in ("temperature", "sampling", "accept", "tok/step", "tok/s med", "drafted", "requests"):
+        t.add_column(col, justify="left" if col == "sampling" else "right")
+    rows = sorted(cells, key=lambda c: (c.temperature, c.mode))
+    for i, c in enumerate(rows):
+        if i and c.temperature != rows[i - 1].temperature:
+            t.add_section()
+        t.add_row(
+            f"{c.temperature:g}",
+            c.mode,
+            fmt_number(c.acceptance),
+            fmt_number(c.tokens_per_step),
+            fmt_number(c.tps_median, ".1f"),
+            str(c.drafted),
+            str(c.requests),
         )
     return t

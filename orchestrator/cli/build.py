@@ -21,8 +21,10 @@ from rich.progress import (
 )
 
 from orchestrator.config.load import load_config
+from orchestrator.errors import UserError
 from orchestrator.native import fetch as native_fetch
 from orchestrator.native import make as native_make
+from orchestrator.native import registry
 from orchestrator.native.build import (
     RPC_SERVER,
     SERVER,
@@ -65,12 +67,16 @@ def run(
     show: bool,
     config: Path | None = None,
     no_patches: bool = False,
+    source: Path | None = None,
 ) -> int:
     """``orchestrator build``: build (or confirm up to date) and print where the build is.
 
     ``no_patches`` builds only llama-server from the pinned source without ``native/patches``
     (its own key; never the current build): a stock llama.cpp of the pinned commit, which the
     tests serve through as an adopted ``build.llama_server``.
+
+    ``source`` (a llama.cpp folder or tarball) builds that tree with the patch queue instead of the
+    pin (``orchestrator.cli.build_source``).
 
     ``backend``/``cuda_arch`` None take the ``build:`` block of ``config`` (see ``build_options``).
     Returns 0 on success or when up to date, 1 when CMake or the compile failed (the log path
@@ -84,9 +90,17 @@ def run(
         pin = native_fetch.load_pin()
         if shown.get("upstream_commit") == pin.commit and pin.build:
             shown = {**shown, "upstream_build": f"b{pin.build}"}  # builds made before it was recorded
+        # how old the pin is: its build and date, and the registry's newest source (short timeout)
+        shown = {**shown, "pin_age": registry.pin_age(pin)}
         print(json.dumps(shown, indent=2))
         return 0
     options = build_options(config, backend, cuda_arch)
+    if source is not None:
+        from orchestrator.cli.build_source import run_source
+
+        if no_patches:
+            raise UserError("--source builds a tree with the patch queue; drop --no-patches")
+        return run_source(source, backend=options[0], cuda_arch=options[1], jobs=jobs, force=force, console=console)
     plan = plan_build(*options, patched=False) if no_patches else plan_build(*options)
     root = builds_root() / plan.key
     programs, targets = ((SERVER,), [TARGET]) if no_patches else ((SERVER, RPC_SERVER), TARGETS)
@@ -138,7 +152,8 @@ def built_line(manifest: dict[str, Any]) -> str:
     Not llama-server's ``--version`` alone: built from the PyPI sdist it says ``build 0``."""
     patches = manifest.get("patches") or []
     release = manifest.get("upstream_build") or "(unknown release)"
-    what = f"llama.cpp {release} ({manifest.get('upstream_commit', '?')}), {len(patches)} patches, "
+    commit = manifest.get("upstream_commit", "?")
+    what = f"llama.cpp {release}{'' if commit == release else f' ({commit})'}, {len(patches)} patches, "
     return what + str(manifest.get("backend", "?"))
 
 

@@ -20,7 +20,7 @@ from orchestrator.errors import UserError
 from orchestrator.host import disk, gpus
 from orchestrator.host.gpus import GPU
 from orchestrator.native import cuda as native_cuda
-from orchestrator.native import cuda_compat
+from orchestrator.native import cuda_compat, registry
 from orchestrator.native import fetch as native_fetch
 from orchestrator.native.versions import KnownBad, describe_pin, known_bad, parse_version
 
@@ -210,13 +210,17 @@ def _locate(config: Path) -> BuildInfo | None:
 
 
 def check_pin() -> Check:
-    """The pinned llama.cpp as users compare it with upstream: build number and commit."""
+    """The pinned llama.cpp as users compare it with upstream: build number and date, and the
+    newest source the registry has (one short request; offline says so)."""
     try:
         pin = native_fetch.load_pin()
     except UserError as err:
         return Check("llama.cpp pin", FAIL, str(err), err.hint)
+    age = registry.describe(pin, registry.newest(pin.package))
     return Check(
-        "llama.cpp pin", OK, f"{describe_pin(pin.commit, pin.build)} of {pin.repo} (llama-cpp-python {pin.version})"
+        "llama.cpp pin",
+        OK,
+        f"{describe_pin(pin.commit, pin.build, pin.date)} of {pin.repo} ({pin.package} {pin.version}); {age}",
     )
 
 
@@ -226,7 +230,7 @@ def upstream_of(build: BuildInfo) -> tuple[str, list[KnownBad]]:
     manifest = build.manifest
     pin = native_fetch.load_pin()
     if manifest.get("upstream_commit") == pin.commit:
-        return describe_pin(pin.commit, pin.build), []
+        return describe_pin(pin.commit, pin.build, pin.date), []
     from orchestrator.native.build import server_version
 
     try:
@@ -257,7 +261,7 @@ def check_build(build: BuildInfo | None, gpu_count: int) -> Check:
     if not manifest:
         return Check("native build", WARN, detail, "orchestrator build (records patches and flags in manifest.json)")
     current = [{"name": p.name, "sha256": p.sha256} for p in native_fetch.list_patches()]
-    if manifest.get("adopted"):
+    if manifest.get("adopted") or manifest.get("source"):  # a llama.cpp of the user's, with or without our queue
         return _check_adopted(build, detail)
     if manifest.get("patches") != current:
         return Check(
@@ -289,7 +293,9 @@ def _check_adopted(build: BuildInfo, detail: str) -> Check:
         capabilities = probe_capabilities(build)
     except UserError as err:
         return Check("native build", FAIL, f"{detail}; {err}", err.hint)
-    detail = f"yours (build.llama_server): {detail}"
+    source = (build.manifest or {}).get("source")
+    whose = f"build --source {source.get('path')}" if isinstance(source, dict) else "build.llama_server"
+    detail = f"yours ({whose}): {detail}"
     if not capabilities.draft_mtp:
         return Check("native build", WARN, detail + "; no --spec-type draft-mtp: models run without MTP", None)
     if capabilities.features_off:

@@ -68,6 +68,7 @@ PLAN_FLAGS: dict[str, str] = {
     "--no-reasoning-preserve": "preserve_thinking",
     "-cram": "cache_ram",
     "--cache-ram": "cache_ram",
+    "--spec-draft-sampling": "speculative.sampling",
 }
 
 # Child environment variables that would override the plan (llama.cpp reads LLAMA_ARG_*).
@@ -92,4 +93,5 @@ PLAN_ENV: dict[str, str] = {
     "LLAMA_ARG_CACHE_TYPE_V": "cache_type_v",
     "LLAMA_ARG_CACHE_RAM": "cache_ram",
     "LLAMA_ARG_REASONING_PRESERVE": "preserve_thinking",
+    "LLAMA_ARG_SPEC_DRAFT_SAMPLING": "speculative.sampling",
 }

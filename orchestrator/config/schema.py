@@ -180,13 +180,20 @@ class SpeculativeConfig(_Strict):
         "--no-spec-draft-backend-sampling (less GPU memory per slot), null/absent = llama-server's default "
         "(on at the pin; `orchestrator up --dry-run` shows it)",
     )
+    sampling: Literal["greedy", "probabilistic"] | None = Field(
+        None,
+        description="how the draft is sampled (--spec-draft-sampling, llama.cpp b11434+): greedy takes the "
+        "drafter's most likely token and the target checks it by matching; probabilistic samples the draft and the "
+        "target verifies it by rejection sampling when the request's temperature > 0 (agents' 0.6-1.0). Unset: "
+        "greedy, llama-server's default (docs/draft-length.md has the measurement it was chosen from)",
+    )
 
     @model_validator(mode="after")
     def _flags_together(self) -> SpeculativeConfig:
         if self.ngram_mod is not None and "ngram-mod" not in drafters(self.type):
             raise located("ngram_mod", "is set but speculative.type does not list ngram-mod")
         if self.type == "none":
-            for key in ("n_max", "n_min", "p_min", "draft", "adaptive", "backend_sampling"):
+            for key in ("n_max", "n_min", "p_min", "draft", "adaptive", "backend_sampling", "sampling"):
                 if key in self.model_fields_set:
                     raise located(key, f"is set but speculative.type is none; remove {key} or set type: draft-mtp")
         if self.n_min > self.n_max:

@@ -59,6 +59,11 @@ SpecType = Annotated[
 ]
 
 
+#: ``speculative.sampling`` when models.yaml leaves it unset; None renders no flag (llama-server's
+#: own default, greedy). Chosen from ``orchestrator bench --draft-sampling`` (docs/draft-length.md).
+DEFAULT_DRAFT_SAMPLING: str | None = None
+
+
 def drafters(spec_type: str | None) -> tuple[str, ...]:
     """The drafters of a normalised ``speculative.type`` (none and auto: empty)."""
     return tuple(spec_type.split(",")) if spec_type and spec_type != "none" else ()

@@ -26,6 +26,7 @@ class Speculation:
     # the draft sampled on the GPU: True --spec-draft-backend-sampling, False --no-spec-draft-backend-sampling,
     # None neither (llama-server's default, on at the pin: common/common.h)
     backend_sampling: bool | None = None
+    sampling: str | None = None  # --spec-draft-sampling greedy|probabilistic; None: llama-server's default
 
 
 @dataclass(frozen=True)
@@ -131,6 +132,8 @@ def _speculation(spec: Speculation | None) -> tuple[str, ...]:
     if spec.draft is not None:
         out += ("-md", str(spec.draft))
     out += _on_off("spec-draft-backend-sampling", spec.backend_sampling)
+    if spec.sampling is not None:
+        out += ("--spec-draft-sampling", spec.sampling)
     if spec.ngram_mod is not None:
         n_match, n_min, n_max = spec.ngram_mod
         out += ("--spec-ngram-mod-n-match", str(n_match), "--spec-ngram-mod-n-min", str(n_min))

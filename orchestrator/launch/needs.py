@@ -44,6 +44,8 @@ def _check_flags(
         (("cache_type_k",), "--cache-type-k", model.cache_type_k is not None),
         (("cache_type_v",), "--cache-type-v", model.cache_type_v is not None),
         (("cache_ram",), "--cache-ram", model.cache_ram is not None),
+        (("speculative", "sampling"), "--spec-draft-sampling",
+         model.speculative.sampling is not None and spec_type is not None),
     ]  # fmt: skip
     for key, flag, used in wanted:
         if used and capabilities.flags and flag not in capabilities.flags:

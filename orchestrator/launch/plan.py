@@ -27,8 +27,8 @@ import dataclasses
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from orchestrator.config.schema import Config, ModelConfig
-from orchestrator.config.spec_types import drafters
+from orchestrator.config.schema import Config, ModelConfig, SpeculativeConfig
+from orchestrator.config.spec_types import DEFAULT_DRAFT_SAMPLING, drafters
 from orchestrator.errors import UserError
 from orchestrator.host import disk
 from orchestrator.host.gpus import GPU
@@ -217,6 +217,11 @@ def ctx_override(model: ModelConfig, facts: ModelFacts) -> tuple[str, ...]:
     return ("--override-kv", f"{key}=int:{per_slot}")
 
 
+def draft_sampling(s: SpeculativeConfig) -> str | None:
+    """``--spec-draft-sampling``'s value: models.yaml's ``speculative.sampling``, else the default."""
+    return s.sampling or DEFAULT_DRAFT_SAMPLING
+
+
 def _replica(
     config: Config,
     p: _Planned,
@@ -237,7 +242,7 @@ def _replica(
     ngram = s.ngram_mod if "ngram-mod" in drafters(p.spec_type) else None  # unset: the pin's defaults
     ngram_args = (ngram.n_match, ngram.n_min, ngram.n_max) if ngram else None
     speculation = (
-        Speculation(p.spec_type, s.n_max, s.n_min, s.p_min, p.draft, ngram_args, s.backend_sampling)
+        Speculation(p.spec_type, s.n_max, s.n_min, s.p_min, p.draft, ngram_args, s.backend_sampling, draft_sampling(s))
         if p.spec_type
         else None
     )

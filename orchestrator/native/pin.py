@@ -21,11 +21,19 @@ class Pin:
     # upstream's build number (release tag ``b<build>``) of ``commit``; 0 when pin.toml has none.
     # Not part of ``as_dict`` (the build key): it names the commit, it does not change the build.
     build: int = 0
+    # the release's date (ISO day) as pin.toml records it; "" when it has none. Not in the key either.
+    date: str = ""
 
     @property
     def short_commit(self) -> str:
-        """The 7-character commit llama-server prints in ``--version``."""
+        """The 7-character commit llama-server prints in ``--version`` (the tag when the sdist
+        records no commit hash: ``b11434``)."""
         return self.commit[:7]
+
+    @property
+    def tag(self) -> str:
+        """Upstream's release tag, ``b11434``; "" when pin.toml gives no build number."""
+        return f"b{self.build}" if self.build else ""
 
     @property
     def sdist_name(self) -> str:

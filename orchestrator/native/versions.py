@@ -69,6 +69,10 @@ def known_bad(build: int, *, mtp: bool = True) -> list[KnownBad]:
     return [bad for bad in KNOWN_BAD if bad.covers(build) and (mtp or not bad.needs_mtp)]
 
 
-def describe_pin(commit: str, build: int) -> str:
-    """``b11312 (0c1e57098)``: the pin as users compare it with upstream."""
-    return f"b{build} ({commit})" if build else commit
+def describe_pin(commit: str, build: int, date: str = "") -> str:
+    """``b11434 of 2026-10-06`` or ``b11312 (0c1e57098)``: the pin as users compare it with
+    upstream (a commit that is only the tag again is not repeated)."""
+    if not build:
+        return commit
+    said = f"b{build}" if commit in ("", f"b{build}") else f"b{build} ({commit})"
+    return f"{said} of {date}" if date else said

@@ -2,8 +2,10 @@
 
 llama-server writes a slot's state with ``POST /slots/{id}?action=save`` into its
 ``--slot-save-path``; the format is ``llama_state_seq_save_file`` (src/llama-context.cpp of the
-pin): u32 magic ``ggsq``, u32 version 3, u32 token count, the tokens, then the sequence state
-(attention KV and, for hybrid models, the recurrent state). At this pin the "tokens" are the
+pin): u32 magic ``ggsq``, u32 version 4, u32 token count, the tokens, then the sequence state
+(attention KV and, for hybrid models, the recurrent state). Version 4 (b11434) added the KV
+cache's rotation widths to the state, so a version-3 file (the b11312 pin) means something else:
+it is ``OutdatedState``, removed with one log line and never handed to llama-server. At this pin the "tokens" are the
 server's packed ``server_tokens`` (tools/server/server-common.cpp): ``LLAMA_TOKEN_NULL``, a
 format version, then a u32-counted token list. Older files hold a plain token list.
 
@@ -46,7 +48,7 @@ if TYPE_CHECKING:
     from orchestrator.launch.spec import InstanceSpec
 
 STATE_MAGIC = 0x67677371  # 'ggsq': LLAMA_STATE_SEQ_MAGIC (include/llama.h)
-STATE_VERSION = 3  # LLAMA_STATE_SEQ_VERSION
+STATE_VERSION = 4  # LLAMA_STATE_SEQ_VERSION of the pin (include/llama.h; 3 before b11434)
 TOKEN_NULL = 0xFFFFFFFF  # LLAMA_TOKEN_NULL (-1) as u32: marks the packed server_tokens format
 CONV_SLACK = 0.1  # share of a state's tail a later turn of its conversation may re-render (the answer)
 CONV_MIN_SLACK = 64  # tokens, for short states
@@ -57,6 +59,15 @@ _HASH_CHUNK = 4 * 1024 * 1024
 
 class CorruptState(Exception):
     """A saved slot file that must not be restored: truncated, altered, or not a slot file."""
+
+
+class OutdatedState(CorruptState):
+    """A slot file written by a llama.cpp of another state version (an older pin): sound, but its
+    state is laid out differently, so it is removed rather than restored. ``version`` is the file's."""
+
+    def __init__(self, message: str, version: int) -> None:
+        super().__init__(message)
+        self.version = version
 
 
 @dataclass(frozen=True)
@@ -76,7 +87,8 @@ def read_tokens(path: Path) -> tuple[int, ...]:
     """The prompt tokens a llama-server slot file holds (header only; the state is not read).
 
     Raises:
-        CorruptState: not a ``ggsq`` v3 file, or its token list runs past the end.
+        OutdatedState: a ``ggsq`` file of another state version (an older llama.cpp wrote it).
+        CorruptState: not a ``ggsq`` file, or its token list runs past the end.
     """
     try:
         with path.open("rb") as f:
@@ -84,8 +96,14 @@ def read_tokens(path: Path) -> tuple[int, ...]:
             if len(head) < 12:
                 raise CorruptState(f"{path.name}: {len(head)} bytes, shorter than the header")
             magic, version, count = struct.unpack("<III", head)
-            if magic != STATE_MAGIC or version != STATE_VERSION:
+            if magic != STATE_MAGIC:
                 raise CorruptState(f"{path.name}: not a slot file (magic {magic:#x}, version {version})")
+            if version != STATE_VERSION:
+                raise OutdatedState(
+                    f"{path.name}: saved by another llama.cpp (slot state version {version}, "
+                    f"this build reads {STATE_VERSION})",
+                    version,
+                )
             raw = f.read(4 * count)
     except OSError as err:
         raise CorruptState(f"{path.name}: {err}") from None
@@ -309,6 +327,21 @@ class KvStore:
         dropped += folder.glob("*.part")
         for path in dropped:
             self.drop(path)
+        return dropped
+
+    def drop_outdated(self, model: str) -> list[tuple[Path, OutdatedState]]:
+        """Delete ``model``'s sealed files whose header is of another state version (saved by an
+        older llama.cpp; whatever key they were saved under, no build of this pin reads them).
+        Reads headers only. Returns each deleted path with the reason."""
+        dropped = []
+        for path in sorted(self.model_dir(model).glob("*.bin")):
+            try:
+                read_tokens(path)
+            except OutdatedState as err:
+                self.drop(path)
+                dropped.append((path, err))
+            except CorruptState:
+                continue  # damaged: the checks at restore time skip and delete it with a warning
         return dropped
 
     def enforce_budget(self) -> list[Path]:

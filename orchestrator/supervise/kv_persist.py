@@ -16,7 +16,9 @@ marked ready, and after a crash restart (the last save comes back). Per slot ``s
   when it holds exactly the prefix's tokens, else the prefix is prefilled (``n_predict`` 0);
 - the other slots get the model's saved conversations of the same ``layout_key`` (another model,
   build or KV-shaping flag never matches), longest first; a file that fails its checks
-  (``KvStore.check``: sidecar, size, SHA-256, header) is skipped with a warning and deleted.
+  (``KvStore.check``: sidecar, size, SHA-256, header) is skipped with a warning and deleted. A
+  file of another slot state version (saved by the llama.cpp of an older pin) is deleted with one
+  log line at the restore, whatever its key (``KvStore.drop_outdated``), and never restored.
 
 A restore is verified: the saved tokens plus one more are sent to that slot, and the answer's
 ``timings.cache_n`` must cover every saved token (llama.cpp #26676: some builds restore nothing
@@ -51,6 +53,7 @@ from orchestrator.supervise.affinity import SlotHoldings
 from orchestrator.supervise.kv_files import (
     CorruptState,
     KvStore,
+    OutdatedState,
     conv_filename,
     layout_key,
     slot_filename,
@@ -182,6 +185,7 @@ class KvPersistence:
             if persist:
                 try:
                     await asyncio.to_thread(self.store.drop_unsealed, model.name)
+                    self._drop_outdated(st, model.name, await asyncio.to_thread(self.store.drop_outdated, model.name))
                 except OSError as err:
                     self._disk_fault(st, model.name, err)
                     persist = False
@@ -251,6 +255,10 @@ class KvPersistence:
             return None
         try:
             tokens = await asyncio.to_thread(self.store.check, path, key)
+        except OutdatedState as err:  # the sweep at restore missed it (written meanwhile): same outcome
+            self.store.drop(path)
+            self._drop_outdated(st, model, [(path, err)])
+            return None
         except CorruptState as err:
             st.skipped += 1
             self.store.drop(path)
@@ -321,6 +329,14 @@ class KvPersistence:
             await self._client.action(url, sid, "erase")
         except SlotError as err:
             log.warning("kv: erasing slot %d at %s failed: %s", sid, url, err)
+
+    @staticmethod
+    def _drop_outdated(st: ModelKv, model: str, dropped: list[tuple[Path, OutdatedState]]) -> None:
+        """Count and log (one line each) files removed for their state version: expected once after
+        a pin bump, so a log line, not a warning in ``status``."""
+        for path, err in dropped:
+            st.outdated += 1
+            log.info("kv: %s: removed %s: %s", model, path.name, str(err).partition(": ")[2])
 
     def _disk_fault(self, st: ModelKv, model: str, err: OSError) -> None:
         """The KV folder cannot be written: persistence off for ``model`` until a later try finds it

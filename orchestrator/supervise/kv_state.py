@@ -41,6 +41,7 @@ class ModelKv:
     crash_restores: int = 0  # replicas restored after a crash restart
     warmed: int = 0  # warm prefixes prefilled
     skipped: int = 0  # files refused: corrupt, truncated, unreadable
+    outdated: int = 0  # files removed: saved by a llama.cpp of another slot state version (an older pin)
     verify_failures: int = 0
     restore_seconds: float = 0.0  # total, of verified restores
     last_restore_s: float | None = None

@@ -12,6 +12,7 @@ from test_launch import after, caps, config_for, write_gguf
 
 from orchestrator.config.load import load_config
 from orchestrator.config.schema import ModelConfig, SpeculativeConfig
+from orchestrator.config.spec_types import DEFAULT_DRAFT_SAMPLING
 from orchestrator.errors import UserError
 from orchestrator.launch.plan import plan_launch
 from orchestrator.native import build as build_mod
@@ -93,3 +94,25 @@ def test_preserve_thinking_false_passes_its_own_flag(tmp_path: Path, native: bui
     assert "--no-reasoning-preserve" not in older.argv
     setting = next(s for s in spec.settings if s.key == "preserve_thinking")
     assert setting.asked == "disabled" and setting.flag == "--reasoning-preserve"
+
+
+def test_draft_sampling_reaches_the_argv_and_needs_the_flag(tmp_path: Path, native: build_mod.BuildInfo) -> None:
+    """``speculative.sampling`` renders ``--spec-draft-sampling`` (b11434) after the drafter's flags;
+    unset renders the default; a llama-server whose --help lacks the flag is refused by key."""
+    write_gguf(tmp_path / "mtp.gguf", nextn=1)
+    for mode in ("greedy", "probabilistic"):
+        model = ModelConfig(name="demo", path="mtp.gguf", speculative={"sampling": mode})
+        [spec] = plan_launch(config_for(tmp_path, model), gpus=[], build=native, capabilities=caps(native))
+        assert after(spec.argv, "--spec-draft-sampling") == mode
+        assert spec.argv.index("--spec-draft-sampling") > spec.argv.index("--spec-type")
+    plain = ModelConfig(name="demo", path="mtp.gguf")
+    [spec] = plan_launch(config_for(tmp_path, plain), gpus=[], build=native, capabilities=caps(native))
+    default = DEFAULT_DRAFT_SAMPLING
+    assert after(spec.argv, "--spec-draft-sampling") if default else "--spec-draft-sampling" not in spec.argv
+    with pytest.raises(ValueError):
+        SpeculativeConfig(sampling="nucleus")  # type: ignore[arg-type]
+    model = ModelConfig(name="demo", path="mtp.gguf", speculative={"sampling": "probabilistic"})
+    old = dataclasses.replace(caps(native), flags=frozenset({"-m", "--port", "-c", "--spec-type"}))
+    with pytest.raises(UserError) as err:
+        plan_launch(config_for(tmp_path, model), gpus=[], build=native, capabilities=old)
+    assert "speculative.sampling" in str(err.value) and "--spec-draft-sampling" in str(err.value)

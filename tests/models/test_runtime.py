@@ -3,6 +3,8 @@ and chat templates (with their raise_exception rules surfaced as errors)."""
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +16,7 @@ from native_server import running_server
 from orchestrator.errors import UserError
 from orchestrator.models import runtime
 from orchestrator.models.tiny import write_tiny_model
+from orchestrator.native import fetch as native_fetch
 from orchestrator.native.build import locate, pinned_source
 
 SEP = "\n__ggml_vocab_test__\n"
@@ -47,6 +50,31 @@ def test_vocab_facts(qwen_vocab: runtime.Vocab) -> None:
     assert 151_644 not in qwen_vocab.tokenize("<|im_start|>user", parse_special=False)
     text = "Äpfel 🦙.cpp <|im_end|>"
     assert qwen_vocab.detokenize(qwen_vocab.tokenize(text)) == text
+
+
+_BOUND = """
+import json, sys
+import llama_cpp
+llm = llama_cpp.Llama(model_path=sys.argv[1], vocab_only=True, verbose=False)
+maps = [line.split()[-1] for line in open("/proc/self/maps") if "/libllama.so" in line]
+print(json.dumps({"version": llama_cpp.__version__, "libllama": sorted(set(maps)),
+                  "tokens": llm.tokenize(b"Hello world", add_bos=False, special=False), "n_vocab": llm.n_vocab()}))
+"""
+
+
+def test_the_bindings_read_the_pinned_library(source: Path) -> None:
+    """The runtime's llama-cpp-python 0.3.36 (bindings made for llama.cpp b11312) reads the pin's
+    libllama (b11434, our build): in a fresh process bound to the build's folder, exactly that
+    library is loaded, and the Qwen3.5 vocabulary's size and token ids are upstream's."""
+    build = locate()
+    assert build.manifest.get("upstream_build") == f"b{native_fetch.load_pin().build}" == "b11434"
+    env = {**os.environ, "LLAMA_CPP_LIB_PATH": str(build.lib_dir)}
+    argv = [sys.executable, "-c", _BOUND, str(source / "models/ggml-vocab-qwen35.gguf")]
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env, check=True)
+    said = json.loads(out.stdout.strip().splitlines()[-1])
+    assert said["version"] == "0.3.36"
+    assert said["libllama"] == [str((build.lib_dir / "libllama.so").resolve())]
+    assert (said["n_vocab"], said["tokens"]) == (151_936, [9707, 1879])
 
 
 def test_load_vocab_is_cached_per_file(source: Path, qwen_vocab: runtime.Vocab) -> None:

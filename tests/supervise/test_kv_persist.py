@@ -12,6 +12,8 @@
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -147,6 +149,54 @@ async def test_corrupt_or_truncated_files_are_skipped_with_a_warning(
         assert answer["content"] is not None
     finally:
         await inst.stop(5.0)
+
+
+@run_async
+async def test_a_file_of_the_older_state_version_is_removed_not_restored(
+    bin_info: BuildInfo, demo_model: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A slot file from the b11312 pin (``ggsq`` state version 3: no rotation widths in its KV
+    state) under the very key this instance restores (an adopted llama-server upgraded in place
+    keeps its path) and one under another key are both removed with one log line each, no warning,
+    nothing handed to llama-server, and the model serves on."""
+    root = tmp_path / "kv"
+    model = make_config().models[0]
+    spec = kv_spec(bin_info, demo_model, root / model.name)
+    inst = await started(spec, tmp_path)
+    try:
+        assert inst.base_url is not None
+        await complete(inst.base_url, long_text("doc"))
+        await _persistence(root).save(model, [inst], "unload")
+        (path,) = (root / model.name).glob("*.bin")
+        old = _as_state_version(path, 3)
+        other = old.with_name("0123456789abcdef-cdeadbeef.bin")
+        other.write_bytes(old.read_bytes())
+        store = KvStore(root, 1 << 30)
+        store.commit(other, "another key", json.loads(old.with_suffix(".json").read_text())["tokens"])
+        await SlotClient().action(inst.base_url, 0, "erase")
+        kv = _persistence(root)
+        with caplog.at_level(logging.INFO, logger="orchestrator.kv"):
+            await kv.restore(model, [inst])
+        st = kv.model(model.name)
+        assert (st.restored, st.outdated, st.skipped, st.enabled, st.warning) == (0, 2, 0, True, None)
+        lines = [r.getMessage() for r in caplog.records if "slot state version 3" in r.getMessage()]
+        assert len(lines) == 2 and all("this build reads 4" in line for line in lines), lines
+        assert not list((root / model.name).iterdir())
+        answer = await complete(inst.base_url, long_text("doc") + " more")
+        assert answer["timings"]["cache_n"] == 0  # nothing was restored into the slot
+    finally:
+        await inst.stop(5.0)
+
+
+def _as_state_version(path: Path, version: int) -> Path:
+    """Rewrite ``path``'s header to state ``version`` and reseal its sidecar (same key, size, hash
+    checks pass): only the version tells it apart."""
+    data = bytearray(path.read_bytes())
+    data[4:8] = version.to_bytes(4, "little")
+    path.write_bytes(bytes(data))
+    meta = json.loads(path.with_suffix(".json").read_text())
+    KvStore(path.parent.parent, 1 << 30).commit(path, meta["key"], meta["tokens"])
+    return path
 
 
 class _SilentRestore(SlotClient):

@@ -120,3 +120,33 @@ def test_drafting_off_for_token_probabilities_is_not_shown_as_the_clients_choice
         assert 'k="0",model="demo",reason="token_probs"' in client.get("/metrics").text
     finally:
         stack.close()
+
+
+@pytest.mark.parametrize("sampling", ["greedy", "probabilistic"])
+def test_adaptive_draft_length_works_with_either_draft_sampling(
+    tmp_path: Path, bin_info, demo_model, sampling: str
+) -> None:
+    """``speculative.sampling`` (``--spec-draft-sampling``, b11434) and the adaptive draft length
+    together: at an agent's temperature the policy still chooses K per request, llama-server
+    drafts (and, probabilistic, verifies by rejection) at that K, and the answers teach the policy."""
+    spec = {"type": "draft-mtp", "n_max": 3, "adaptive": True, "sampling": sampling}
+    models = [{"name": "demo", "parallel": 1, "ctx_size": 2048, "speculative": spec}]
+    stack = real_stack(tmp_path, demo_model, bin_info, models=models)
+    try:
+        (inst,) = stack.supervisor.instances
+        argv = list(inst.spec.argv)
+        assert argv[argv.index("--spec-draft-sampling") + 1] == sampling
+        client = httpx.Client(base_url=stack.url, timeout=120, trust_env=False)
+        prompt = {"model": "demo", "prompt": "The quick brown fox jumps over the lazy", "max_tokens": 24}
+        answers = [
+            client.post("/v1/completions", json={**prompt, "temperature": 0.8, "seed": i}).json() for i in range(4)
+        ]
+        sent = [b.get("speculative.n_max") for b in stack.recorder.bodies("/v1/completions")]
+        assert sent[0] == 3 and all(k in (0, 1, 2, 3) for k in sent)  # probe at the largest K, then chosen
+        drafted = [a["timings"].get("draft_n", 0) for a in answers]
+        assert drafted[0] > 0, answers[0]["timings"]  # the probe drafted with this sampling mode
+        recent = client.get("/status").json()["draft_policy"]["demo"]["recent"]
+        assert len(recent) == 4 and all("/" in r["accepted"] for r in recent)  # every answer taught it
+        assert recent[-1]["reason"] == "probe"
+    finally:
+        stack.close()
