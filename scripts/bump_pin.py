@@ -4,7 +4,7 @@
     python scripts/bump_pin.py 11500.0.0 [--date 2026-11-20] [--jobs 2] [--no-build | --no-test]
 
 1. Fetch: PyPI's JSON names the release's sdist and its sha256; the sdist is downloaded and
-   verified exactly as ``orchestrator build`` does (``native/fetch.py``), and ``native/pin.toml``
+   verified exactly as ``orchestrator build`` does (``orchestrator/native/fetch.py``), and ``native/pin.toml``
    is rewritten (version, sha256, build number = the version's first part, tag, date). Without
    ``--date`` the sdist's upload day is taken.
 2. Apply: every patch of ``native/patches`` is tried in order on a fresh copy of the new tree and

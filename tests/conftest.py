@@ -36,6 +36,17 @@ def _missing(what: str) -> None:
     pytest.skip(what)
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Refuse a test that needs a tier's part (the build, an agent client, the browser) without the
+    tier's marker: before ``-m`` deselects anything, so the fast tier never runs one (tests/tiers.py)."""
+    from tests.tiers import unmarked
+
+    problems = unmarked(items)
+    if problems:
+        raise pytest.UsageError("tests without their tier's marker:\n  " + "\n  ".join(problems))
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _saved_prompt_caches(tmp_path_factory: pytest.TempPathFactory) -> None:
     """Saved slots (``kv_persist``) of every test go to a session folder, never the user's cache,

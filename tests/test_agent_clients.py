@@ -26,6 +26,8 @@ import pytest
 
 from tests.agent_clients import Up, client_env, stopping_model
 
+pytestmark = [pytest.mark.agents, pytest.mark.native, pytest.mark.slow]
+
 PINNED = {
     "claude": "2.1.332",
     "codex": "0.171.0",

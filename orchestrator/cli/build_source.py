@@ -20,6 +20,7 @@ from typing import Any
 
 from rich.console import Console
 
+from orchestrator.cli.build_progress import RichBuildProgress
 from orchestrator.errors import UserError
 from orchestrator.native import fetch as native_fetch
 from orchestrator.native import make as native_make
@@ -79,7 +80,6 @@ def _build(
     tree: st.UserTree, plan: BuildPlan, queue: list[Patch], root: Path, jobs: int | None, console: Console
 ) -> dict[str, Any] | None:
     """Copy, patch, compile and install; the manifest, or None when CMake or the compile failed."""
-    from orchestrator.cli.build import RichBuildProgress
 
     started = time.monotonic()
     src = root / native_fetch.SOURCE_DIR_NAME

@@ -246,6 +246,7 @@ def test_prompts_file_and_bad_lines(tmp_path: Path) -> None:
         assert where in str(err.value) and what in str(err.value)
 
 
+@pytest.mark.native
 def test_bench_user_mistakes_in_files_are_one_line_errors(tmp_path: Path, bin_info, demo_model) -> None:  # type: ignore[no-untyped-def]
     """A prompts file that is not UTF-8 and an --out that cannot be created: exit 2 and the
     option named, never a traceback (both were tracebacks)."""
@@ -309,7 +310,7 @@ def test_schedule_interleaves_every_k_each_round() -> None:
 # --------------------------------------------------------------------------- end to end
 
 
-@pytest.mark.server
+@pytest.mark.native
 @pytest.mark.slow
 def test_bench_end_to_end_on_the_echo_model(tmp_path: Path, bin_info, echo_model) -> None:  # type: ignore[no-untyped-def]
     from typer.testing import CliRunner
@@ -378,7 +379,7 @@ def test_bench_end_to_end_on_the_echo_model(tmp_path: Path, bin_info, echo_model
     assert cfg.read_text().startswith("# bench test config\n") and "# the q=0 echo model" in cfg.read_text()
 
 
-@pytest.mark.server
+@pytest.mark.native
 @pytest.mark.slow
 def test_bench_relaunch_per_k_without_the_patch(tmp_path: Path, bin_info, echo_model, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """Without the per-request patch every K gets its own llama-server (--spec-draft-n-max K)."""
@@ -438,7 +439,7 @@ def test_sweep_script_is_valid_bash_and_runs_the_whole_pipeline() -> None:
         assert step in text
 
 
-@pytest.mark.server
+@pytest.mark.native
 @pytest.mark.slow
 def test_ctrl_c_keeps_what_was_measured(tmp_path: Path, bin_info, echo_model, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """Ctrl-C during a sweep (SIGINT, raised right after the 4th measured request, so the 5th is

@@ -211,7 +211,7 @@ def _consistent(turns: list[dict[str, Any]]) -> None:
         previous[t["session"]] = t["prompt"]
 
 
-@pytest.mark.server
+@pytest.mark.native
 @pytest.mark.slow
 def test_the_tool_replays_a_small_session_on_both_sides(tmp_path: Path, bin_info: Any, demo_model: Path) -> None:
     _small_recording(tmp_path / "small.json")

@@ -116,7 +116,7 @@ def test_speed_without_acceptance_is_called_noise() -> None:
     assert len(lines) == 1 and "noise or load" in lines[0]
 
 
-@pytest.mark.server
+@pytest.mark.native
 def test_bench_at_depth_on_the_echo_model(tmp_path: Path, bin_info, echo_model) -> None:  # type: ignore[no-untyped-def]
     """A sweep with a 1K-token prompt: the server got the context it needs (ctx_size 512 in the
     file), the deep prompt is reported apart with its TTFT and tok/s."""

@@ -43,7 +43,7 @@ def no_llama_server_left(out: Path) -> bool:
     return True
 
 
-@pytest.mark.server
+@pytest.mark.native
 @pytest.mark.slow
 def test_cpu_run_writes_complete_reports(tmp_path: Path, bin_info: Any, pinned_source: Path) -> None:
     out = tmp_path / "report"
@@ -91,7 +91,7 @@ def test_cpu_run_writes_complete_reports(tmp_path: Path, bin_info: Any, pinned_s
     assert no_llama_server_left(out)
 
 
-@pytest.mark.server
+@pytest.mark.native
 @pytest.mark.slow
 def test_time_limit_stops_cleanly_with_a_partial_report(tmp_path: Path, bin_info: Any, pinned_source: Path) -> None:
     """With too little time the run stops before the limit, says so, and leaves no process."""

@@ -29,7 +29,7 @@ def test_a_cell_pools_drafts_and_takes_the_median_rate() -> None:
             bs.parse_temperatures(bad)
 
 
-@pytest.mark.server
+@pytest.mark.native
 @pytest.mark.slow
 def test_bench_sampling_measures_both_modes_at_each_temperature(tmp_path: Path, bin_info, demo_model) -> None:  # type: ignore[no-untyped-def]
     from orchestrator.cli.bench import run_sampling

@@ -76,7 +76,7 @@ def test_apply_writes_and_removes_keeping_comments(tmp_path: Path) -> None:
     assert set_launch_settings(cfg, "demo", ubatch_size=None, backend_sampling=None) == ""
 
 
-@pytest.mark.server
+@pytest.mark.native
 def test_tune_on_the_echo_model_prints_the_table_and_applies_it(
     tmp_path: Path, bin_info: Any, echo_model: Path
 ) -> None:

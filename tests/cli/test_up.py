@@ -49,7 +49,7 @@ def _no_children() -> bool:
     return not psutil.Process().children(recursive=True)
 
 
-@pytest.mark.server
+@pytest.mark.native
 def test_dry_run_prints_the_plan_and_starts_nothing(tmp_path: Path, state: Path, bin_info, demo_model, capsys) -> None:
     config = write_models_yaml(tmp_path / "models.yaml", demo_model)
     assert run_up(config, dry_run=True, force=False) == 0
@@ -59,7 +59,7 @@ def test_dry_run_prints_the_plan_and_starts_nothing(tmp_path: Path, state: Path,
     assert not (state / "run.json").exists()
 
 
-@pytest.mark.server
+@pytest.mark.native
 def test_s02_instance_port_taken_is_refused_before_loading(
     tmp_path: Path, state: Path, bin_info, demo_model, busy_port: int
 ) -> None:
@@ -73,7 +73,7 @@ def test_s02_instance_port_taken_is_refused_before_loading(
     assert not (state / "run.json").exists()
 
 
-@pytest.mark.server
+@pytest.mark.native
 def test_s02_proxy_port_taken_is_refused_before_loading(
     tmp_path: Path, state: Path, bin_info, demo_model, busy_port: int
 ) -> None:
@@ -84,7 +84,7 @@ def test_s02_proxy_port_taken_is_refused_before_loading(
     assert _no_children()
 
 
-@pytest.mark.server
+@pytest.mark.native
 def test_second_orchestrator_is_refused_and_a_stale_record_cleared(
     tmp_path: Path, state: Path, bin_info, demo_model
 ) -> None:
@@ -121,7 +121,7 @@ def test_control_commands_without_an_orchestrator(state: Path, capsys) -> None:
         control.logs("demo")  # two replicas: which one is for the user to say
 
 
-@pytest.mark.server
+@pytest.mark.native
 @pytest.mark.slow
 def test_up_serves_chat_status_logs_drain_and_down(tmp_path: Path, bin_info, demo_model) -> None:
     """up -> ready -> chat through the proxy -> status/logs -> SIGTERM drains an in-flight stream
@@ -207,7 +207,7 @@ def _wait_draining(endpoint: str, timeout: float = 30.0) -> None:
         time.sleep(0.05)
 
 
-@pytest.mark.server
+@pytest.mark.native
 @pytest.mark.slow
 def test_down_stops_a_running_orchestrator(tmp_path: Path, bin_info, demo_model) -> None:
     config = write_models_yaml(tmp_path / "models.yaml", demo_model)

@@ -11,7 +11,7 @@ import pytest
 from scheduler_helpers import room_for, tiny_models
 from supervision_helpers import RunningUp
 
-pytestmark = [pytest.mark.server, pytest.mark.slow]
+pytestmark = [pytest.mark.native, pytest.mark.slow]
 
 
 def _ps(up: RunningUp) -> dict[str, dict[str, object]]:

@@ -33,7 +33,7 @@ def test_ctx_size_beyond_int32_is_a_located_error(tmp_path: Path) -> None:
     assert f"{tmp_path / 'models.yaml'}:4" in r.stderr and "ctx_size" in r.stderr, r.stderr
 
 
-@pytest.mark.server
+@pytest.mark.native
 def test_ctx_size_beyond_the_trained_context_is_refused_before_launch(tmp_path: Path, bin_info: object) -> None:
     r = dry_run(tmp_path, "    ctx_size: 2000000000\n")
     assert r.returncode == 2 and "Traceback" not in r.stderr
@@ -41,20 +41,20 @@ def test_ctx_size_beyond_the_trained_context_is_refused_before_launch(tmp_path: 
     assert "trained context (4096 tokens)" in r.stderr and "allow_ctx_beyond_trained" in r.stderr
 
 
-@pytest.mark.server
+@pytest.mark.native
 def test_ctx_size_beyond_ram_is_refused_even_when_allowed(tmp_path: Path, bin_info: object) -> None:
     r = dry_run(tmp_path, "    ctx_size: 2000000000\n    allow_ctx_beyond_trained: true\n")
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert "of RAM" in r.stderr and "models.yaml:2: models[0]" in r.stderr, r.stderr
 
 
-@pytest.mark.server
+@pytest.mark.native
 def test_within_the_limits_the_plan_passes(tmp_path: Path, bin_info: object) -> None:
     r = dry_run(tmp_path, "    ctx_size: 8192\n    parallel: 2\n")  # 2 slots x 4096 trained
     assert r.returncode == 0, r.stderr
 
 
-@pytest.mark.server
+@pytest.mark.native
 def test_allow_ctx_beyond_trained_raises_the_trained_context(tmp_path: Path, bin_info: object) -> None:
     """llama-server caps each slot at the GGUF's context_length: the plan overrides that key."""
     r = dry_run(tmp_path, "    ctx_size: 32768\n    parallel: 2\n    allow_ctx_beyond_trained: true\n")

@@ -67,7 +67,7 @@ def test_argv_carries_the_list_and_the_ngram_settings() -> None:
     )  # fmt: skip
 
 
-@pytest.mark.server
+@pytest.mark.native
 def test_dry_run_shows_both_drafters(tmp_path: Path, bin_info, demo_model, capsys, monkeypatch) -> None:
     monkeypatch.setenv("ORCHESTRATOR_STATE", str(tmp_path / "state"))
     extra = "    speculative: {type: [draft-mtp, ngram-mod], ngram_mod: {n_match: 8, n_min: 1, n_max: 8}}\n"
@@ -95,7 +95,7 @@ def _copy_prompts() -> tuple[list[int], list[int]]:
     raise AssertionError("no passage with flagged tokens")
 
 
-@pytest.mark.server
+@pytest.mark.native
 def test_both_drafters_launch_and_serve(tmp_path: Path, bin_info, demo_model) -> None:
     """One llama-server with both drafters, through our endpoint: where the answer repeats the
     context, the n-gram drafter's drafts are all accepted; elsewhere the MTP head drafts and

@@ -20,6 +20,8 @@ import pytest
 from orchestrator.connect.catalog import INSTRUCTIONS, codex_entry
 from tests.agent_clients import client_env
 
+pytestmark = [pytest.mark.agents, pytest.mark.slow]
+
 
 @pytest.fixture
 def capture() -> Iterator[tuple[str, list[dict[str, Any]]]]:

@@ -73,7 +73,7 @@ def chat_ok(endpoint: str) -> None:
     assert resp.status_code == 200, resp.text
 
 
-@pytest.mark.server
+@pytest.mark.native
 @pytest.mark.slow
 def test_a_state_folder_that_fills_up_while_serving(tmp_path: Path, bin_info, demo_model) -> None:
     config = write_models_yaml(tmp_path / "models.yaml", demo_model)
@@ -112,7 +112,7 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-@pytest.mark.server
+@pytest.mark.native
 @pytest.mark.slow
 def test_a_read_only_state_folder_at_start(tmp_path: Path, bin_info, demo_model) -> None:
     port = free_port()

@@ -113,7 +113,7 @@ def test_stop_reports_the_real_exit_status_of_many_children(caplog: pytest.LogCa
     assert not [r.getMessage() for r in caplog.records if "255" in r.getMessage()]
 
 
-@pytest.mark.server
+@pytest.mark.native
 @pytest.mark.slow
 def test_s06_kill_9_of_orchestrator_leaves_no_llama_server(tmp_path: Path, bin_info, demo_model) -> None:
     config = write_models_yaml(tmp_path / "models.yaml", demo_model)
@@ -153,7 +153,7 @@ HELPERS_PARENT = textwrap.dedent(
 )
 
 
-@pytest.mark.server
+@pytest.mark.native
 @pytest.mark.slow
 def test_kill_9_of_pytest_leaves_nothing_the_test_helpers_started(tmp_path: Path, bin_info, demo_model) -> None:
     """``running_server`` and ``RunningUp`` children die with a SIGKILLed test process.

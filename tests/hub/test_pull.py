@@ -226,7 +226,7 @@ def _hf_yaml(path: Path) -> Path:
     return path
 
 
-@pytest.mark.server
+@pytest.mark.native
 def test_up_offline_refuses_naming_the_pull(demo_hub: FakeHub, tmp_path: Path) -> None:
     config = _hf_yaml(tmp_path / "models.yaml")
     env = {**os.environ, "ORCHESTRATOR_STATE": str(tmp_path / "state")}
@@ -239,7 +239,7 @@ def test_up_offline_refuses_naming_the_pull(demo_hub: FakeHub, tmp_path: Path) -
     assert not [e for e in demo_hub.log if "/resolve/" in e[1]]  # nothing was downloaded
 
 
-@pytest.mark.server
+@pytest.mark.native
 def test_up_pulls_an_hf_entry_then_serves_it(demo_hub: FakeHub, tmp_path: Path, bin_info: object) -> None:
     config = _hf_yaml(tmp_path / "models.yaml")
     with RunningUp(config, tmp_path / "state") as up:
@@ -267,7 +267,7 @@ def test_models_dirs_finds_what_pull_put_in_the_cache(demo_hub: FakeHub) -> None
     assert [(f.name, f.path) for f in found] == [("demo-Q8_0", pulled.model)], notes
 
 
-@pytest.mark.server
+@pytest.mark.native
 def test_up_serves_an_hf_model_with_its_separate_mtp_head(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pinned_source: Path, bin_info: object
 ) -> None:

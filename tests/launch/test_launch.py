@@ -497,7 +497,7 @@ def test_tiny_trunk_alone_has_no_speculation_and_with_its_draft_it_has(
         )
 
 
-@pytest.mark.server
+@pytest.mark.native
 @pytest.mark.slow
 def test_planned_command_really_serves_with_drafting(tmp_path: Path, real_build: build_mod.BuildInfo) -> None:
     """Run the exact argv + env the plan produced for the demo model: llama-server binds the

@@ -28,7 +28,7 @@ from orchestrator.supervise.effective import draft_loaded
 from orchestrator.supervise.status import status_row
 from orchestrator.supervise.supervisor import Supervisor
 
-pytestmark = [pytest.mark.server, pytest.mark.slow]
+pytestmark = [pytest.mark.native, pytest.mark.slow]
 
 #: Each key with a value llama-server does not take by default (the defaults: the pin's --help).
 ASKED = {

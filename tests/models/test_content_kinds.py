@@ -44,7 +44,7 @@ def _start(kind: str, offset: int = 0) -> int:
     return int(ids[(5 * ck.RAMP + offset - 1) % len(ids)])
 
 
-@pytest.mark.server
+@pytest.mark.native
 def test_bed_profile_on_llama_server(llama_server: Any, tmp_path: Path, pinned_source: Path) -> None:
     model = tmp_path / "small-kinds.gguf"
     shaped.write_shaped_model(model, quant="q4_k_m", q=0.1, scale="small", profile="kinds")

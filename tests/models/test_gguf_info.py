@@ -233,7 +233,7 @@ def test_memory_formula_by_hand(echo_model: Path) -> None:
         estimate_memory(f, 1000, kv_type="q3_k")
 
 
-@pytest.mark.server
+@pytest.mark.native
 def test_memory_estimate_matches_llama_server(llama_server: Any, echo_model: Path) -> None:
     ctx, n_par, n_max = 65536, 4, 8
     server = llama_server(

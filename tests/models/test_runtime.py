@@ -97,7 +97,7 @@ def test_tokenizer_matches_the_upstream_reference(source: Path, qwen_vocab: runt
         assert qwen_vocab.tokenize(text, parse_special=False) == ids, repr(text)
 
 
-@pytest.mark.server
+@pytest.mark.native
 @pytest.mark.slow
 def test_tokenize_agrees_with_llama_server(tmp_path_factory: pytest.TempPathFactory) -> None:
     model = write_tiny_model(tmp_path_factory.mktemp("tok") / "tiny.gguf")

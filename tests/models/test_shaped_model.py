@@ -180,7 +180,7 @@ def test_bad_arguments_are_user_errors(
     assert not list(tmp_path.iterdir())
 
 
-@pytest.mark.server
+@pytest.mark.native
 def test_scaled_model_echoes_with_acceptance_one_minus_q(
     llama_server: Any, tmp_path: Path, pinned_source: Path
 ) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-pytestmark = pytest.mark.server
+pytestmark = pytest.mark.native
 
 SPEC = ("--spec-type", "draft-mtp", "--spec-draft-n-min", "1")
 PROMPT = "Hello world"

@@ -165,6 +165,7 @@ def test_demo_model_is_cached_and_versioned(
     assert tm.demo_model() != path  # a new generator writes a new file
 
 
+@pytest.mark.native
 def test_cli_make_tiny_model(tmp_path: Path, pinned_source: Path, bin_info: Any) -> None:
     out = tmp_path / "cli.gguf"
     res = CliRunner().invoke(app, ["make-tiny-model", str(out), "--q", "0.2", "--variant", "separate"])
@@ -191,7 +192,7 @@ def test_command_in_a_fresh_process(tmp_path: Path, pinned_source: Path) -> None
     assert sha256(out) == sha256(tm.write_tiny_model(tmp_path / "same.gguf", q=0.1))
 
 
-@pytest.mark.server
+@pytest.mark.native
 def test_echo_model_generates_the_successor_chain(llama_server: Any, echo_model: Path) -> None:
     server = llama_server(echo_model)
     prompt = server.post("/tokenize", {"content": "Hello world"})["tokens"]
@@ -206,7 +207,7 @@ def test_echo_model_generates_the_successor_chain(llama_server: Any, echo_model:
     assert res["stop_type"] == "limit"  # never an EOG token
 
 
-@pytest.mark.server
+@pytest.mark.native
 def test_random_model_serves_and_rarely_agrees_with_its_head(
     llama_server: Any, tmp_path: Path, pinned_source: Path
 ) -> None:

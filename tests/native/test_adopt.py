@@ -38,7 +38,7 @@ def stock_server(bin_info: Any) -> native_build.BuildInfo:
     return native_build.adopt(root / "bin" / native_build.SERVER)
 
 
-@pytest.mark.server
+@pytest.mark.native
 def test_capabilities_of_a_stock_server_name_every_patch_feature_off(stock_server: Any, bin_info: Any) -> None:
     capabilities = probe_capabilities(stock_server)
     assert capabilities.draft_mtp and capabilities.patches == frozenset()
@@ -49,7 +49,7 @@ def test_capabilities_of_a_stock_server_name_every_patch_feature_off(stock_serve
     assert probe_capabilities(bin_info).features_off == ()  # our own build has them all
 
 
-@pytest.mark.server
+@pytest.mark.native
 def test_up_serves_the_demo_through_an_adopted_server_and_status_says_what_is_off(
     stock_server: Any, demo_model: Path, tmp_path: Path
 ) -> None:
@@ -119,7 +119,7 @@ def test_a_path_that_is_not_a_llama_server_is_refused(tmp_path: Path) -> None:
     assert "Traceback" not in other.stderr
 
 
-@pytest.mark.server
+@pytest.mark.native
 def test_doctor_names_an_adopted_server_and_what_it_lacks(stock_server: Any, tmp_path: Path) -> None:
     config = tmp_path / "models.yaml"
     config.write_text(
@@ -130,7 +130,7 @@ def test_doctor_names_an_adopted_server_and_what_it_lacks(stock_server: Any, tmp
     assert "per-request draft length" in check.detail and check.fix is not None
 
 
-@pytest.mark.server
+@pytest.mark.native
 def test_adaptive_draft_length_is_refused_on_a_server_without_per_request_k(
     stock_server: Any, bin_info: Any, demo_model: Path, tmp_path: Path
 ) -> None:

@@ -290,7 +290,7 @@ def real_build(monkeypatch: pytest.MonkeyPatch) -> build.BuildInfo:
         pytest.skip(f"{err}")
 
 
-@pytest.mark.server
+@pytest.mark.native
 def test_the_build_runs_and_reports_the_pinned_commit(real_build: build.BuildInfo) -> None:
     pin = native_fetch.load_pin(NATIVE)
     assert pin.short_commit in build.server_version(real_build.server)
@@ -330,7 +330,7 @@ def test_rpc_protocol_version_is_read_from_the_header(tmp_path: Path) -> None:
     assert build.rpc_protocol_version(tmp_path / "missing") is None
 
 
-@pytest.mark.server
+@pytest.mark.native
 def test_second_build_is_a_no_op(real_build: build.BuildInfo, capsys: pytest.CaptureFixture[str]) -> None:
     backend = real_build.manifest.get("backend", "cpu")
     plan = native_plan.plan_build(backend, real_build.manifest.get("cuda_arch"))
@@ -364,7 +364,7 @@ def test_ninja_steps_drive_the_progress_bar() -> None:
 def test_failed_configure_prints_the_log_path_and_tail(tmp_path: Path) -> None:
     from rich.console import Console
 
-    from orchestrator.cli.build import RichBuildProgress
+    from orchestrator.cli.build_progress import RichBuildProgress
     from orchestrator.native.make import configure_and_compile
 
     if shutil.which("cmake") is None or shutil.which("ninja") is None:

@@ -192,6 +192,7 @@ def _cuda_plan(runtime_lib_dirs: list[str]) -> native_plan.BuildPlan:
     )
 
 
+@pytest.mark.native
 def test_a_build_whose_binary_cannot_start_is_not_a_success(
     needs_cublas: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -205,6 +206,7 @@ def test_a_build_whose_binary_cannot_start_is_not_a_success(
     assert not (root / "bin").exists()  # nothing installed, current.json untouched
 
 
+@pytest.mark.native
 def test_recorded_runtime_folders_let_the_build_and_its_children_start(
     needs_cublas: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -262,6 +264,7 @@ def test_cmake_configures_the_planned_cuda_build_with_the_real_nvcc(
     assert "CMAKE_CUDA_ARCHITECTURES=120" in result.stdout
 
 
+@pytest.mark.native
 def test_the_in_process_runtime_preloads_the_recorded_cuda_libraries(needs_cublas: tuple[Path, Path]) -> None:
     """libllama loaded in-process (llama-cpp-python) needs the same runtime folders as the
     children, but LD_LIBRARY_PATH cannot reach this process's loader any more: the recorded

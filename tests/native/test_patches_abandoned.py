@@ -19,7 +19,7 @@ from native_server import running_server
 
 from orchestrator.models.tiny import write_tiny_model
 
-pytestmark = [pytest.mark.server, pytest.mark.slow]
+pytestmark = [pytest.mark.native, pytest.mark.slow]
 
 LONG = 30000  # tokens: about a minute on two CPU threads, for the streaming neighbour and the abandoned one
 

@@ -18,7 +18,7 @@ from native_server import running_server
 
 from orchestrator.models.tiny import write_tiny_model
 
-pytestmark = [pytest.mark.server, pytest.mark.slow]
+pytestmark = [pytest.mark.native, pytest.mark.slow]
 
 PREFILL = "A1 prefix"
 

@@ -17,7 +17,7 @@ from native_server import running_server
 
 from orchestrator.models.tiny import write_tiny_model
 
-pytestmark = [pytest.mark.server, pytest.mark.slow]
+pytestmark = [pytest.mark.native, pytest.mark.slow]
 
 EMPTY: dict[str, Any] = {"type": "object", "properties": {}}
 GET_X = {"type": "function", "function": {"name": "get_x", "description": "X", "parameters": EMPTY}}

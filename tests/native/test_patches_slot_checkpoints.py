@@ -23,7 +23,7 @@ from native_server import running_server
 from orchestrator.models.tiny import write_tiny_model
 from orchestrator.supervise.kv_files import read_tokens
 
-pytestmark = [pytest.mark.server, pytest.mark.slow]
+pytestmark = [pytest.mark.native, pytest.mark.slow]
 
 MAGIC = b"SLCK"  # 0x4b434c53 little-endian: the trailer after the sequence state
 FLAGS = ("-c", "4096", "--spec-type", "draft-mtp", "--spec-draft-n-max", "3")

@@ -19,7 +19,7 @@ from native_server import running_server
 
 from orchestrator.models.tiny import write_tiny_model
 
-pytestmark = [pytest.mark.server, pytest.mark.slow]
+pytestmark = [pytest.mark.native, pytest.mark.slow]
 
 NEW = 20  # tokens each later turn adds
 SLACK = 32  # the hybrid model rolls back to a checkpoint a few tokens before the shared prefix's end

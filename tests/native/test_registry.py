@@ -59,6 +59,7 @@ def test_offline_or_an_odd_answer_is_said_never_raised() -> None:
     assert registry.pin_age(pin, timeout=1.0)["registry_newest"] is None
 
 
+@pytest.mark.native
 def test_build_show_reports_the_pin_build_and_its_age(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], bin_info: BuildInfo
 ) -> None:

@@ -13,7 +13,7 @@ from native_server import running_server
 
 from orchestrator.models.tiny import write_tiny_model
 
-pytestmark = [pytest.mark.server, pytest.mark.slow]
+pytestmark = [pytest.mark.native, pytest.mark.slow]
 
 SLOTS = 3
 PROMPT = "The slots all draft the same"

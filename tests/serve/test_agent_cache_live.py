@@ -20,7 +20,7 @@ import httpx
 import pytest
 from proxy_harness import Stack, real_stack
 
-pytestmark = [pytest.mark.server, pytest.mark.slow]
+pytestmark = [pytest.mark.native, pytest.mark.slow]
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "agent_sessions"
 SLACK = 64  # tokens: llama-server resumes from its last checkpoint near the end of the previous prompt

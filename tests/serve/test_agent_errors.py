@@ -12,7 +12,7 @@ import httpx
 import pytest
 from proxy_harness import Stack, real_stack
 
-pytestmark = [pytest.mark.server, pytest.mark.slow]
+pytestmark = [pytest.mark.native, pytest.mark.slow]
 
 CTX = 4096  # 2 slots of 2048 tokens
 LONG = "word " * 3000  # about 3,000 tokens: more than a slot holds

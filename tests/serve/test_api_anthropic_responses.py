@@ -20,7 +20,7 @@ import openai
 import pytest
 from proxy_harness import Stack, real_stack
 
-pytestmark = [pytest.mark.server, pytest.mark.slow]
+pytestmark = [pytest.mark.native, pytest.mark.slow]
 
 KEY = "K1"
 TOOLS = [

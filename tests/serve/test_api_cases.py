@@ -21,7 +21,7 @@ import pytest
 import zstandard
 from proxy_harness import Stack, real_stack
 
-pytestmark = [pytest.mark.server, pytest.mark.slow]
+pytestmark = [pytest.mark.native, pytest.mark.slow]
 
 CASES = {
     c["id"]: c

@@ -19,7 +19,7 @@ import httpx
 import pytest
 from proxy_harness import Stack, real_stack
 
-pytestmark = [pytest.mark.server, pytest.mark.slow]
+pytestmark = [pytest.mark.native, pytest.mark.slow]
 
 KEY = "K1"
 AUTH = {"Authorization": f"Bearer {KEY}"}

@@ -98,7 +98,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory, bin_info: Any, echo_model: P
     s.close()
 
 
-@pytest.mark.server
+@pytest.mark.native
 @pytest.mark.parametrize(("case", "path", "body", "param"), CASES, ids=[c[0] for c in CASES])
 def test_client_mistake_is_a_400_naming_the_field(
     stack: Stack, case: str, path: str, body: bytes | dict[str, Any], param: str | None
@@ -121,7 +121,7 @@ def test_client_mistake_is_a_400_naming_the_field(
         assert after.status_code == 200, after.text
 
 
-@pytest.mark.server
+@pytest.mark.native
 def test_a_tool_choice_object_reaches_llama_server_as_a_string(stack: Stack) -> None:
     """llama-server reads tool_choice as a string: an object was taken as "auto" (a warning in its
     log), so a forced function could come back as text."""
@@ -140,7 +140,7 @@ def test_a_tool_choice_object_reaches_llama_server_as_a_string(stack: Stack) -> 
     assert sent == [("required", ["g"]), ("auto", ["g", "h"])]
 
 
-@pytest.mark.server
+@pytest.mark.native
 def test_an_ollama_option_error_names_the_option_sent(stack: Stack) -> None:
     """num_predict travels as max_tokens: its error said "max_tokens: ...", a field the client never sent."""
     for option, value in (("num_predict", 2**32), ("num_keep", -5), ("top_k", "x")):
@@ -149,7 +149,7 @@ def test_an_ollama_option_error_names_the_option_sent(stack: Stack) -> None:
         assert r.status_code == 400 and r.json()["error"].startswith(f"options.{option}: "), r.text
 
 
-@pytest.mark.server
+@pytest.mark.native
 def test_an_unknown_model_name_is_not_echoed_whole(stack: Stack) -> None:
     """A 2 MB model name came back whole in the 404 (and /v1/models/{id} did the same)."""
     name = "m" * 2_000_000
@@ -161,13 +161,13 @@ def test_an_unknown_model_name_is_not_echoed_whole(stack: Stack) -> None:
         assert len(r.content) < 2000 and "characters)" in r.json()["error"]["message"]
 
 
-@pytest.mark.server
+@pytest.mark.native
 def test_null_reasoning_format_means_the_default(stack: Stack) -> None:
     response = httpx.post(stack.url + CHAT, json=chat(reasoning_format=None), timeout=60)
     assert response.status_code == 200, response.text
 
 
-@pytest.mark.server
+@pytest.mark.native
 @pytest.mark.parametrize("encoding", ["utf-8-sig", "utf-16", "utf-16-le", "utf-32", "latin-1"])
 def test_every_text_encoding_of_a_body_is_read(stack: Stack, encoding: str) -> None:
     text = json.dumps(chat(messages=[{"role": "user", "content": "caf\u00e9"}]), ensure_ascii=False)
@@ -183,7 +183,7 @@ def test_every_text_encoding_of_a_body_is_read(stack: Stack, encoding: str) -> N
     assert sent["messages"][-1]["content"] == "caf\u00e9"
 
 
-@pytest.mark.server
+@pytest.mark.native
 def test_invalid_utf8_and_unknown_charset(stack: Stack) -> None:
     bad = httpx.post(stack.url + CHAT, content=b'{"model":"demo","messages":"\xff"}', timeout=30)
     assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_encoding"

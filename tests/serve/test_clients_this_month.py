@@ -18,7 +18,7 @@ import httpx
 import pytest
 from proxy_harness import Stack, real_stack
 
-pytestmark = [pytest.mark.server, pytest.mark.slow]
+pytestmark = [pytest.mark.native, pytest.mark.slow]
 
 HEADERS = {
     "anthropic-version": "2023-06-01",

@@ -18,7 +18,7 @@ import httpx
 import pytest
 from proxy_harness import Stack, real_stack
 
-pytestmark = [pytest.mark.server, pytest.mark.slow]
+pytestmark = [pytest.mark.native, pytest.mark.slow]
 
 # the clock near the top of the system prompt, as memory plugins put it: P, the line, S0 (the
 # agent's instructions, about 3,000 tokens: a small agent prompt; a turn's own tokens are a few

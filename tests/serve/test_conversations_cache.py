@@ -23,7 +23,7 @@ import httpx
 import pytest
 from proxy_harness import Stack, real_stack
 
-pytestmark = [pytest.mark.server, pytest.mark.slow]
+pytestmark = [pytest.mark.native, pytest.mark.slow]
 
 SYSTEM = "You are a careful coding agent working in a large repository. " * 40
 DETAIL = " The tokenizer drops the last line of every file it reads." * 4  # a first message's own tail

@@ -18,7 +18,7 @@ import httpx
 import pytest
 from proxy_harness import Stack, real_stack
 
-pytestmark = [pytest.mark.server, pytest.mark.slow]
+pytestmark = [pytest.mark.native, pytest.mark.slow]
 
 # three rare tokens of the Qwen vocabulary the tiny model carries, as its FIM prefix, suffix and middle
 FIM_IDS = {"tokenizer.ggml.fim_pre_token_id": 151640, "tokenizer.ggml.fim_suf_token_id": 151641,

@@ -28,7 +28,7 @@ from fuzz_bodies import BASES, body_bytes
 from hypothesis import HealthCheck, given, settings
 from proxy_harness import Stack, real_stack
 
-pytestmark = [pytest.mark.server, pytest.mark.slow]
+pytestmark = [pytest.mark.native, pytest.mark.slow]
 
 TIME_BOUND = 30.0  # seconds per request: generation is capped at 16 tokens of the tiny model
 EXAMPLES = int(os.environ.get("ORCHESTRATOR_FUZZ_EXAMPLES", "12"))  # per route

@@ -19,7 +19,7 @@ import httpx
 import pytest
 from proxy_harness import Stack, real_stack
 
-pytestmark = [pytest.mark.server, pytest.mark.slow]
+pytestmark = [pytest.mark.native, pytest.mark.slow]
 
 CASES = json.loads((Path(__file__).resolve().parents[1] / "data" / "gateway_cases.json").read_text())["cases"]
 CTX, PARALLEL = 4096, 1

@@ -13,7 +13,7 @@ from proxy_harness import Stack, real_stack
 
 from orchestrator.serve.registry import ADAPTERS
 
-pytestmark = [pytest.mark.server, pytest.mark.slow]
+pytestmark = [pytest.mark.native, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")

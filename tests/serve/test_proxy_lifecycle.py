@@ -73,7 +73,7 @@ def test_hold_mode_gives_up_after_the_queue_timeout(tmp_path: Path) -> None:
         stack.close()
 
 
-@pytest.mark.server
+@pytest.mark.native
 def test_hold_mode_forwards_only_once_the_instance_serves(tmp_path: Path, bin_info: Any, echo_model: Path) -> None:
     """S01 with the real server: the request arrives during the load and is held, not refused."""
     stack = real_stack(tmp_path, echo_model, bin_info, wait=False)
@@ -90,7 +90,7 @@ def test_hold_mode_forwards_only_once_the_instance_serves(tmp_path: Path, bin_in
         stack.close()
 
 
-@pytest.mark.server
+@pytest.mark.native
 @pytest.mark.slow
 def test_kill_9_mid_stream_gives_an_error_event_then_recovers(tmp_path: Path, bin_info: Any, echo_model: Path) -> None:
     """S04/S05: the child dies mid-stream; the client gets an error and a closed stream, not a hang."""

@@ -20,7 +20,7 @@ from proxy_harness import Stack, real_stack
 
 from orchestrator.serve.app import served_by
 
-pytestmark = [pytest.mark.server, pytest.mark.slow]
+pytestmark = [pytest.mark.native, pytest.mark.slow]
 
 CASES = json.loads((Path(__file__).resolve().parents[1] / "data" / "chat_requests.json").read_text())["cases"]
 NO_THINK = {"chat_template_kwargs": {"enable_thinking": False}}

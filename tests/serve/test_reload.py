@@ -18,7 +18,7 @@ import pytest
 from scheduler_helpers import tiny_models, wait_until
 from supervision_helpers import RunningUp
 
-pytestmark = [pytest.mark.server, pytest.mark.slow]
+pytestmark = [pytest.mark.native, pytest.mark.slow]
 
 HEAD = "server:\n  host: 127.0.0.1\n  port: 0\n  timeouts: {load: 120, shutdown_grace: 30, drain: 30}\n"
 

@@ -24,7 +24,7 @@ from orchestrator.config.schema import Config
 from orchestrator.serve.reload import ConfigReloader
 from orchestrator.supervise.model_state import ModelState
 
-pytestmark = pytest.mark.server
+pytestmark = pytest.mark.native
 
 
 @pytest.fixture(scope="module")

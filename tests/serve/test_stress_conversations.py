@@ -26,7 +26,7 @@ from proxy_harness import Stack, real_stack
 
 from orchestrator.bench.stress import Load, run
 
-pytestmark = [pytest.mark.server, pytest.mark.slow]
+pytestmark = [pytest.mark.native, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module", params=[1, 2, 4], ids=["parallel-1", "parallel-2", "parallel-4"])

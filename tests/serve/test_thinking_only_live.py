@@ -23,7 +23,7 @@ import pytest
 from proxy_harness import Stack, real_stack
 from test_proxy_faults import metric
 
-pytestmark = [pytest.mark.server, pytest.mark.slow]
+pytestmark = [pytest.mark.native, pytest.mark.slow]
 
 THOUGHT = 3  # tokens each model thinks before it stops (and the continuation of ``stops`` writes)
 ANTHROPIC = {"anthropic-version": "2023-06-01"}

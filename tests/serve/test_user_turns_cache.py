@@ -18,7 +18,7 @@ import httpx
 import pytest
 from proxy_harness import Stack, real_stack
 
-pytestmark = [pytest.mark.server, pytest.mark.slow]
+pytestmark = [pytest.mark.native, pytest.mark.slow]
 
 SYSTEM = "You are a coding agent. Follow the repository's conventions. " * 30
 TOOL_OUTPUT = "def main():\n    print('hello')\n" * 60

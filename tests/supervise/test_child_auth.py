@@ -27,7 +27,7 @@ KEY = "sk-endpoint"
 CHAT = {"model": "demo", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
 PEER_SECRET = "ORCHESTRATOR_TEST_PEER_SECRET"
 
-pytestmark = [pytest.mark.server]
+pytestmark = [pytest.mark.native]
 
 
 @pytest.fixture(scope="module")

@@ -60,7 +60,7 @@ def test_offload_lines_are_judged() -> None:
     assert watch.problem("all") is None  # a new launch forgets the last one's log
 
 
-@pytest.mark.server
+@pytest.mark.native
 def test_gpu_instance_that_loaded_on_cpu_fails_instead_of_ready(tmp_path: Path, bin_info, demo_model) -> None:
     """A spec placed on GPU 0 with ``-ngl all``, run by a build without a usable GPU: FAILED with
     llama.cpp's own warning, never READY (before: READY on GPU 0, really on the CPU)."""

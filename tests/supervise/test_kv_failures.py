@@ -36,7 +36,7 @@ from orchestrator.host import disk
 from orchestrator.serve.cache import prompt_cache
 from orchestrator.supervise import kv_state
 
-pytestmark = [pytest.mark.slow, pytest.mark.server]
+pytestmark = [pytest.mark.slow, pytest.mark.native]
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ import pytest
 from kv_helpers import long_text
 from scheduler_helpers import lifecycle_stack, tiny_models
 
-pytestmark = [pytest.mark.slow, pytest.mark.server]
+pytestmark = [pytest.mark.slow, pytest.mark.native]
 
 
 @pytest.fixture(autouse=True)

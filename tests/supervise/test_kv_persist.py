@@ -30,7 +30,7 @@ from orchestrator.supervise.kv_files import KvStore, read_tokens
 from orchestrator.supervise.kv_persist import KvPersistence
 from orchestrator.supervise.slot_client import SlotClient
 
-pytestmark = [pytest.mark.slow, pytest.mark.server]
+pytestmark = [pytest.mark.slow, pytest.mark.native]
 
 
 @pytest.fixture(scope="module")

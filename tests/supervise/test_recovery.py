@@ -30,7 +30,7 @@ from supervision_helpers import fake_spec, fast_policy
 from orchestrator.config.schema import Config, ModelConfig, ServerConfig
 from orchestrator.supervise.supervisor import SERVING, ProcessState
 
-pytestmark = [pytest.mark.server, pytest.mark.slow]
+pytestmark = [pytest.mark.native, pytest.mark.slow]
 
 CHAT = {"model": "demo", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4}
 FREEZE = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, "samplers": "i"}

@@ -20,7 +20,7 @@ from orchestrator.native.build import RPC_SERVER, loader_path
 from orchestrator.supervise.states import ProcessState, SupervisorPolicy
 from orchestrator.supervise.worker import RpcWorker, WorkerOptions
 
-pytestmark = [pytest.mark.server, pytest.mark.slow]
+pytestmark = [pytest.mark.native, pytest.mark.slow]
 
 
 class WorkerThread:

@@ -119,7 +119,7 @@ async def _until(predicate: Callable[[], bool], what: str, timeout: float = 60.0
         await asyncio.sleep(0.05)
 
 
-@pytest.mark.server
+@pytest.mark.native
 def test_worker_reports_devices_restarts_after_a_crash_and_leaves_nothing(bin_info: Any, tmp_path: Path) -> None:
     async def go() -> None:
         worker = RpcWorker(_options(bin_info), tmp_path / "worker.log", policy=_policy())
@@ -142,7 +142,7 @@ def test_worker_reports_devices_restarts_after_a_crash_and_leaves_nothing(bin_in
     asyncio.run(go())
 
 
-@pytest.mark.server
+@pytest.mark.native
 def test_worker_command_warns_off_loopback_and_stops_its_child(bin_info: Any, tmp_path: Path) -> None:
     _options(bin_info)  # skips without the binary
     env = {**os.environ, "ORCHESTRATOR_STATE": str(tmp_path / "state")}

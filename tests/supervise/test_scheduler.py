@@ -18,7 +18,7 @@ from scheduler_helpers import chat, lifecycle_stack, pids, room_for, state, tiny
 
 from orchestrator.supervise.model_state import ModelState
 
-pytestmark = pytest.mark.server
+pytestmark = pytest.mark.native
 
 
 @pytest.fixture(scope="module")

@@ -130,7 +130,7 @@ def test_s01_load_deadline_extends_while_the_child_logs(tmp_path: Path) -> None:
     asyncio.run(main())
 
 
-@pytest.mark.server
+@pytest.mark.native
 @pytest.mark.slow
 def test_s01_real_server_becomes_ready_and_answers(tmp_path: Path, bin_info, demo_model) -> None:
     async def main() -> None:
@@ -182,7 +182,7 @@ def test_s02_identity_mismatch_fails(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- S05 crashes
 
 
-@pytest.mark.server
+@pytest.mark.native
 @pytest.mark.slow
 def test_s05_kill_9_restarts_and_next_request_succeeds(tmp_path: Path, bin_info, demo_model) -> None:
     async def main() -> None:
@@ -227,7 +227,7 @@ async def _record_states(inst: Instance, seen: list[ProcessState]) -> None:
         await asyncio.sleep(0.01)
 
 
-@pytest.mark.server
+@pytest.mark.native
 @pytest.mark.slow
 def test_s05_crash_loop_fails_with_exit_code_and_log_tail(tmp_path: Path, bin_info) -> None:
     """A child that exits at once (missing GGUF) is retried with backoff, then FAILED."""
@@ -253,7 +253,7 @@ def test_s05_crash_loop_fails_with_exit_code_and_log_tail(tmp_path: Path, bin_in
     asyncio.run(main())
 
 
-@pytest.mark.server
+@pytest.mark.native
 @pytest.mark.slow
 def test_s05_stalled_child_is_killed_and_restarted(tmp_path: Path, bin_info, demo_model) -> None:
     """In flight + SIGSTOPped child (no /health, no output) -> killed and restarted."""
@@ -343,7 +343,7 @@ def test_s03_low_rolling_acceptance_warns(tmp_path: Path) -> None:
     assert not inst.warnings
 
 
-@pytest.mark.server
+@pytest.mark.native
 @pytest.mark.slow
 def test_s03_real_drafting_is_detected(tmp_path: Path, bin_info, demo_model) -> None:
     """Real timings: with --spec-type draft-mtp on the MTP model -> active; a spec instance whose
@@ -402,7 +402,7 @@ def test_s03_spec_batch_failures_relaunch_without_speculation(tmp_path: Path) ->
     asyncio.run(main())
 
 
-@pytest.mark.server
+@pytest.mark.native
 @pytest.mark.slow
 def test_s03_acceptance_floor_relaunch_on_real_server(tmp_path: Path, bin_info, demo_model) -> None:
     """spec_fallback: relaunch_without_spec on a real MTP instance -> relaunched without speculation."""

@@ -22,7 +22,7 @@ import httpx
 import pytest
 from supervision_helpers import RunningUp, chat_body, write_models_yaml
 
-pytestmark = [pytest.mark.server, pytest.mark.slow]
+pytestmark = [pytest.mark.native, pytest.mark.browser, pytest.mark.slow]
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [

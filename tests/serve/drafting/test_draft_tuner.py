@@ -9,7 +9,7 @@ import httpx
 import pytest
 from proxy_harness import real_stack
 
-pytestmark = pytest.mark.server
+pytestmark = pytest.mark.native
 
 
 def test_adaptive_model_gets_a_k_per_request_and_shows_why(tmp_path: Path, bin_info, demo_model) -> None:

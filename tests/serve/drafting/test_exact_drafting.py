@@ -21,7 +21,7 @@ import httpx
 import pytest
 from proxy_harness import Stack, real_stack
 
-pytestmark = [pytest.mark.server, pytest.mark.slow]
+pytestmark = [pytest.mark.native, pytest.mark.slow]
 
 TOL = 1e-3  # float noise between a batched verify step and one-token decode
 PROMPT = [{"role": "user", "content": "Tell me a story about a dragon."}]

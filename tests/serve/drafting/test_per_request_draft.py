@@ -29,7 +29,7 @@ def patched(bin_info: Any) -> None:
         )
 
 
-@pytest.mark.server
+@pytest.mark.native
 @pytest.mark.usefixtures("patched")
 def test_request_n_max_sets_tokens_per_step(llama_server: Any, echo_model: Any) -> None:
     server = llama_server(
@@ -58,7 +58,7 @@ def test_request_n_max_sets_tokens_per_step(llama_server: Any, echo_model: Any) 
     assert len(texts) == 1  # the draft length never changes greedy output
 
 
-@pytest.mark.server
+@pytest.mark.native
 @pytest.mark.usefixtures("patched")
 def test_request_n_max_zero_and_n_min(llama_server: Any, echo_model: Any) -> None:
     server = llama_server(

@@ -131,6 +131,7 @@ def assert_shaped(path: str, response: httpx.Response, status: int = 400) -> str
     return str(doc["error"]["message"])
 
 
+@pytest.mark.native
 def test_a_400_digit_integer_in_every_numeric_field_of_every_api_is_a_400(stack: Stack) -> None:
     assert len(NUMERIC_FIELDS) > 25, NUMERIC_FIELDS
     with httpx.Client(timeout=60) as client:
@@ -205,6 +206,7 @@ NESTED: list[tuple[str, dict[str, Any], str]] = [
 ]
 
 
+@pytest.mark.native
 @pytest.mark.parametrize(("path", "fields", "where"), NESTED, ids=[f"{p} {w}" for p, _, w in NESTED])
 def test_a_wrong_type_deep_in_the_history_is_a_400_naming_its_path(
     stack: Stack, path: str, fields: dict[str, Any], where: str
@@ -214,6 +216,7 @@ def test_a_wrong_type_deep_in_the_history_is_a_400_naming_its_path(
     assert message.startswith(where + ":"), message
 
 
+@pytest.mark.native
 def test_out_of_range_token_ids_are_a_400(stack: Stack) -> None:
     for tokens in ([10**9], [-5], [2**32]):  # 2**32 was read as token 0: a 200 with "!"
         response = httpx.post(stack.url + "/detokenize", json={"model": "demo", "tokens": tokens}, timeout=60)
@@ -222,6 +225,7 @@ def test_out_of_range_token_ids_are_a_400(stack: Stack) -> None:
     assert stack.supervisor.instances[0].restarts == 0
 
 
+@pytest.mark.native
 @pytest.mark.parametrize(
     ("path", "key"), [("/v1/chat/completions", "messages"), ("/v1/responses", "input"), ("/api/chat", "messages")]
 )
@@ -240,12 +244,14 @@ def test_400000_messages_are_refused_at_once_with_the_limit(stack: Stack, path: 
     assert ok.status_code == 200, ok.text
 
 
+@pytest.mark.native
 def test_real_agent_bodies_pass_the_check_untouched(stack: Stack) -> None:
     body = json.loads((DATA / "agent_sessions" / "claude_code.json").read_text())["requests"][-1]
     response = httpx.post(stack.url + "/v1/messages/count_tokens", json=body, timeout=60)
     assert response.status_code == 200, response.text[:300]
 
 
+@pytest.mark.native
 def test_a_chat_request_followed_by_garbage_gets_its_answer_then_the_400(stack: Stack) -> None:
     body = json.dumps(BASES["/v1/chat/completions"]).encode()
     head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\ncontent-type: application/json\r\n"

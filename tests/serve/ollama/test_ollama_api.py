@@ -16,7 +16,7 @@ import ollama
 import pytest
 from proxy_harness import Stack, real_stack
 
-pytestmark = [pytest.mark.server, pytest.mark.slow]
+pytestmark = [pytest.mark.native, pytest.mark.slow]
 
 KEY = "K1"
 AUTH = {"authorization": f"Bearer {KEY}"}

@@ -35,7 +35,7 @@ from orchestrator.config.schema import Config, ModelConfig
 from orchestrator.models.gguf_header import read_header
 from orchestrator.models.gguf_write import KV, STRING, UINT32, write_gguf
 
-pytestmark = [pytest.mark.server, pytest.mark.slow]
+pytestmark = [pytest.mark.native, pytest.mark.slow]
 
 MESSAGES = [{"role": "user", "content": "Tell me a story"}]
 

@@ -20,7 +20,7 @@ import pytest
 from proxy_harness import Stack, real_stack
 from supervision_helpers import RunningUp
 
-pytestmark = [pytest.mark.server, pytest.mark.slow]
+pytestmark = [pytest.mark.native, pytest.mark.slow]
 
 KEY_ENV = "ORCHESTRATOR_TEST_PEER_KEY"
 SECRET = "peer-secret-0f9a7c"
