@@ -26,6 +26,13 @@ from orchestrator.errors import UserError
 
 SERVER_START_TIMEOUT = 90.0  # seconds; a 16 MB model loads in about 1 s on 2 cores
 
+# Every llama-server a test starts without ``-t`` runs one thread (llama-server reads the variable
+# unless ``-t`` is given; children inherit it through ``orchestrator up``). Its default is one thread
+# per core, and ggml's threads spin while they wait: with test files running side by side
+# (pytest-xdist), two such servers on two cores contend for every core (a compaction that takes 20 s
+# alone ran past its test's 120 s timeout in one such run).
+os.environ.setdefault("LLAMA_ARG_THREADS", "1")
+
 # scripts/test.sh (and so CI) sets this: there a missing build is a failure, never a silent skip.
 REQUIRE_NATIVE = os.environ.get("ORCHESTRATOR_REQUIRE_NATIVE") == "1"
 

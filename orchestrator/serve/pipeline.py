@@ -44,7 +44,7 @@ import aiohttp
 
 from orchestrator.errors import ApiError
 from orchestrator.serve.adapters.base import Adapter, Internal, Resend
-from orchestrator.serve.cache.prompt_cache import AFFINITY_MIN_TOKENS, NO_AFFINITY, Affinity
+from orchestrator.serve.cache.prompt_cache import Affinity
 from orchestrator.serve.cache.sessions import usage_counts
 from orchestrator.serve.holding import Beat, audibly, hold_for_lease, next_lease
 from orchestrator.serve.http.body import ClientGone, dump_body, read_json
@@ -379,11 +379,7 @@ class ProxyRequest:
         return Beat(self.send, self.adapter.stream_headers, line, self.settings.keepalive)
 
     async def _affinity(self) -> Affinity:
-        """Prefix affinity (``serve.prompt_cache``). A body shorter than ``AFFINITY_MIN_TOKENS`` bytes
-        cannot hold a prompt that long (every token is at least a byte), so it is not rendered and
-        tokenized at all; llama-server's own slot choice still reuses what a slot holds."""
-        if len(self.out.content) < AFFINITY_MIN_TOKENS:
-            return NO_AFFINITY
+        """Prefix affinity (``serve.prompt_cache``): the slot (and replica) for this request."""
         route, body = self.route, self.out.body
         session = route.session_key(body, self.scope["headers"])
         return await self.router.affinity(route.chat_of(), self.model, body, session)

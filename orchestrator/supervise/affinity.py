@@ -6,6 +6,11 @@ start; ``id_slot`` in a request picks the slot (tools/server/server-context.cpp,
 orchestrator last put there (a routed request, a restored file, a warm prefix); ``choose``
 picks for a new prompt:
 
+0. a client session key (Responses ``prompt_cache_key``, Claude Code's session id) goes back to
+   the slot its last request used, while that slot is free and the prompt continues what it holds
+   (shares at least half of it). A side request of the session (a title or summary request, a
+   subagent: another system prompt) goes on below, and the session's own slot counts for it as
+   another active conversation's: taken only when no slot is empty;
 1. among free slots (no request of ours in flight) of serving replicas, the one whose held
    tokens are all a prefix of the prompt, longest first; then the longest partial match. A
    hybrid model (gated delta-net beside attention) can only reuse a cache the prompt
@@ -117,7 +122,12 @@ class SlotHoldings:
             return None
         sticky = self._keyed.get(key) if key is not None else None
         if sticky is not None and not self.busy(*sticky) and any(r.name == sticky[0] for r in replicas):
-            return Choice(sticky[0], sticky[1], common_prefix(prompt, self.held(*sticky)))
+            held = self.held(*sticky)
+            matched = common_prefix(prompt, held)
+            if _continues(matched, held):
+                return Choice(sticky[0], sticky[1], matched)
+            # the session's side request (a title, a summary, a subagent: another system prompt):
+            # it must not cut the session's conversation off its slot while another slot will do
         best: tuple[tuple[bool, int], Replica, int] | None = None
         for rep in replicas:
             for slot in range(rep.slots):
@@ -129,7 +139,8 @@ class SlotHoldings:
                 if matched >= MIN_MATCH and (best is None or score > best[0]):
                     best = (score, rep, slot)
         if best is not None:
-            if not best[0][0] and self._protected(best[1].name, best[2], key):
+            mine = (best[1].name, best[2]) == sticky
+            if not best[0][0] and (mine or self._protected(best[1].name, best[2], key)):
                 empty = self._empty(replicas)
                 if empty is not None:  # not another active conversation's slot while one is empty
                     return Choice(empty[0], empty[1], 0)
@@ -154,3 +165,11 @@ class SlotHoldings:
                 if not self.busy(rep.name, slot) and not self.held(rep.name, slot):
                     return rep.name, slot
         return None
+
+
+def _continues(matched: int, held: Sequence[int]) -> bool:
+    """Whether a prompt sharing ``matched`` tokens with a slot's ``held`` ones is that slot's
+    conversation going on: it shares half of them (an edited or re-rendered turn still does), or
+    the slot's tokens are unknown (restarted, restored). A side request shares a template header
+    or a system prompt's first lines at most."""
+    return not held or (matched >= MIN_MATCH and 2 * matched >= len(held))

@@ -466,3 +466,60 @@ def test_item10_every_claude_code_block_type_is_served_or_refused_by_design(stac
         r = post(stack, "/v1/messages/count_tokens", body)
         assert r.status_code == 400 and btype in r.json()["error"]["message"], (btype, r.text)
         assert f"`{btype}`" in docs, f"docs/apis.md does not say why {btype} is refused"
+
+
+# --- B56: side requests and a second conversation at parallel 2 ---------------------------------
+
+LONG_SYSTEM = "S0 P " + " ".join(f"Rule {i}: answer in the project's own words." for i in range(80))
+
+
+def test_b56_a_side_request_of_the_session_takes_the_other_slot(stack: Stack, rec: Any) -> None:
+    """Claude Code's title request carries the main conversation's session header and
+    ``metadata.user_id`` but another (short) system prompt. At parallel 2 it lands on the slot the
+    main conversation does not hold (on main it was left to llama-server, which took the main
+    conversation's slot); the main conversation's turn 2 goes back to its slot and reads at least
+    90 % of turn 1's prompt from it."""
+    headers = {**HEADERS, "x-claude-code-session-id": "b56-session"}
+    meta = {"user_id": json.dumps({"session_id": "b56-session"})}
+    first = [{"role": "user", "content": "U1"}]
+    body = {"model": "demo", "max_tokens": 16, "thinking": OFF, "system": LONG_SYSTEM, "metadata": meta}
+    turn1 = post(stack, "/v1/messages", {**body, "messages": first}, headers)
+    assert turn1.status_code == 200, turn1.text
+    main_slot = rec.bodies("/v1/messages")[-1]["id_slot"]
+    side_body = {"model": "demo", "max_tokens": 8, "thinking": OFF, "system": "S1 title generator", "metadata": meta}
+    side = post(stack, "/v1/messages", {**side_body, "messages": first}, headers)
+    assert side.status_code == 200, side.text
+    assert rec.bodies("/v1/messages")[-1].get("id_slot") == 1 - main_slot
+    answer = {"role": "assistant", "content": turn1.json()["content"]}
+    turn2 = post(
+        stack, "/v1/messages", {**body, "messages": [*first, answer, {"role": "user", "content": "U2"}]}, headers
+    )
+    assert turn2.status_code == 200, turn2.text
+    assert rec.bodies("/v1/messages")[-1]["id_slot"] == main_slot
+    usage1, usage2 = turn1.json()["usage"], turn2.json()["usage"]
+    prompt1 = usage1["input_tokens"] + usage1["cache_read_input_tokens"]
+    assert usage2["cache_read_input_tokens"] >= 0.9 * prompt1, (usage1, usage2)
+
+
+def test_b56_two_conversations_on_one_system_prompt_alternate_without_losing_their_history(stack: Stack) -> None:
+    """Conversations X and Y share the system prompt and differ from their first user turn, sent
+    X1, Y1, X2, Y2, X3, Y3 on chat completions: X3 and Y3 each read at least 90 % of their own
+    previous prompt from the cache (not only the shared system prompt)."""
+    system = {"role": "system", "content": LONG_SYSTEM}
+    history = {
+        "X": [system, {"role": "user", "content": "X opens"}],
+        "Y": [system, {"role": "user", "content": "Y opens"}],
+    }
+    prompts: dict[str, list[int]] = {"X": [], "Y": []}
+    cached: dict[str, list[int]] = {"X": [], "Y": []}
+    for turn in range(3):
+        for name, messages in history.items():
+            r = post(stack, "/v1/chat/completions", {"model": "demo", "max_tokens": 8, "messages": messages}, {})
+            assert r.status_code == 200, r.text
+            usage = r.json()["usage"]
+            prompts[name].append(usage["prompt_tokens"])
+            cached[name].append(usage["prompt_tokens_details"]["cached_tokens"])
+            reply = r.json()["choices"][0]["message"]["content"]
+            messages += [{"role": "assistant", "content": reply}, {"role": "user", "content": f"{name}{turn + 2}"}]
+    for name in history:
+        assert cached[name][2] >= 0.9 * prompts[name][1], (name, prompts, cached)

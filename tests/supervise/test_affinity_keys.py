@@ -58,3 +58,42 @@ def test_another_conversation_on_the_same_system_prompt_takes_an_empty_slot() ->
     quiet._used[("m-0", 0)] -= ACTIVE_S + 1  # A went quiet long ago: its slot's shared start is reused
     late = quiet.choose([*system, 7, 8], one, key="s|B")
     assert late is not None and (late.slot, late.matched) == (0, 100)
+
+
+def test_a_side_request_of_the_session_takes_the_empty_slot_and_the_conversation_keeps_its_own() -> None:
+    """B56: Claude Code's title request carries the main conversation's session id but another
+    system prompt. At parallel 2 it goes to the empty slot; the main conversation's next turn goes
+    back to its slot with its whole prefix; a second side request goes to the first one's slot."""
+    one = [Replica("m-0", 2, 0)]
+    main = list(range(1000, 1700))  # turn 1: system prompt "S0 P" and U1
+    side = [1000, 1001, *range(5000, 5040)]  # the same template header, another system prompt
+    holdings = SlotHoldings()
+    holdings.begin("m-0", 0, main, key="s:S-1")
+    holdings.end("m-0", 0)
+    first_side = holdings.choose(side, one, key="s:S-1")
+    assert first_side is not None and (first_side.slot, first_side.matched) == (1, 0)
+    holdings.begin("m-0", 1, side, key="s:S-1")
+    holdings.end("m-0", 1)
+    turn2 = holdings.choose([*main, 7, 8, 9], one, key="s:S-1")
+    assert turn2 is not None and (turn2.slot, turn2.matched) == (0, 700)
+    holdings.begin("m-0", 0, [*main, 7, 8, 9], key="s:S-1")
+    holdings.end("m-0", 0)
+    again = holdings.choose([*side[:30], 6000], one, key="s:S-1")
+    assert again is not None and (again.slot, again.matched) == (1, 30)
+
+
+def test_a_side_request_sharing_the_system_prompt_head_still_spares_the_conversation() -> None:
+    """A subagent of the session shares the first lines of the system prompt (more than MIN_MATCH
+    tokens, far less than half of the conversation): it takes the empty slot; with no slot empty it
+    takes the session's own slot (the shared start beats nothing)."""
+    one = [Replica("m-0", 2, 0)]
+    conversation = list(range(2000))
+    subagent = [*range(50), 9000, 9001]
+    holdings = SlotHoldings()
+    holdings.begin("m-0", 0, conversation, key="s:S-1")
+    holdings.end("m-0", 0)
+    choice = holdings.choose(subagent, one, key="s:S-1")
+    assert choice is not None and (choice.slot, choice.matched) == (1, 0)
+    holdings.begin("m-0", 1, [7, 7, 7], key="s:other")  # the other slot is busy now
+    busy = holdings.choose(subagent, one, key="s:S-1")
+    assert busy is not None and (busy.slot, busy.matched) == (0, 50)

@@ -49,9 +49,6 @@ if TYPE_CHECKING:
     from orchestrator.supervise.supervisor import Supervisor
 
 log = logging.getLogger("orchestrator.kv")
-#: Prompts shorter than this (tokens) are routed as before (least busy replica, llama-server's own
-#: slot choice) and forwarded untouched: their prefill is cheap, and a slot is kept for long ones.
-AFFINITY_MIN_TOKENS = 256
 WATCH_TICK = 1.0  # s between looks at the models (idle saves, crash restarts)
 IDLE_SAVE_S = 5.0  # s without a request before a ready model's changed slots are saved
 IDLE_SAVE_EVERY_S = 60.0  # s at least between two idle saves of one model (bounds their cost)
@@ -233,9 +230,11 @@ class PromptCache:
     ) -> Affinity:
         """Prefix affinity for a request whose route renders a chat prompt (``chat_of``: the route
         adapter's ``chat_request``, None for routes without one) without its own ``id_slot``, to a
-        model with several slots or replicas, whose prompt (rendered and tokenized in a thread)
-        has at least ``AFFINITY_MIN_TOKENS`` tokens; a client's session ``key`` (its adapter's ``session_key``) keeps
-        a session on its slot. ``NO_AFFINITY`` when it does not apply or the body does not render here."""
+        model with several slots or replicas (its prompt rendered and tokenized in a thread); a
+        client's session ``key`` (its adapter's ``session_key``) keeps a session on its slot. Short
+        prompts too: left to llama-server's own choice, a side request (a title, a few dozen tokens)
+        takes the slot most like it, often the main conversation's, while another slot is empty.
+        ``NO_AFFINITY`` when it does not apply or the body does not render here."""
         replicas = model.replicas if isinstance(model.replicas, int) else len(model.replicas)
         if chat_of is None or "id_slot" in body or (model.parallel == 1 and replicas == 1):
             return NO_AFFINITY
@@ -244,8 +243,6 @@ class PromptCache:
             tokens, conversation = await asyncio.to_thread(_tokens, gguf, chat_of, body, launch)
         except (ApiError, UserError, KeyError, TypeError, IndexError, ValueError) as err:  # ValueError: no encoding
             log.debug("kv: no prefix affinity for this request: %s", err)
-            return NO_AFFINITY
-        if len(tokens) < AFFINITY_MIN_TOKENS:
             return NO_AFFINITY
         # one key per conversation of a session: its opening (system prompt, first user message) tells a
         # side request (a title, a summary) and another conversation on the same system prompt from it
