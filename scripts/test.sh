@@ -23,6 +23,6 @@ orchestrator build --backend cpu --no-patches
 # that reason
 bash scripts/install_agent_clients.sh >/dev/null || [ $? -eq 2 ]
 export ORCHESTRATOR_REQUIRE_NATIVE=1
-# every core runs test files (a file's module-scoped llama-servers stay in one worker); the 25
-# slowest tests are printed at the end, so it shows where the time goes
-exec python -m pytest -n auto --dist loadfile --durations=25 "$@"
+# test files run side by side on every core (pyproject's addopts); the 25 slowest tests are printed
+# at the end, so a run shows where its time goes
+exec python -m pytest --durations=25 "$@"

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -25,6 +26,11 @@ import pytest
 from orchestrator.errors import UserError
 
 SERVER_START_TIMEOUT = 90.0  # seconds; a 16 MB model loads in about 1 s on 2 cores
+
+# Test modules are rewritten for pytest's assertions on every import; with bytecode writing off
+# (PYTHONDONTWRITEBYTECODE, as on this project's machines) that is redone by every run and every
+# xdist worker, about 8 s each. The suite keeps its own bytecode in __pycache__ (git-ignored).
+sys.dont_write_bytecode = False
 
 # Every llama-server a test starts without ``-t`` runs one thread (llama-server reads the variable
 # unless ``-t`` is given; children inherit it through ``orchestrator up``). Its default is one thread

@@ -1,14 +1,17 @@
 """The suite's tiers, and the check that keeps them honest.
 
-- ``native``: starts or needs a real llama-server from the native build (``bin_info``, the
-  ``llama_server`` factory, or ``tests/native_server.py``'s helpers called from a test or fixture).
+- ``native``: needs the pinned llama.cpp, built or as source: a real llama-server (``bin_info``,
+  the ``llama_server`` factory, ``tests/native_server.py``'s helpers called from a test or
+  fixture), or the pinned tree's vocabulary and template that every generated tiny model is made
+  of (``pinned_source``: those tests write GGUFs, tens of seconds of numpy between them).
 - ``agents``: runs a real agent client (the ``agent_clients`` fixture).
 - ``browser``: drives the real chromium (the ``browser`` fixture).
 
 ``python -m pytest -m "not native and not agents and not browser"`` is the fast tier: it needs no
-build, no npm and no browser, and is what to run while editing. A test that reaches one of these
-parts without its marker would run (and fail, or stall) in the fast tier, so collection refuses it
-(``tests/conftest.py`` calls :func:`unmarked` on every collected test).
+llama.cpp (built or downloaded), no npm and no browser, and is what to run while editing. A test
+that reaches one of these parts without its marker would run (and fail, or stall) in the fast
+tier, so collection refuses it (``tests/conftest.py`` calls :func:`unmarked` on every collected
+test).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from collections.abc import Iterable
 from typing import Any
 
 TIERS: dict[str, frozenset[str]] = {
-    "native": frozenset({"bin_info", "llama_server"}),
+    "native": frozenset({"bin_info", "llama_server", "pinned_source"}),
     "agents": frozenset({"agent_clients"}),
     "browser": frozenset({"browser"}),
 }

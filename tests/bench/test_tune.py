@@ -96,6 +96,7 @@ def test_tune_on_the_echo_model_prints_the_table_and_applies_it(
     assert cfg.read_text().startswith("# kept")
 
 
+@pytest.mark.native
 @pytest.mark.parametrize("command", ["tune", "bench"])
 def test_depths_beyond_the_trained_context_blame_depths_not_models_yaml(
     tmp_path: Path, echo_model: Path, command: str

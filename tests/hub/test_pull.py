@@ -258,6 +258,7 @@ def test_up_pulls_an_hf_entry_then_serves_it(demo_hub: FakeHub, tmp_path: Path, 
     assert str(model.resolve()).startswith(str(tmp_path / "hf-cache"))
 
 
+@pytest.mark.native
 def test_models_dirs_finds_what_pull_put_in_the_cache(demo_hub: FakeHub) -> None:
     """The hub cache is an ordinary folder of GGUF links: a ``models_dirs`` entry finds the pull."""
     from orchestrator.launch.discover import scan

@@ -17,6 +17,7 @@ from orchestrator.native import build as build_mod
 pytestmark = pytest.mark.usefixtures("pinned_source")
 
 
+@pytest.mark.native
 def test_the_draft_files_weights_count_once(tmp_path: Path) -> None:
     from orchestrator.models.tiny import draft_path, write_tiny_model
 

@@ -27,6 +27,7 @@ def native(tmp_path: Path) -> build_mod.BuildInfo:
     return build_mod.BuildInfo(bin_dir, bin_dir / "llama-server", bin_dir, {"backend": "cpu"})
 
 
+@pytest.mark.native
 def test_q4_0_on_the_demo_model_is_refused_naming_the_key_and_the_types_that_load(
     tmp_path: Path, native: build_mod.BuildInfo
 ) -> None:
@@ -40,6 +41,7 @@ def test_q4_0_on_the_demo_model_is_refused_naming_the_key_and_the_types_that_loa
     assert "f32, f16, bf16" in said and "q8_0" not in err.value.hint  # type: ignore[operator]
 
 
+@pytest.mark.native
 def test_float_types_reach_the_argv(tmp_path: Path, native: build_mod.BuildInfo) -> None:
     model = ModelConfig(name="demo", path="builtin:tiny-mtp", cache_type_k="bf16", cache_type_v="f32", cache_ram=0)
     [spec] = plan_launch(config_for(tmp_path, model), gpus=[], build=native, capabilities=caps(native))
@@ -54,6 +56,7 @@ def test_float_types_reach_the_argv(tmp_path: Path, native: build_mod.BuildInfo)
     assert not {"--cache-type-k", "--cache-type-v", "--cache-ram"} & set(plain.argv)  # llama-server's defaults
 
 
+@pytest.mark.native
 def test_extra_args_may_not_set_them(tmp_path: Path) -> None:
     cfg = tmp_path / "models.yaml"
     cfg.write_text("models:\n  - name: demo\n    path: builtin:tiny-mtp\n    extra_args: [--cache-type-k, q8_0]\n")
@@ -61,6 +64,7 @@ def test_extra_args_may_not_set_them(tmp_path: Path) -> None:
         load_config(cfg)
 
 
+@pytest.mark.native
 def test_which_types_load_by_head_size_and_flash_attention() -> None:
     floats = ["f32", "f16", "bf16"]
     assert loadable(16, fa="auto", v_cache=False) == floats
@@ -70,6 +74,7 @@ def test_which_types_load_by_head_size_and_flash_attention() -> None:
     assert flash_attn(["-fa", "off"]) == "off" and flash_attn(["--flash-attn=on"]) == "on" and flash_attn([]) == "auto"
 
 
+@pytest.mark.native
 def test_a_quantized_v_cache_with_flash_attention_off_is_refused(tmp_path: Path) -> None:
     from orchestrator.launch.kv_cache import check_kv_types
     from orchestrator.models.facts import read_model_facts

@@ -66,6 +66,7 @@ def test_bed_profile_on_llama_server(llama_server: Any, tmp_path: Path, pinned_s
     assert early > 0.8 and late < early - 0.2
 
 
+@pytest.mark.native
 def test_cli_writes_the_test_bed(tmp_path: Path, pinned_source: Path) -> None:
     from typer.testing import CliRunner
 

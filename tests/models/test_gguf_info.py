@@ -84,6 +84,7 @@ def test_reading_facts_never_reads_tensor_data(tmp_path: Path) -> None:
     assert read < 4 << 20, f"read {read:,} bytes of a {size:,}-byte file"
 
 
+@pytest.mark.native
 def test_facts_of_the_echo_model(echo_model: Path) -> None:
     f = read_model_facts(echo_model)
     assert (f.architecture, f.mtp, f.mtp_message) == ("qwen35moe", "embedded", None)
@@ -99,6 +100,7 @@ def test_facts_of_the_echo_model(echo_model: Path) -> None:
     assert (tok.model, tok.vocab_size, tok.eos_id, tok.eos_text) == ("gpt2", 151936, 151643, "<|endoftext|>")
 
 
+@pytest.mark.native
 def test_facts_of_the_pinned_vocab_file(pinned_source: Path) -> None:
     f = read_model_facts(pinned_source / "models" / "ggml-vocab-qwen35.gguf")
     assert f.architecture == "qwen2" and f.mtp == "none" and f.nextn_layers == 0
@@ -107,6 +109,7 @@ def test_facts_of_the_pinned_vocab_file(pinned_source: Path) -> None:
     assert f.chat_template.family == "chatml"  # its own older Qwen2 template
 
 
+@pytest.mark.native
 def test_separate_draft_file_is_recognised(tiny_dir: Path, pinned_source: Path) -> None:
     from orchestrator.models.tiny import draft_path, write_tiny_model
 
@@ -164,6 +167,7 @@ def test_split_files_are_listed_and_summed(tmp_path: Path) -> None:
     assert split_parts(tmp_path / "plain.gguf") == [tmp_path / "plain.gguf"]
 
 
+@pytest.mark.native
 @pytest.mark.parametrize(
     ("make", "message"),
     [
@@ -187,6 +191,7 @@ def test_bad_files_give_one_line_errors(tmp_path: Path, echo_model: Path, make: 
     assert first.startswith("error: ") and message in first and str(path) in first
 
 
+@pytest.mark.native
 def test_truncated_copy_through_the_real_cli_process(tmp_path: Path, echo_model: Path) -> None:
     import subprocess
     import sys
@@ -202,6 +207,7 @@ def test_truncated_copy_through_the_real_cli_process(tmp_path: Path, echo_model:
     assert "truncated GGUF file" in res.stderr and "Traceback" not in res.stderr
 
 
+@pytest.mark.native
 def test_inspect_json_and_table(echo_model: Path) -> None:
     res = runner.invoke(app, ["inspect", str(echo_model), "--json", "--ctx", "2048"])
     assert res.exit_code == 0, res.output
@@ -218,6 +224,7 @@ def test_inspect_json_and_table(echo_model: Path) -> None:
         assert needle in table.output
 
 
+@pytest.mark.native
 def test_memory_formula_by_hand(echo_model: Path) -> None:
     f = read_model_facts(echo_model)
     m = estimate_memory(f, 1000)
@@ -259,6 +266,7 @@ def test_template_family_marks() -> None:
     assert template_family("<|im_start|><function=") == "qwen3-coder"
 
 
+@pytest.mark.native
 def test_render_prompt_after_request_repair(tmp_path: Path, echo_model: Path) -> None:
     pytest.importorskip("orchestrator.models.runtime")
     msgs = tmp_path / "messages.json"
@@ -276,6 +284,7 @@ def test_render_prompt_after_request_repair(tmp_path: Path, echo_model: Path) ->
     assert res.exit_code == 2 and "not valid JSON" in res.output
 
 
+@pytest.mark.native
 def test_inspect_ctx_zero_is_refused_not_replaced_by_the_default(echo_model: Path) -> None:
     # `--ctx 0` used to print the estimate for the default context (4,096) as if it were asked for
     res = runner.invoke(app, ["inspect", str(echo_model), "--ctx", "0"])
@@ -283,6 +292,7 @@ def test_inspect_ctx_zero_is_refused_not_replaced_by_the_default(echo_model: Pat
     assert "context length must be positive, got 0" in res.output
 
 
+@pytest.mark.native
 def test_render_of_deeply_nested_json_is_one_line(tmp_path: Path, echo_model: Path) -> None:
     # json.loads raised RecursionError straight through the CLI
     messages = tmp_path / "deep.json"

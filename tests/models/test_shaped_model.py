@@ -58,6 +58,7 @@ def assert_dims(facts: dict[str, Any], header_path: Path, sh: Shape) -> None:
     assert shapes[f"blk.{sh.n_layer}.nextn.eh_proj.weight"] == (2 * sh.n_embd, sh.n_embd)
 
 
+@pytest.mark.native
 def test_full_preset_header_reads_back_as_the_real_model(tmp_path: Path, pinned_source: Path) -> None:
     """The full-size header (data left as one hole: nothing written) has the real dimensions and
     about 35 B parameters, 3 B of them active per token."""
@@ -95,6 +96,7 @@ def test_block_encoders_round_trip_through_gguf(type_name: str) -> None:
     assert np.sign(y[:, 0]).tolist() == np.sign(x[:, 0]).tolist()
 
 
+@pytest.mark.native
 def test_routing_spreads_a_verification_batch_over_experts(pinned_source: Path) -> None:
     """Along the echo chain, each window of 5 tokens (a draft of 4 being verified) selects about
     as many distinct experts per layer as 5 independent uniform choices of 8 of 256 (37.6)."""
@@ -117,6 +119,7 @@ def test_routing_spreads_a_verification_batch_over_experts(pinned_source: Path) 
     assert load.max() < 3 * load.mean() and (load > 0).mean() > 0.95  # no hot or dead experts
 
 
+@pytest.mark.native
 def test_trunk_and_head_pick_the_echo_tokens_after_quantisation(pinned_source: Path) -> None:
     """Numerically, with the Q4_K/Q6_K bytes the file holds: the trunk's argmax is f(t); the
     head's draft is f(t) for unflagged and f(junk) for flagged input tokens."""
@@ -146,6 +149,7 @@ def test_trunk_and_head_pick_the_echo_tokens_after_quantisation(pinned_source: P
     assert np.array_equal((y @ out.T).argmax(axis=1), want)
 
 
+@pytest.mark.native
 def test_cli_writes_a_sparse_small_model_that_inspect_reads_back(tmp_path: Path, pinned_source: Path) -> None:
     out = tmp_path / "small.gguf"
     result = CliRunner().invoke(
@@ -161,6 +165,7 @@ def test_cli_writes_a_sparse_small_model_that_inspect_reads_back(tmp_path: Path,
     assert result.exit_code == 2 and "does not exist" in result.output and not typo.parent.exists()
 
 
+@pytest.mark.native
 @pytest.mark.parametrize(
     ("kwargs", "needle"),
     [

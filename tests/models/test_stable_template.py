@@ -35,11 +35,13 @@ def _render(template: str, messages: list[dict[str, object]], **kwargs: object) 
     return render_template(template, messages, tools=TOOLS, add_generation_prompt=False, kwargs=kwargs or None)
 
 
+@pytest.mark.native
 def test_the_stock_template_rewrites_the_tool_chain_when_the_user_speaks_again(qwen35: str) -> None:
     before, after = _render(qwen35, _chain(False)), _render(qwen35, _chain(True))
     assert not after.startswith(before)  # the reasoning of the chain's turns is gone from the history
 
 
+@pytest.mark.native
 def test_the_rewritten_template_keeps_every_turn_as_it_was(qwen35: str) -> None:
     stable = cache_stable(qwen35)
     assert stable is not None and stable.text is not None and stable.kwargs == '{"preserve_thinking": true}'

@@ -39,6 +39,7 @@ def test_code_has_minimum_distance_6() -> None:
     assert words[0] == 0 and set(np.unique(words & 1)) == {0, 1}  # bit 0 (the flag) varies
 
 
+@pytest.mark.native
 def test_echo_map_counts_through_clean_tokens(pinned_source: Path) -> None:
     emap = tm.load_echo_map(0.2, seed=0)
     clean = emap.clean
@@ -59,6 +60,7 @@ def test_echo_map_counts_through_clean_tokens(pinned_source: Path) -> None:
     assert not emap.flagged[emap.junk]
 
 
+@pytest.mark.native
 def test_trunk_and_head_argmax_are_exact_after_quantisation(pinned_source: Path) -> None:
     """Numerically: the trunk's logits (output . normed embedding) pick f(t), with margin."""
     import gguf
@@ -81,6 +83,7 @@ def test_trunk_and_head_argmax_are_exact_after_quantisation(pinned_source: Path)
     assert np.array_equal(embd[sample, 0] > 0, emap.flagged[sample])
 
 
+@pytest.mark.native
 def test_same_arguments_same_bytes_and_size_limit(tmp_path: Path, pinned_source: Path) -> None:
     a = tm.write_tiny_model(tmp_path / "a.gguf", q=0.1, seed=3)
     b = tm.write_tiny_model(tmp_path / "b.gguf", q=0.1, seed=3)
@@ -97,6 +100,7 @@ def _umask() -> int:
     return mask
 
 
+@pytest.mark.native
 @pytest.mark.parametrize("variant", ["embedded", "dense", "separate"])
 def test_layout_facts(tmp_path: Path, pinned_source: Path, variant: str) -> None:
     out = tm.write_tiny_model(tmp_path / f"{variant}.gguf", variant=variant)
@@ -128,6 +132,7 @@ def _tensor_names(path: Path) -> set[str]:
     return {t.name for t in read_header(path).tensors}
 
 
+@pytest.mark.native
 def test_random_mode_writes_a_different_model(tmp_path: Path, pinned_source: Path) -> None:
     echo = tm.write_tiny_model(tmp_path / "echo.gguf")
     rand = tm.write_tiny_model(tmp_path / "rand.gguf", mode="random")
@@ -151,6 +156,7 @@ def test_bad_arguments_are_user_errors(tmp_path: Path, kwargs: dict[str, Any], n
         tm.write_tiny_model(tmp_path / "x.gguf", **kwargs)
 
 
+@pytest.mark.native
 def test_demo_model_is_cached_and_versioned(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pinned_source: Path
 ) -> None:
@@ -180,6 +186,7 @@ def test_cli_make_tiny_model(tmp_path: Path, pinned_source: Path, bin_info: Any)
     assert "q must be in [0, 1)" in bad.output and "Traceback" not in bad.output
 
 
+@pytest.mark.native
 def test_command_in_a_fresh_process(tmp_path: Path, pinned_source: Path) -> None:
     out = tmp_path / "script.gguf"
     res = subprocess.run(

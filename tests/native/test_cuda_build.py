@@ -229,6 +229,7 @@ def test_recorded_runtime_folders_let_the_build_and_its_children_start(
     assert "--force" not in (err.value.hint or "")
 
 
+@pytest.mark.native
 @pytest.mark.slow
 def test_cmake_configures_the_planned_cuda_build_with_the_real_nvcc(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pinned_source: Path

@@ -102,6 +102,7 @@ def test_a_header_the_bindings_cannot_read_is_named(tmp_path: Path) -> None:
     assert "llama_n_vocab()" in (st.header_problem(gone, pin) or "")
 
 
+@pytest.mark.native
 def test_the_pin_header_reads_as_the_pin(pinned_source: Path) -> None:
     """The real llama.h parses into structs and functions (the regexes fit upstream's style)."""
     structs, functions = st._api((pinned_source / "include/llama.h").read_text())
@@ -110,6 +111,7 @@ def test_the_pin_header_reads_as_the_pin(pinned_source: Path) -> None:
     assert st.header_problem(pinned_source, pinned_source) is None
 
 
+@pytest.mark.native
 def test_a_tree_the_runtime_cannot_read_is_refused_before_building(
     tmp_path: Path, pinned_source: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -25,6 +25,8 @@ from orchestrator.serve.repair.chat import RepairPolicy
 from orchestrator.serve.responses import repair as responses
 from orchestrator.serve.responses.chat_view import responses_chat
 
+pytestmark = pytest.mark.native
+
 DATA = Path(__file__).resolve().parents[1] / "data"
 SESSIONS = sorted((DATA / "agent_sessions").glob("*.json"))
 
