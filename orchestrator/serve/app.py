@@ -43,9 +43,11 @@ from typing import TYPE_CHECKING, Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.cors import CORSMiddleware
 from starlette.routing import Route
+from starlette.types import Scope
 
 from orchestrator.errors import STATUS_TYPES, ApiError
 from orchestrator.paths import state_dir
@@ -55,12 +57,14 @@ from orchestrator.serve.control.load import add_model_routes
 from orchestrator.serve.control.restart import add_restart_route
 from orchestrator.serve.forward import Forwarder
 from orchestrator.serve.http.auth import ApiKeys
+from orchestrator.serve.http.guard import Guard, Refusal, RouteTable
 from orchestrator.serve.info import InfoViews, add_info_routes
 from orchestrator.serve.metrics import NO_MODEL, ProxyMetrics
 from orchestrator.serve.pipeline import ProxyRequest, Receive, Send
 from orchestrator.serve.registry import add_api_routes, error_body
 from orchestrator.serve.registry import served as served_adapters
 from orchestrator.serve.responses.stored import ResponseStore
+from orchestrator.serve.routes import route_table, ungrouped
 from orchestrator.serve.routing import Router
 from orchestrator.serve.upstream.client import UpstreamPool
 from orchestrator.serve.upstream.peers import PeerRouter
@@ -122,16 +126,20 @@ def create_app(config: Config, supervisor: Supervisor, scheduler: ModelScheduler
     for path, endpoint in endpoints.items():  # other methods get FastAPI's 405
         app.router.routes.append(Route(path, endpoint, methods=["POST"]))
     app.add_middleware(Forwarded, endpoints=endpoints)  # inside CORS and the 500 handler, before the router
+    table = _add_guard(app, route_table(off), running, keys, _refusal(endpoints, metrics))
     add_api_routes(app, fwd, off)  # each API's own routes besides its POSTs (listings, stored responses)
     app.add_api_route("/", _probe, methods=["HEAD"])  # agents' connectivity check (Claude Code at start)
     _add_error_handlers(app, metrics)
     _add_cors(app, config)
     views = InfoViews(peers, router.prompt_cache, fwd.tuner, lambda: served.draining)
-    add_info_routes(app, running, supervisor, keys, metrics, scheduler, views)
-    add_model_routes(app, router, scheduler, keys, lambda: served.reloader)
-    restarts = add_restart_route(app, supervisor, scheduler, router, keys)
+    add_info_routes(app, running, supervisor, metrics, scheduler, views)
+    add_model_routes(app, router, scheduler, lambda: served.reloader)
+    restarts = add_restart_route(app, supervisor, scheduler, router)
     # last: the console's routes (and its catch-all under /ui/) come after every API route
     console = served.console = mount_console(app, config, supervisor, metrics, keys, scheduler, views)
+    missing = ungrouped(app.routes, table)  # a route without a group would be open to anyone
+    if missing:
+        raise RuntimeError(f"routes without an auth group in orchestrator.serve.routes: {', '.join(missing)}")
     return app
 
 
@@ -175,6 +183,33 @@ def _running(config: Config, supervisor: Supervisor) -> RunningConfig:
     if config is not supervisor.config:
         raise ValueError("create_app: config must be the supervisor's own (supervisor.config)")
     return supervisor.running
+
+
+def _add_guard(app: FastAPI, table: RouteTable, running: RunningConfig, keys: ApiKeys, refuse: Refusal) -> RouteTable:
+    """Who may call what, for every route (forwarded POSTs too): one table, one check, in front of
+    them all (inside CORS, so a preflight needs no key). Returns ``table``."""
+
+    def setting(name: str) -> bool:
+        return bool(getattr(running.current.server, name))
+
+    app.add_middleware(Guard, table=table, keys=keys, setting=setting, refuse=refuse)
+    return table
+
+
+def _refusal(endpoints: dict[str, Endpoint], metrics: ProxyMetrics) -> Refusal:
+    """The guard's refusal in the route's API shape; a forwarded route counts it as its request."""
+
+    def refuse(scope: Scope, err: ApiError) -> JSONResponse:
+        headers = err.headers()
+        if err.status == 401:
+            headers["WWW-Authenticate"] = "Bearer"
+        endpoint = endpoints.get(scope["path"]) if scope["method"] == "POST" else None
+        if endpoint is not None:
+            metrics.model(NO_MODEL).request(endpoint.adapter.kind, err.status)
+        body = error_body(scope["path"], err, Headers(scope=scope))
+        return JSONResponse(body, status_code=err.status, headers=headers)
+
+    return refuse
 
 
 def _add_cors(app: FastAPI, config: Config) -> None:

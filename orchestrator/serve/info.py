@@ -21,7 +21,6 @@ from fastapi.responses import JSONResponse, Response
 from orchestrator.connect.catalog import codex_entry
 from orchestrator.errors import ApiError
 from orchestrator.host import disk
-from orchestrator.serve.http.auth import ApiKeys
 from orchestrator.serve.metrics import CONTENT_TYPE, ProxyMetrics
 from orchestrator.serve.routing import RETRY_AFTER, shown
 from orchestrator.supervise.supervisor import SERVING
@@ -57,48 +56,39 @@ def add_info_routes(
     app: FastAPI,
     running: RunningConfig,
     supervisor: Supervisor,
-    keys: ApiKeys,
     metrics: ProxyMetrics,
     scheduler: ModelScheduler,
     views: InfoViews,
 ) -> None:
     """Register the read-only routes on ``app`` (``views.draining()`` turns ``/health`` to 503).
 
-    Everything follows ``running``'s current snapshot: a reload's models show in the list, and its
-    ``auth_health`` / ``auth_metrics`` apply, on the next request.
+    Everything follows ``running``'s current snapshot: a reload's models show in the list on the
+    next request. Who may call each route is the route table's (``orchestrator.serve.routes``).
     """
     created = int(time.time())
     peer_router = views.peers
-
-    def guard(request: Request, required: bool = True) -> None:
-        if required:
-            keys.check(request.scope["headers"])
 
     def entries_now() -> list[dict[str, Any]]:
         local = model_entries(running.current, supervisor, scheduler, created)
         return local + peer_router.model_entries(created)
 
-    _add_model_list(app, running, entries_now, guard)
+    _add_model_list(app, running, entries_now)
 
     # HEAD too: uptime checkers and load balancers probe with it
     @app.api_route("/health", methods=["GET", "HEAD"])
     async def health(request: Request) -> JSONResponse:
-        guard(request, running.current.server.auth_health)
         return health_response(supervisor, scheduler, draining=views.draining())
 
     @app.get("/status")
     async def status(request: Request) -> JSONResponse:
-        guard(request)
         return JSONResponse(views.status(supervisor, scheduler))
 
     @app.get("/peers")
     async def peers(request: Request) -> JSONResponse:
-        guard(request)
         return JSONResponse(peer_router.snapshot())
 
     @app.get("/metrics")
     async def prometheus(request: Request) -> Response:
-        guard(request, running.current.server.auth_metrics)
         return Response(metrics.render(), media_type=CONTENT_TYPE)
 
 
@@ -106,13 +96,11 @@ def _add_model_list(
     app: FastAPI,
     running: RunningConfig,
     entries_now: Callable[[], list[dict[str, Any]]],
-    guard: Callable[[Request], None],
 ) -> None:
     """``GET /v1/models`` (OpenAI's and Anthropic's list shape) and ``GET /v1/models/{id}``."""
 
     @app.get("/v1/models")
     async def list_models(request: Request) -> dict[str, Any]:
-        guard(request)
         data, more = page(entries_now(), dict(request.query_params))
         body = {
             "object": "list",
@@ -128,7 +116,6 @@ def _add_model_list(
     @app.get("/v1/models/{model_id:path}")
     async def retrieve_model(request: Request, model_id: str) -> dict[str, Any]:
         """OpenAI's ``models.retrieve``: one entry by name or alias, else 404 ``model_not_found``."""
-        guard(request)
         entries = entries_now()
         for entry in entries:
             if entry["id"] == model_id:

@@ -177,7 +177,6 @@ class ProxyRequest:
                 retry_after=DRAIN_RETRY_AFTER,
             )
         headers = self.scope["headers"]
-        fwd.keys.check(headers)
         settings = self.settings = fwd.settings()  # one snapshot for the whole request
         client, raw = await read_json(headers, self.receive, settings, self.adapter.shape)
         internal = await self.adapter.recall(self, self.adapter.translate(client, raw))

@@ -79,5 +79,5 @@ def add_api_routes(app: FastAPI, fwd: Forwarder, off: set[str]) -> None:
     and its WebSocket upgrade (426)."""
     if "ollama" not in off:
         OllamaApi(fwd).add_to(app)
-    websocket.add_routes(app, fwd.keys)
-    stored.add_routes(app, fwd.responses_store, fwd.keys)
+    websocket.add_routes(app)
+    stored.add_routes(app, fwd.responses_store)

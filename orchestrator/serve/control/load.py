@@ -23,7 +23,6 @@ from orchestrator.serve.routing import refused_to_http
 from orchestrator.supervise.refusals import ModelRefused
 
 if TYPE_CHECKING:
-    from orchestrator.serve.http.auth import ApiKeys
     from orchestrator.serve.reload import ConfigReloader
     from orchestrator.serve.routing import Router
     from orchestrator.supervise.scheduler import ModelScheduler
@@ -33,10 +32,10 @@ def add_model_routes(
     app: FastAPI,
     router: Router,
     scheduler: ModelScheduler,
-    keys: ApiKeys,
     reloader: Callable[[], ConfigReloader | None] = lambda: None,
 ) -> None:
-    """Register ``POST /models/load``, ``/models/unload`` and ``/reload`` on ``app`` (all ask the API key).
+    """Register ``POST /models/load``, ``/models/unload`` and ``/reload`` on ``app`` (admin routes in
+    ``orchestrator.serve.routes``).
 
     ``/reload`` runs ``reloader()`` (``orchestrator.serve.reload.ConfigReloader``, set by
     ``orchestrator up``): 200 with what changed, 400 ``config_invalid`` with the located problems
@@ -47,7 +46,6 @@ def add_model_routes(
         return next(r for r in scheduler.snapshot() if r["model"] == name)
 
     async def model_name(request: Request) -> str:
-        keys.check(request.scope["headers"])
         name = await read_model_name(request)
         if not isinstance(name, str) or not name:
             raise ApiError(
@@ -73,7 +71,6 @@ def add_model_routes(
 
     @app.post("/reload")
     async def reload(request: Request) -> JSONResponse:
-        keys.check(request.scope["headers"])
         current = reloader()
         if current is None:
             raise ApiError(501, "this server was not started from a models.yaml, so it cannot reload", code="no_reload")

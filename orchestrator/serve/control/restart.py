@@ -43,7 +43,6 @@ class ControlBody:
 CONTROL_BODY = ControlBody()
 
 if TYPE_CHECKING:
-    from orchestrator.serve.http.auth import ApiKeys
     from orchestrator.serve.routing import Router
     from orchestrator.supervise.scheduler import ModelScheduler
     from orchestrator.supervise.supervisor import Instance, Supervisor
@@ -108,15 +107,12 @@ class Restarts:
                 await task
 
 
-def add_restart_route(
-    app: FastAPI, supervisor: Supervisor, scheduler: ModelScheduler, router: Router, keys: ApiKeys
-) -> Restarts:
+def add_restart_route(app: FastAPI, supervisor: Supervisor, scheduler: ModelScheduler, router: Router) -> Restarts:
     """Add ``POST /models/restart`` to ``app``; returns the ``Restarts`` to close at shutdown."""
     restarts = Restarts(supervisor, scheduler)
 
     @app.post("/models/restart", include_in_schema=False)
     async def restart(request: Request) -> JSONResponse:
-        keys.check(request.scope["headers"])
         name = await read_model_name(request)
         if not isinstance(name, str) or not name:  # no default for a restart: {} restarted the only model
             raise ApiError(400, "'model' is required: the model to restart", param="model", code="model_required")

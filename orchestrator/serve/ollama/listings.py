@@ -61,12 +61,10 @@ class OllamaApi:
 
     async def tags(self, request: Request) -> JSONResponse:
         """Every configured model and alias, as Ollama lists local models."""
-        self.fwd.keys.check(request.scope["headers"])
         return JSONResponse({"models": [self._entry(m, n) for m in self.config.models for n in (m.name, *m.aliases)]})
 
     async def ps(self, request: Request) -> JSONResponse:
         """The models with a serving replica (Ollama's "running models")."""
-        self.fwd.keys.check(request.scope["headers"])
         running = [m for m in self.config.models if any(i.state in SERVING for i in self.supervisor.for_model(m.name))]
         models = [
             {
@@ -121,7 +119,6 @@ class OllamaApi:
 
     async def _body(self, request: Request) -> dict[str, Any]:
         headers = request.scope["headers"]
-        self.fwd.keys.check(headers)
         settings = self.fwd.settings()
         body, _raw = await read_json(headers, cast("Receive", request.receive), settings, SHOW)
         return body

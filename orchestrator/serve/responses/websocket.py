@@ -23,7 +23,6 @@ from orchestrator.errors import ApiError
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
-    from orchestrator.serve.http.auth import ApiKeys
 
 PATH = "/v1/responses"
 
@@ -33,13 +32,12 @@ def wants_websocket(request: Request) -> bool:
     return "websocket" in request.headers.get("upgrade", "").lower()
 
 
-def add_routes(app: FastAPI, keys: ApiKeys) -> None:
-    """Register ``GET /v1/responses`` on ``app`` (``keys``: the endpoint's API keys)."""
+def add_routes(app: FastAPI) -> None:
+    """Register ``GET /v1/responses`` on ``app`` (behind the key: ``orchestrator.serve.routes``)."""
 
     async def upgrade(request: Request) -> None:
         if not wants_websocket(request):
             raise ApiError(405, f"GET {PATH} is not served; POST a response request", code="method_not_allowed")
-        keys.check(request.scope["headers"])
         raise ApiError(
             426,
             "WebSocket transport is not served here; send the request as HTTP POST /v1/responses "

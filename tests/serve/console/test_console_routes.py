@@ -111,8 +111,12 @@ def test_keyless_console_is_refused_on_a_non_loopback_bind(tmp_path: Path) -> No
 
 def test_keyless_console_answers_only_a_loopback_host(client: TestClient) -> None:
     # DNS rebinding: a foreign page that re-points its name at 127.0.0.1 still sends its own Host
+    # (the console's data is behind the route table's key group: without keys, its guard refuses the
+    # foreign Host before the console's own check would)
     r = client.get("/ui/api/live", headers={"host": "attacker.example:8080"})
-    assert r.status_code == 403 and "loopback Host" in r.json()["error"]["message"]
+    assert r.status_code == 403 and "Host 'attacker.example:8080'" in r.json()["error"]["message"]
+    page = client.get("/ui", headers={"host": "attacker.example:8080"})  # the page: the console's own rule
+    assert page.status_code == 403 and "loopback Host" in page.json()["error"]["message"]
     for host in ("localhost:8080", "127.0.0.1:8080", "[::1]:8080", "127.0.0.1"):
         assert client.get("/ui/api/live", headers={"host": host}).status_code == 200, host
     assert [is_loopback(host_of(h)) for h in ("[::1]:80", "localhost", "10.0.0.1:80", "::1")] == [
