@@ -45,6 +45,7 @@ async def complete(
     client: httpx.AsyncClient,
     base_url: str,
     body: dict[str, Any],
+    auth: httpx.Auth | None = None,
 ) -> Completion:
     """POST a streamed ``/completion`` and collect it.
 
@@ -52,6 +53,7 @@ async def complete(
         client: an httpx client (the bench's opens a new connection for every request).
         base_url: ``http://127.0.0.1:PORT``.
         body: the request (``stream`` is forced on).
+        auth: the child's key (its instance's ``ChildLock.auth``), when the child is locked.
 
     Returns:
         :class:`Completion`; ``ttft_s`` is from sending to the first event with non-empty
@@ -63,7 +65,8 @@ async def complete(
         httpx.TransportError: when the connection fails.
     """
     t0 = time.perf_counter()
-    async with client.stream("POST", f"{base_url}/completion", json=dict(body, stream=True)) as resp:
+    key = auth if auth is not None else httpx.USE_CLIENT_DEFAULT
+    async with client.stream("POST", f"{base_url}/completion", json=dict(body, stream=True), auth=key) as resp:
         if resp.status_code != 200:
             raise await _http_error(resp, base_url)
         ttft, parts, final = await _read_events(resp, t0)

@@ -23,7 +23,6 @@ from orchestrator.bench.summary import RequestResult
 from orchestrator.errors import UserError
 from orchestrator.host.energy import EnergyMeter
 from orchestrator.launch.spec import InstanceSpec, without_speculation
-from orchestrator.supervise.child_auth import CHILD_AUTH
 from orchestrator.supervise.status import status_row
 from orchestrator.supervise.supervisor import SERVING, TERMINAL, Instance, ProcessState, Supervisor
 
@@ -186,14 +185,14 @@ class Sweep:
         inst.in_flight += 1
         try:
             try:
-                comp = await complete(self._client, inst.base_url, body)
+                comp = await complete(self._client, inst.base_url, body, inst.lock.auth)
             except httpx.TransportError as err:
                 # a crash mid-request: the supervisor restarts the child; retry once when it serves
                 self.warnings.append(f"{inst.name}: request failed ({type(err).__name__}); retried after a restart")
                 await self._wait_relaunched(inst)
                 assert inst.base_url is not None
                 try:
-                    comp = await complete(self._client, inst.base_url, body)
+                    comp = await complete(self._client, inst.base_url, body, inst.lock.auth)
                 except httpx.TransportError as again:
                     tail = " | ".join(inst.log_tail(5))
                     raise UserError(
@@ -234,7 +233,7 @@ class Sweep:
         body: dict[str, Any] = {"messages": [{"role": "user", "content": self.prompts[index].prompt}]}
         if self.model.thinking is not None:
             body["chat_template_kwargs"] = {"enable_thinking": self.model.thinking}
-        resp = await self._client.post(f"{inst.base_url}/apply-template", json=body)
+        resp = await self._client.post(f"{inst.base_url}/apply-template", json=body, auth=inst.lock.auth)
         if resp.status_code != 200:
             raise UserError(f"{inst.name}/apply-template answered {resp.status_code}: {resp.text[:300]}")
         text = resp.json().get("prompt")
@@ -266,7 +265,6 @@ class Sweep:
         timeouts = self.config.server.timeouts
         self._client = httpx.AsyncClient(
             trust_env=False,
-            auth=CHILD_AUTH,  # children are locked when models.yaml has server.api_keys
             limits=httpx.Limits(max_keepalive_connections=0),
             timeout=httpx.Timeout(
                 connect=timeouts.connect, read=timeouts.first_byte, write=timeouts.connect, pool=None

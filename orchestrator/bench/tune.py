@@ -46,7 +46,6 @@ from orchestrator.bench.sweep import BenchTarget
 from orchestrator.errors import UserError
 from orchestrator.launch.fit import N_UBATCH
 from orchestrator.launch.spec import InstanceSpec, with_port
-from orchestrator.supervise.child_auth import CHILD_AUTH
 from orchestrator.supervise.supervisor import ProcessState, Supervisor
 
 MARGIN = 0.03
@@ -136,7 +135,7 @@ class Tune:
         """Every round of every setting; every instance is stopped at the end."""
         if self.progress is not None:
             self.progress.total(self.rounds * len(self.settings))
-        async with httpx.AsyncClient(timeout=httpx.Timeout(600.0, connect=10.0), auth=CHILD_AUTH) as client:
+        async with httpx.AsyncClient(timeout=httpx.Timeout(600.0, connect=10.0)) as client:
             if self.together:
                 sup = await self._start(self.settings)
                 try:
@@ -187,11 +186,11 @@ class Tune:
         for depth in self.depths if setting.backend_sampling is None else ():
             self._status(f"round {rnd + 1}/{self.rounds}: {setting.name} prefill at {depth_label(depth)}")
             body = {"prompt": self._prompts[depth], "n_predict": 1, "cache_prompt": False, "temperature": 0}
-            done = await complete(client, base_url, body)
+            done = await complete(client, base_url, body, inst.lock.auth)
             self._record(setting, rnd, f"prefill@{depth_label(depth)}", done.timings.get("prompt_per_second"))
         self._status(f"round {rnd + 1}/{self.rounds}: {setting.name} decode")
         body = {"prompt": DECODE_PROMPT, "n_predict": self.n_predict, "cache_prompt": False, "temperature": 0}
-        done = await complete(client, base_url, body)
+        done = await complete(client, base_url, body, inst.lock.auth)
         self._record(setting, rnd, "decode", done.timings.get("predicted_per_second"))
         if self.progress is not None:
             self.progress.advance()

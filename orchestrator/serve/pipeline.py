@@ -384,7 +384,7 @@ class ProxyRequest:
         return await self.router.affinity(route.chat_of(), self.model, body, session)
 
     async def _exchange_on(self, instance: Instance | Peer, out: Outgoing, *, refused_ok: bool) -> int:
-        upstream = self.fwd.pool.get(instance.base_url or "", instance.name)
+        upstream = self.fwd.pool.get(instance.base_url or "", instance.name, instance.child_key)
         stalls = instance.stalls  # in flight on it: counted by its lease (a peer's by PeerRouter.route)
         calls: Calls | None = getattr(instance, "calls", None)  # a peer's requests are not watched here
         self.instance, self.out, self.attempt = instance, out, 1

@@ -5,10 +5,11 @@ requests and read users' prompts from its ``/slots``. So when the endpoint has A
 launch of every child gets a fresh random key (:func:`new_key`), handed over in the child's
 environment as ``LLAMA_API_KEY`` (llama-server's ``--api-key`` from the environment: the key is
 not in its command line, which ``ps`` shows to every user; ``/proc/<pid>/environ`` is readable
-only by the same user and root). The orchestrator's own HTTP clients to children (the upstream
-pool, the readiness and stall probes, the slot calls, the bench) carry :data:`CHILD_AUTH` (httpx)
-or ask :func:`key_for` (the proxy's aiohttp sessions), which add the key of the child listening on
-the request's host and port (:func:`register`, when the instance learns its port).
+only by the same user and root). The key rides on the ``Instance`` that owns the child (its
+:class:`ChildLock`): the orchestrator's own HTTP clients to that child (the proxy's upstream, the
+readiness and stall probes, the slot calls, the bench) take it from there (:meth:`ChildLock.auth`
+for httpx, :meth:`ChildLock.current` for the proxy's aiohttp sessions); nothing keeps keys by
+address.
 
 The child's environment also loses what is meant for others (:func:`secret_names`): the peers'
 API key variables (``peers[].api_key_env``) and any inherited ``LLAMA_API_KEY`` /
@@ -32,7 +33,6 @@ if TYPE_CHECKING:
     from orchestrator.config.schema import Config
 
 KEY_ENV = "LLAMA_API_KEY"
-_keys: dict[tuple[str, int], str] = {}
 
 
 def new_key() -> str:
@@ -52,21 +52,6 @@ def secret_names(config: Config) -> set[str]:
     return names
 
 
-def register(base_url: str, key: str | None) -> None:
-    """The child at ``base_url`` (``http://host:port``) takes ``key`` (None: no key, forget it)."""
-    url = httpx.URL(base_url)
-    where = (url.host, url.port or 80)
-    if key is None:
-        _keys.pop(where, None)
-    else:
-        _keys[where] = key
-
-
-def key_for(host: str, port: int) -> str | None:
-    """The key of the child listening at ``host:port`` (None: no key, or no child of ours there)."""
-    return _keys.get((host, port))
-
-
 class ChildLock:
     """One instance's key: a new one per launch (None when the endpoint has no keys)."""
 
@@ -80,21 +65,22 @@ class ChildLock:
         self.key = new_key() if self.locked else None
         return {**env, KEY_ENV: self.key} if self.key else dict(env)
 
-    def at(self, base_url: str | None) -> str | None:
-        """The child listens at ``base_url``: requests there carry this launch's key. Returns it."""
-        if base_url is not None:
-            register(base_url, self.key)
-        return base_url
+    def current(self) -> str | None:
+        """The running launch's key (None: the child takes none)."""
+        return self.key
+
+    @property
+    def auth(self) -> httpx.Auth:
+        """httpx auth that sends the running launch's key (read at each request: a restart's new
+        key applies to the next one)."""
+        return _LockAuth(self)
 
 
-class ChildAuth(httpx.Auth):
-    """Adds the ``Authorization`` of the child a request goes to (none for any other address)."""
+class _LockAuth(httpx.Auth):
+    def __init__(self, lock: ChildLock) -> None:
+        self._lock = lock
 
     def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
-        key = _keys.get((request.url.host, request.url.port or 80))
-        if key is not None:
-            request.headers["Authorization"] = f"Bearer {key}"
+        if self._lock.key is not None:
+            request.headers["Authorization"] = f"Bearer {self._lock.key}"
         yield request
-
-
-CHILD_AUTH = ChildAuth()

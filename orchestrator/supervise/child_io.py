@@ -30,7 +30,6 @@ from typing import TYPE_CHECKING, Any, TextIO
 import httpx
 
 from orchestrator.host import disk, process
-from orchestrator.supervise.child_auth import CHILD_AUTH
 from orchestrator.supervise.readiness import Health, classify_health
 
 if TYPE_CHECKING:
@@ -179,10 +178,11 @@ class ChildProbe:
 
     Args:
         timeout: seconds per HTTP request (``SupervisorPolicy.health_timeout``).
+        auth: the child's key (its instance's ``ChildLock.auth``; None for an unlocked child).
     """
 
-    def __init__(self, timeout: float) -> None:
-        self._client = httpx.AsyncClient(trust_env=False, timeout=timeout, auth=CHILD_AUTH)
+    def __init__(self, timeout: float, auth: httpx.Auth | None = None) -> None:
+        self._client = httpx.AsyncClient(trust_env=False, timeout=timeout, auth=auth)
         self.last_props: dict[str, Any] | None = None  # the last /props verify_identity read
 
     async def aclose(self) -> None:

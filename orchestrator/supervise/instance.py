@@ -93,6 +93,7 @@ class Instance:
         self._warnings: dict[str, str] = {}
         self._load_timeout = float(config.server.timeouts.load)
         self.lock = ChildLock(config)  # with server.api_keys, a key per launch (supervise/child_auth.py)
+        self.child_key = self.lock.current  # for the proxy's upstream: the running launch's key
         self.lifecycle = Lifecycle(self._notify, policy.load_failure_limit)
         self.log = ChildLog(log_dir / f"{spec.name}.log", policy.tail_lines, self._on_line)
         self.spec_watch = SpecWatch(
@@ -249,7 +250,7 @@ class Instance:
 
     def _on_line(self, line: str) -> None:
         if self.base_url is None and (port := parse_listening_port(line)):
-            self.base_url = self.lock.at(f"http://{self.spec.host}:{port}")
+            self.base_url = f"http://{self.spec.host}:{port}"
         if is_spec_batch_failure(line):
             self.record_error("spec_batch", line)
         self.offload.line(line)
@@ -259,7 +260,7 @@ class Instance:
     # ----------------------------------------------------------------- the lifecycle task
 
     async def _lifecycle(self) -> None:
-        self._probe = ChildProbe(self.policy.health_timeout)
+        self._probe = ChildProbe(self.policy.health_timeout, self.lock.auth)
         try:
             await self._lifecycle_loop()
         finally:
@@ -354,7 +355,7 @@ class Instance:
         argv = " ".join(self.spec.argv)
         self.log.begin_launch(f"===== orchestrator: launch #{self._launches} of {self.name} at {stamp}: {argv}")
         env = self.lock.launch(self.spec.env)
-        self.base_url = self.lock.at(f"http://{self.spec.host}:{self.spec.port}" if self.spec.port else None)
+        self.base_url = f"http://{self.spec.host}:{self.spec.port}" if self.spec.port else None
         self.lifecycle.launching()
         self.offload.reset()
         self.no_progress.launched()
@@ -376,7 +377,7 @@ class Instance:
             if event is not None:
                 return event
             if self.base_url is None and (url := self._probe.discover_port(proc.pid, self.spec.host)):
-                self.base_url = self.lock.at(url)
+                self.base_url = url
                 self._notify()
             if self.base_url is not None and await self._probe.health(self.base_url) is Health.READY:
                 problem = await self._probe.verify_identity(self.base_url, proc, self.spec)

@@ -104,6 +104,10 @@ class KvPersistence:
         self._on_disk: dict[tuple[str, int], tuple[int | None, int]] = {}
         self.restored_pid: dict[str, int | None] = {}  # instance -> the child its slots were restored into
 
+    def _slots(self, inst: Instance) -> SlotClient:
+        """The slot routes of ``inst``'s child, with its key (supervise/child_auth.py)."""
+        return self._client.for_child(inst.lock.auth)
+
     def model(self, name: str) -> ModelKv:
         """The state of model ``name`` (created enabled for a model added by a reload)."""
         return self.state.setdefault(name, ModelKv(enabled=True))
@@ -149,7 +153,7 @@ class KvPersistence:
         assert inst.base_url is not None
         key = await asyncio.to_thread(layout_key, inst.spec)
         folder = await asyncio.to_thread(self.store.model_dir, model)
-        for slot in await self._client.slots(inst.base_url):
+        for slot in await self._slots(inst).slots(inst.base_url):
             sid, mark = int(slot.get("id", -1)), _mark(inst, slot)
             if slot.get("is_processing"):
                 st.busy_skipped += 1  # not waited for: the drain timeout already passed
@@ -157,7 +161,7 @@ class KvPersistence:
             if sid < 0 or mark is None or self._on_disk.get((inst.name, sid)) == mark:
                 continue  # empty, or the state on disk already
             name = slot_filename(key, inst.spec.replica, sid)
-            answer = await self._client.action(inst.base_url, sid, "save", name)
+            answer = await self._slots(inst).action(inst.base_url, sid, "save", name)
             try:
                 kept = await asyncio.to_thread(
                     self.store.adopt, folder / name, key, int(answer.get("n_checkpoints", 0))
@@ -241,7 +245,7 @@ class KvPersistence:
             if tokens is None and prefix is not None:
                 await self._prefill(model.name, inst, sid, prefix, st)
             persist = persist and st.enabled
-        for slot in await self._client.slots(inst.base_url):  # what is on disk now is in these slots
+        for slot in await self._slots(inst).slots(inst.base_url):  # what is on disk now is in these slots
             if (mark := _mark(inst, slot)) is not None:
                 self._on_disk[(inst.name, int(slot.get("id", -1)))] = mark
 
@@ -268,7 +272,7 @@ class KvPersistence:
             return None
         started = time.monotonic()
         try:
-            answer = await self._client.action(inst.base_url, sid, "restore", path.name)
+            answer = await self._slots(inst).action(inst.base_url, sid, "restore", path.name)
         except SlotError as err:
             st.skipped += 1
             self.store.drop(path)
@@ -303,11 +307,11 @@ class KvPersistence:
             restored = int(answer.get("n_restored", -1))
             return None if restored == len(tokens) else f"{restored} of {len(tokens)} tokens restored"
         try:
-            probe = await self._client.fill(inst.base_url, sid, [*tokens, tokens[-1]])
+            probe = await self._slots(inst).fill(inst.base_url, sid, [*tokens, tokens[-1]])
             cached = int(probe.get("timings", {}).get("cache_n", -1))
             if cached < len(tokens):
                 return f"the next request found {cached} of {len(tokens)} saved tokens cached"
-            await self._client.action(inst.base_url, sid, "restore", name)  # undo the probe token
+            await self._slots(inst).action(inst.base_url, sid, "restore", name)  # undo the probe token
         except (SlotError, ValueError, TypeError) as err:
             return str(err)
         return None
@@ -318,7 +322,7 @@ class KvPersistence:
             self._warn(st, model, f"warm prefix {sid} ({len(prefix)} tokens) does not fit a slot", disable=False)
             return
         started = time.monotonic()
-        await self._client.fill(inst.base_url, sid, prefix)
+        await self._slots(inst).fill(inst.base_url, sid, prefix)
         st.warmed += 1
         st.warm_seconds += time.monotonic() - started
         self.holdings.set(inst.name, sid, tuple(prefix))

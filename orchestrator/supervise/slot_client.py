@@ -8,11 +8,10 @@ fill or probe one slot. A save or restore of a busy slot waits until the slot is
 
 from __future__ import annotations
 
-from typing import Any
+import copy
+from typing import Any, Self
 
 import httpx
-
-from orchestrator.supervise.child_auth import CHILD_AUTH
 
 SLOT_TIMEOUT = 600.0  # s: saving or restoring a 20,000-token prompt of a large model reads/writes GB
 
@@ -27,9 +26,16 @@ class SlotClient:
 
     def __init__(self, timeout: float = SLOT_TIMEOUT) -> None:
         self._timeout = timeout
+        self._auth: httpx.Auth | None = None
+
+    def for_child(self, auth: httpx.Auth | None) -> Self:
+        """This client for one child: its calls carry ``auth`` (the instance's ``ChildLock.auth``)."""
+        bound = copy.copy(self)
+        bound._auth = auth
+        return bound
 
     def _client(self) -> httpx.AsyncClient:
-        return httpx.AsyncClient(trust_env=False, timeout=self._timeout, auth=CHILD_AUTH)  # locked children
+        return httpx.AsyncClient(trust_env=False, timeout=self._timeout, auth=self._auth)
 
     async def _post(self, url: str, body: dict[str, Any]) -> dict[str, Any]:
         try:

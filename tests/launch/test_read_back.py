@@ -23,7 +23,6 @@ from orchestrator.config.schema import ModelConfig, SpeculativeConfig
 from orchestrator.launch.plan import plan_launch
 from orchestrator.launch.settings import KEYS
 from orchestrator.native.capabilities import probe_capabilities
-from orchestrator.supervise.child_auth import CHILD_AUTH
 from orchestrator.supervise.effective import draft_loaded
 from orchestrator.supervise.status import status_row
 from orchestrator.supervise.supervisor import Supervisor
@@ -82,7 +81,7 @@ async def _serve(cfg: Path, bin_info: Any, tmp_path: Path) -> dict[str, Any]:
         [inst] = sup.instances
         assert await sup.wait_all_ready(120), inst.message
         url = inst.base_url
-        async with httpx.AsyncClient(auth=CHILD_AUTH, timeout=60, trust_env=False) as client:
+        async with httpx.AsyncClient(auth=inst.lock.auth, timeout=60, trust_env=False) as client:
             props = (await client.get(f"{url}/props")).json()
             done = await client.post(f"{url}/completion", json={"prompt": "Hello", "n_predict": 24, "temperature": 0})
             slots = (await client.get(f"{url}/slots")).json()

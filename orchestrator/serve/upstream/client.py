@@ -35,7 +35,6 @@ import aiohttp
 from yarl import URL
 
 from orchestrator.serve.upstream.errors import Broken, NoResponse, Refused, TransportFailure, UpstreamTimeout
-from orchestrator.supervise.child_auth import key_for
 
 #: Called with ``(base_url, path, body bytes)`` before each request is sent (a test seam: the
 #: tests record the exact bodies sent to llama-server).
@@ -99,6 +98,8 @@ class Upstream:
         idle: longest silence between body chunks (s).
         hooks: called before each request is sent (:data:`RequestHook`).
         headers: sent with every request (a peer's ``Authorization``).
+        child_key: the key of the child behind ``base_url``, read at each request (its instance's
+            ``ChildLock.current``: a restart's new key applies at once); None for a peer.
 
     Must be made inside the running event loop (aiohttp's sessions belong to it).
     """
@@ -112,10 +113,10 @@ class Upstream:
         idle: float,
         hooks: list[RequestHook] | None = None,
         headers: Mapping[str, str] | None = None,
+        child_key: Callable[[], str | None] | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
-        where = URL(self.base_url)
-        self._where = (where.host or "", where.port or 80)  # a locked child's key is looked up by it
+        self._child_key = child_key
         self.set_timeouts(connect, first_byte, idle)
         self.hooks = hooks if hooks is not None else []
         self._urls: dict[str, URL] = {}
@@ -201,7 +202,7 @@ class Upstream:
     ) -> aiohttp.ClientResponse:
         for hook in self.hooks:
             await hook(self.base_url, path, content)
-        key = key_for(*self._where)  # a locked child's key (supervise/child_auth.py); none for peers
+        key = self._child_key() if self._child_key is not None else None  # supervise/child_auth.py
         if key is not None:
             headers = {**headers, "Authorization": f"Bearer {key}"}
         return await session.request(
@@ -257,7 +258,7 @@ class Upstream:
             ValueError: the body is not JSON.
         """
         try:
-            key = key_for(*self._where)
+            key = self._child_key() if self._child_key is not None else None
             headers = {"Authorization": f"Bearer {key}"} if key is not None else None
             async with (
                 asyncio.timeout(timeout),
@@ -294,13 +295,14 @@ class UpstreamPool:
         #: record the exact bodies sent to llama-server).
         self.hooks: list[RequestHook] = []
 
-    def get(self, base_url: str, key: str | None = None) -> Upstream:
+    def get(self, base_url: str, key: str | None = None, child_key: Callable[[], str | None] | None = None) -> Upstream:
         """Return the upstream for ``base_url`` (``"http://127.0.0.1:PORT"``).
 
         Args:
             base_url: where the instance listens now.
             key: the instance name; when given, an upstream kept for that instance at another
                 ``base_url`` is replaced (and closed).
+            child_key: the instance's ``ChildLock.current`` (see :class:`Upstream`).
         """
         key = key or base_url
         upstream = self._by_key.get(key)
@@ -315,7 +317,9 @@ class UpstreamPool:
             task = asyncio.get_running_loop().create_task(upstream.aclose())
             self._closing.add(task)
             task.add_done_callback(self._closing.discard)
-        upstream = Upstream(base_url, connect=t.connect, first_byte=t.first_byte, idle=t.idle, hooks=self.hooks)
+        upstream = Upstream(
+            base_url, connect=t.connect, first_byte=t.first_byte, idle=t.idle, hooks=self.hooks, child_key=child_key
+        )
         self._by_key[key] = upstream
         self._made_with[key] = wanted
         return upstream

@@ -81,6 +81,10 @@ class Peer:
         )
         return self.upstream
 
+    def child_key(self) -> str | None:
+        """None: a peer is no child of ours (its own key is in its upstream's headers)."""
+        return None
+
     def _key(self) -> str | None:
         env = self.cfg.api_key_env
         return os.environ.get(env) or None if env else None
