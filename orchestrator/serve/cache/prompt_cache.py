@@ -105,7 +105,7 @@ class Affinity:
         self._holdings.begin(inst.name, self.choice.slot, self.tokens, self.key)
         bound = copy.copy(prep)
         bound.body = {**prep.body, "id_slot": self.choice.slot}
-        bound.content = dump_body(bound.body)
+        bound.content = _appended(prep.content, b'"id_slot":%d' % self.choice.slot) or dump_body(bound.body)
         return bound
 
     def __enter__(self) -> Affinity:
@@ -119,6 +119,16 @@ class Affinity:
         if self._busy is not None:
             self._holdings.end(*self._busy)
             self._busy = None
+
+
+def _appended(content: bytes, member: bytes) -> bytes | None:
+    """``content`` (a JSON object that lacks the member) with ``member`` added before its closing
+    brace: the body's own bytes, not re-serialised; None when it is not a non-empty object."""
+    end = content.rstrip()
+    head = end[:-1].rstrip()
+    if not end.endswith(b"}") or head.endswith(b"{"):
+        return None
+    return head + b"," + member + b"}"
 
 
 #: A request routed without regard to prefixes (the scheduler's least busy replica, any slot).
