@@ -11,13 +11,16 @@ notice while serving that one went away.
   backlog of one) and must not be: a connect attempt would sit in its backlog. Instead the
   llama-server's own connection to it is read from the kernel (``host.process.connection_states``):
   when the worker dies its end closes (``CLOSE_WAIT`` on ours) or the connection disappears, and
-  the lifecycle stops llama-server and goes back to waiting (``Outcome.WORKER_LOST``).
+  the lifecycle stops llama-server and goes back to waiting (``Outcome.WORKER_LOST``). A worker
+  llama-server holds no connection to (none seen, none left) has no client to disturb: its port is
+  tried every ``UNSEEN_CHECK_S`` s, and one that refuses connections is lost too.
 """
 
 from __future__ import annotations
 
 import asyncio
 import socket
+import time
 from collections.abc import Awaitable, Callable
 
 from orchestrator.host import process
@@ -27,6 +30,8 @@ from orchestrator.supervise.states import Outcome, PhaseEnd, ProcessState
 
 # Seconds one HELLO probe may take (an idle worker answers in milliseconds).
 PROBE_TIMEOUT = 3.0
+# Seconds between connect tries to a worker llama-server holds no connection to while serving.
+UNSEEN_CHECK_S = 5.0
 
 
 class WorkerGate:
@@ -49,6 +54,8 @@ class WorkerGate:
         self.infos: dict[str, rpc.RpcWorkerInfo] = {}
         self._addresses: dict[str, set[tuple[str, int]]] = {}
         self._connected: set[str] = set()  # workers this launch's llama-server was seen connected to
+        self._unseen: list[str] = []  # workers it holds no connection to and was never seen on (last tick)
+        self._unseen_checked = 0.0  # monotonic time of the last connect try to them
 
     async def check(self) -> tuple[str | None, bool]:
         """Probe every worker: ``(None, False)`` when all answer with our protocol, else
@@ -117,6 +124,8 @@ class WorkerGate:
         async def next_or_lost(timeout: float) -> PhaseEnd | None:
             event = await next_event(timeout)
             lost = self.lost(lifecycle.pid) if event is None and lifecycle.pid else None
+            if lost is None and event is None and self._unseen:
+                lost = await self._refusing()
             if lost is None:
                 return event
             lifecycle.transition(ProcessState.RESTARTING, f"degraded: {lost}")
@@ -135,6 +144,7 @@ class WorkerGate:
         (no layers went there) may be disconnected by llama-server itself after the load.
         """
         states = process.connection_states(pid)
+        self._unseen = []
         for endpoint in self.endpoints:
             mine = [state for ip, port, state in states if (ip, port) in self._resolve(endpoint)]
             if "ESTABLISHED" in mine:
@@ -143,6 +153,28 @@ class WorkerGate:
                 how = "it closed its connection to" if mine else "there is no connection any more from"
                 self.degraded = f"RPC worker {endpoint} lost: {how} llama-server"
                 return self.degraded
+            elif not mine:
+                self._unseen.append(endpoint)
+        return None
+
+    async def _refusing(self) -> str | None:
+        """Why a worker llama-server holds no connection to is lost (its port refuses connections),
+        or None; tried at most every ``UNSEEN_CHECK_S`` s. With no client on it, a connect that is
+        closed at once disturbs nothing. A connect that times out proves nothing and is let be."""
+        now = time.monotonic()
+        if now - self._unseen_checked < UNSEEN_CHECK_S:
+            return None
+        self._unseen_checked = now
+        for endpoint in self._unseen:
+            host, port = rpc.split_endpoint(endpoint)
+            try:
+                _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), PROBE_TIMEOUT)
+            except TimeoutError:
+                continue
+            except OSError as err:
+                self.degraded = f"RPC worker {endpoint} lost: it accepts no connections ({err.strerror or err})"
+                return self.degraded
+            writer.close()
         return None
 
     def _resolve(self, endpoint: str) -> set[tuple[str, int]]:

@@ -75,10 +75,11 @@ def _chat(stack: Stack) -> str:
     return out.choices[0].message.content or ""
 
 
-def _wait(predicate: Any, what: str, timeout: float = 60.0) -> None:
+def _wait(predicate: Any, what: str, timeout: float = 60.0, inst: Any = None) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        where = f": {inst.state} {inst.message!r} degraded={inst.workers.degraded!r}" if inst is not None else ""
+        assert time.monotonic() < deadline, f"timed out waiting for {what}{where}"
         time.sleep(0.05)
 
 
@@ -100,6 +101,7 @@ def test_model_over_an_rpc_worker_degrades_and_recovers(
             lambda: inst.state is ProcessState.RESTARTING and inst.workers.degraded is not None,
             "degraded",
             timeout=120,
+            inst=inst,
         )
         assert "RPC worker" in (inst.message or "")
         started = time.monotonic()
@@ -118,7 +120,9 @@ def test_model_over_an_rpc_worker_degrades_and_recovers(
 
         back = WorkerThread(bin_info, tmp_path / "worker-b.log", port=int(worker.endpoint.rsplit(":", 1)[1]))
         try:
-            _wait(lambda: inst.state is ProcessState.READY, "recovery after the worker returned", timeout=120)
+            _wait(
+                lambda: inst.state is ProcessState.READY, "recovery after the worker came back", timeout=120, inst=inst
+            )
             assert inst.workers.degraded is None
             assert _chat(stack) == first  # greedy: the same answer as before the loss
         finally:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from orchestrator.serve.responses.tools import chat_tools
+
 
 def _text_parts(content: Any) -> Any:
     if not isinstance(content, list):
@@ -52,7 +54,6 @@ def responses_chat(body: dict[str, Any]) -> dict[str, Any]:
                 messages[-1]["content"] = [*(messages[-1].get("content") or []), *parts]
             else:
                 messages.append({"role": item.get("role"), "content": parts})
-    tools = [
-        {"type": "function", "function": {k: v for k, v in t.items() if k != "type"}} for t in body.get("tools") or []
-    ]
+    shown = body.get("render_tools")  # native patch 0010: the tools the prompt shows, when they differ
+    tools = shown if isinstance(shown, list) else chat_tools(body.get("tools") or [])
     return {"messages": messages, "tools": tools or None, "chat_template_kwargs": body.get("chat_template_kwargs")}

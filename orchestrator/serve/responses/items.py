@@ -18,7 +18,14 @@ reasoning with only encrypted content  dropped (nothing a local model can read)
                                        ``input_text`` or ``text`` parts; images stay parts)
 ``custom_tool_call``                   a ``function_call`` with arguments ``{"input": ...}``
 ``custom_tool_call_output``            a ``function_call_output``
+``agent_message`` (Codex's message      a user message with its ``input_text`` parts (its
+from another agent of the session)      ``encrypted_content`` parts dropped: nothing here can read them)
 =====================================  =============================================================
+
+``encrypted_content`` parts of a tool output are dropped for the same reason. Codex's control items
+(:data:`CONTROL_ITEMS`: ``configuration_update``, ``compaction_trigger``, ``other``) carry no
+conversation content and are skipped; its ``context_compaction`` is read like a ``compaction``.
+Its ``additional_tools`` item (tools added mid-conversation) is ``responses.tools.added_tools``'.
 
 A ``compaction`` item this server made (``POST /v1/responses/compact``) becomes the user message
 carrying its summary (``responses.compaction``); one from another server cannot be read and is
@@ -44,6 +51,7 @@ from orchestrator.serve.responses.compaction import expand
 from orchestrator.serve.responses.tools import CUSTOM_ARG, joined_name
 
 _TEXT_PARTS = ("output_text", "input_text", "text")
+_SEALED = "encrypted_content"  # a part only OpenAI's servers can read
 _KNOWN = (
     "message",
     "reasoning",
@@ -75,11 +83,16 @@ HOSTED_ITEMS = (
     "item_reference",
 )
 
+# Codex's items that steer its hosted backend (a reasoning setting from here on, "compact now", its
+# catch-all): no conversation content, so nothing to render. ``reasoning.effort`` of the request
+# is what this server applies.
+CONTROL_ITEMS = ("configuration_update", "compaction_trigger", "other")
+
 
 def hosted_item(item: Any) -> str | None:
-    """The type of a replayed hosted-tool item (skipped), or None."""
+    """The type of a replayed hosted-tool item or a control item (skipped), or None."""
     itype = item.get("type") if isinstance(item, dict) else None
-    return itype if itype in HOSTED_ITEMS else None
+    return itype if itype in HOSTED_ITEMS or itype in CONTROL_ITEMS else None
 
 
 def _bad(message: str, param: str) -> ApiError:
@@ -102,9 +115,20 @@ def _output_text(output: Any) -> Any:
     """A tool output as llama-server reads it: a string, or parts only when they hold images."""
     if not isinstance(output, list):
         return output if isinstance(output, str) else json.dumps(output)
+    output = [p for p in output if not (isinstance(p, dict) and p.get("type") == _SEALED)]
     if all(isinstance(p, dict) and p.get("type") in _TEXT_PARTS for p in output):
         return "".join(str(p.get("text", "")) for p in output)
     return [{**p, "type": "input_text"} if isinstance(p, dict) and p.get("type") in _TEXT_PARTS else p for p in output]
+
+
+def _agent_message(item: dict[str, Any], where: str) -> dict[str, Any] | None:
+    content = item.get("content")
+    if not isinstance(content, list):
+        raise _bad(f"{where}.content must be a list of input_text parts", f"{where}.content")
+    texts = [p for p in content if isinstance(p, dict) and p.get("type") == "input_text"]
+    if any(not isinstance(p.get("text"), str) for p in texts):
+        raise _bad(f"{where}.content: an input_text part needs a string 'text'", f"{where}.content")
+    return {"type": "message", "role": "user", "content": texts} if texts else None
 
 
 def _call(item: dict[str, Any], where: str) -> dict[str, Any]:
@@ -132,8 +156,10 @@ def normalize_item(item: Any, where: str) -> dict[str, Any] | None:
         if item.get("role") == "assistant" and itype is None:
             return {**item, "type": "message"}
         return item
-    if itype == "compaction":  # ours: the summary it stands for; another server's: unreadable
+    if itype in ("compaction", "context_compaction"):  # ours: the summary it stands for; another's: unreadable
         return expand(item)
+    if itype == "agent_message":
+        return _agent_message(item, where)
     if itype in HOSTED_ITEMS:
         return None
     if itype not in _KNOWN:

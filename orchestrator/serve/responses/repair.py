@@ -22,13 +22,17 @@ kind                       what happened
                            ``required`` over the tool it names, as mapped (``auto`` for a skipped
                            hosted tool)
 ``hosted_item_skipped``    replayed items of hosted tools (``web_search_call``, ``compaction``,
-                           ``item_reference``...) were left out of ``input``
+                           ``item_reference``...) and Codex's control items
+                           (``configuration_update``...) were left out of ``input``
 ``text_format_mapped``     ``text.format`` (structured output) became ``response_format``, which
                            llama-server reads (it ignores ``text``)
 ``thinking_default``       the per-model ``enable_thinking`` default was added (no ``reasoning``)
 ``speculative_flattened``  ``"speculative": {"n_max": K}`` became ``"speculative.n_max": K``
 ``tool_results_ordered``   ``function_call_output`` items sent back in another order than their
                            calls were put in the calls' order by ``call_id`` (``repair.tool_order``)
+``tool_change_rendered``   Codex's ``additional_tools`` items became messages where they stand, the
+                           added tools offered beside ``tools``, the request's own ``tools`` sent
+                           as ``render_tools`` (``responses.tools.added_tools``)
 =========================  ========================================================================
 
 State llama-server cannot keep is refused with 400 naming the field, never ignored:
@@ -51,7 +55,7 @@ from orchestrator.serve.repair.chat import SYSTEM_AS_USER_PREFIX, SYSTEM_JOINER,
 from orchestrator.serve.repair.stability import append_text, reminder
 from orchestrator.serve.repair.thinking import check_effort
 from orchestrator.serve.responses.items import hosted_item, normalize_item
-from orchestrator.serve.responses.tools import ToolMap, map_choice, map_tools
+from orchestrator.serve.responses.tools import ToolMap, added_tools, chat_tools, map_choice, map_tools
 
 ROUTES = ("/v1/responses", "/v1/responses/input_tokens")
 SYSTEM_ROLES = ("system", "developer")
@@ -229,6 +233,15 @@ def _repair_tools(body: dict[str, Any], kinds: list[str], new: dict[str, Any]) -
     return mapped
 
 
+def _with_added_tools(body: dict[str, Any], items: list[Any], added: list[Any]) -> dict[str, Any]:
+    """``body`` offering the tools ``additional_tools`` items added, its prompt showing its own."""
+    tools = body.get("tools")
+    own: list[Any] = tools if isinstance(tools, list) else []
+    mapped = map_tools(own)
+    shown = chat_tools(mapped.tools if mapped.tools is not None else own)
+    return {**body, "input": items, "tools": [*own, *added], "render_tools": shown}
+
+
 def _check_types(body: dict[str, Any]) -> None:
     """400 for top-level fields of the wrong type."""
     if body.get("instructions") is not None and not isinstance(body["instructions"], str):
@@ -259,6 +272,12 @@ def repair_request(body: dict[str, Any], policy: RepairPolicy) -> RepairResult:
     kinds: list[str] = []
     new: dict[str, Any] = {}
     items = body.get("input")
+    changes = added_tools(items) if isinstance(items, list) else None
+    if changes is not None:
+        body = _with_added_tools(body, *changes)
+        new["input"] = items = body["input"]
+        new["tools"], new["render_tools"] = body["tools"], body["render_tools"]
+        _add(kinds, "tool_change_rendered")
     if isinstance(items, list):
         out, merged = _repair_input(items, policy, kinds)
         if merged or len(out) != len(items) or any(a is not b for a, b in zip(out, items, strict=False)):

@@ -11,9 +11,9 @@ _ITEM = obj(
     role=STR,
     content=_PARTS,
     id=STR | NULL,
-    call_id=STR,
+    call_id=STR | NULL,  # null on Codex's replayed hosted calls (local_shell_call, tool_search_call)
     name=STR,
-    arguments=STR,
+    arguments=STR | OBJ,  # an object on a tool_search_call
     output=_PARTS,
     summary=arr(obj(type=STR, text=STR)),
 )

@@ -232,3 +232,54 @@ def map_choice(choice: Any, tool_map: ToolMap, tools: list[Any]) -> tuple[Any, l
     if name is None:
         return "auto", None
     return "required", [t for t in tools if isinstance(t, dict) and t.get("name") == name]
+
+
+ADDED = "additional_tools"
+
+
+def chat_tools(tools: list[Any]) -> list[dict[str, Any]]:
+    """Function ``tools`` in chat form, as llama-server's Responses conversion makes them
+    (``server_chat_convert_responses_to_chatcmpl``). Its ``strict`` is left out: the template sees
+    only name, description and parameters (``common_chat_tools_parse_oaicompat``)."""
+    return [
+        {"type": "function", "function": {k: v for k, v in tool.items() if k not in ("type", "strict")}}
+        for tool in tools
+        if isinstance(tool, dict) and tool.get("type") == "function"
+    ]
+
+
+def added_tools(items: list[Any]) -> tuple[list[Any], list[Any]] | None:
+    """Codex's ``additional_tools`` items (tools added in the middle of a conversation), or None
+    when ``items`` has none.
+
+    As for Claude Code's ``tool_addition`` (``anthropic.tool_changes``), the change is rendered where
+    it happened and the prompt's tools block stays the first turn's: each item becomes a message of
+    its own role (a ``developer`` message: the system-message policy places it) that names the
+    added tools with their definitions as the tools block shows them. Returns ``(items, added)``:
+    the input with those messages, and the added tools in order (the caller offers them beside
+    ``tools`` and sends the request's own ``tools`` as ``render_tools``, native patch 0010).
+
+    Raises:
+        ApiError: 400 naming ``input[i].tools`` when an item's ``tools`` is not a list.
+    """
+    if not any(isinstance(item, dict) and item.get("type") == ADDED for item in items):
+        return None
+    out: list[Any] = []
+    added: list[Any] = []
+    for i, item in enumerate(items):
+        if not (isinstance(item, dict) and item.get("type") == ADDED):
+            out.append(item)
+            continue
+        tools = item.get("tools")
+        if not isinstance(tools, list):
+            raise _bad(f"input[{i}].tools must be a list of tools", f"input[{i}].tools")
+        mapped = map_tools(tools)
+        shown = chat_tools(mapped.tools if mapped.tools is not None else tools)
+        lines = [
+            f"The tool {t['function']['name']} is now available. Its definition:\n{json.dumps(t, ensure_ascii=False)}"
+            for t in shown
+        ]
+        added.extend(tools)
+        role = item.get("role") if isinstance(item.get("role"), str) and item.get("role") else "developer"
+        out.append({"type": "message", "role": role, "content": [{"type": "input_text", "text": "\n".join(lines)}]})
+    return out, added

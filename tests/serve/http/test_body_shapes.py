@@ -199,7 +199,7 @@ NESTED: list[tuple[str, dict[str, Any], str]] = [
     ),
     (
         "/v1/responses",
-        {"input": [{"type": "function_call", "call_id": "c", "name": "f", "arguments": {}}]},
+        {"input": [{"type": "function_call", "call_id": "c", "name": "f", "arguments": 5}]},
         "input[0].arguments",
     ),
     ("/detokenize", {"tokens": ["a"]}, "tokens[0]"),

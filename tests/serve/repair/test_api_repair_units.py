@@ -121,6 +121,70 @@ def test_responses_effort_null_keeps_the_default_and_a_non_string_is_a_400() -> 
         assert err.value.status == 400 and err.value.param == "reasoning.effort"
 
 
+FN_X = {"type": "function", "name": "get_x", "strict": False, "parameters": {"type": "object"}}
+FN_W = {"type": "function", "name": "get_w", "description": "W", "parameters": {"type": "object"}}
+
+
+def _codex_input(*items: Any) -> dict[str, Any]:
+    return {"tools": [FN_X], "input": [{"role": "user", "content": "U1"}, *items, {"role": "user", "content": "U2"}]}
+
+
+def test_responses_codex_additional_tools_render_in_place_and_keep_the_tools_block() -> None:
+    out = responses.repair_request(
+        _codex_input({"type": "additional_tools", "role": "developer", "tools": [FN_W]}), RepairPolicy()
+    )
+    assert "tool_change_rendered" in out.repairs
+    assert [t["name"] for t in out.body["tools"]] == ["get_x", "get_w"]  # offered now
+    # the prompt's tools block as a turn without the change renders it (strict is not rendered)
+    assert out.body["render_tools"] == [
+        {"type": "function", "function": {"name": "get_x", "parameters": {"type": "object"}}}
+    ]
+    assert "The tool get_w is now available. Its definition:" in str(out.body["input"])
+    with pytest.raises(ApiError) as bad:
+        responses.repair_request(
+            _codex_input({"type": "additional_tools", "role": "developer", "tools": 5}), RepairPolicy()
+        )
+    assert bad.value.param == "input[1].tools"
+
+
+@pytest.mark.parametrize(
+    ("item", "expected"),
+    [
+        ({"type": "configuration_update", "reasoning": {"effort": "high"}}, None),
+        ({"type": "compaction_trigger"}, None),
+        ({"type": "other"}, None),
+        ({"type": "context_compaction", "encrypted_content": "gAAA"}, None),
+        (
+            {
+                "type": "agent_message",
+                "author": "/root/w",
+                "recipient": "/root",
+                "content": [
+                    {"type": "input_text", "text": "done"},
+                    {"type": "encrypted_content", "encrypted_content": "x"},
+                ],
+            },
+            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "done"}]},
+        ),
+        (
+            {
+                "type": "function_call_output",
+                "call_id": "c1",
+                "output": [
+                    {"type": "input_text", "text": "R"},
+                    {"type": "encrypted_content", "encrypted_content": "x"},
+                ],
+            },
+            {"type": "function_call_output", "call_id": "c1", "output": "R"},
+        ),
+    ],
+    ids=["configuration_update", "compaction_trigger", "other", "context_compaction", "agent_message", "sealed_output"],
+)
+def test_responses_codex_items_are_read_or_skipped(item: dict[str, Any], expected: Any) -> None:
+    out = responses.repair_request(_codex_input(item), RepairPolicy())
+    assert out.body["input"][1:-1] == ([expected] if expected is not None else []), out.body["input"]
+
+
 @pytest.mark.parametrize(
     ("body", "param"),
     [
