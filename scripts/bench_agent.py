@@ -57,6 +57,7 @@ from orchestrator.bench import agent_report as report
 from orchestrator.bench import agent_scenarios as sc
 from orchestrator.bench.agent_shapes import RESPONSES, streamed
 from orchestrator.bench.agent_stream import Answer, stream_call
+from orchestrator.host.process import die_with_parent
 
 REPO = Path(__file__).resolve().parents[1]
 SESSIONS = REPO / "tests" / "data" / "agent_sessions"
@@ -96,6 +97,7 @@ class Up:
             stderr=subprocess.STDOUT,
             env={**os.environ, "ORCHESTRATOR_STATE": str(state), "ORCHESTRATOR_KV": str(state / "kv")},
             start_new_session=True,
+            preexec_fn=die_with_parent(),  # killed with this script, never left serving on its own
         )
 
     def run(self) -> dict[str, Any]:

@@ -50,6 +50,7 @@ from typing import Any
 import httpx
 import numpy as np
 
+from orchestrator.host.process import die_with_parent
 from orchestrator.models import content_kinds as ck
 from orchestrator.models import tiny
 from orchestrator.models.shaped import write_shaped_model
@@ -124,7 +125,9 @@ def _launch(a: argparse.Namespace, k_max: int, log: Path) -> tuple[subprocess.Po
         argv += ["--spec-ngram-mod-n-match", n_match, "--spec-ngram-mod-n-min", n_min, "--spec-ngram-mod-n-max", n_max]
     env = {**os.environ, "LD_LIBRARY_PATH": str(build.lib_dir)}
     fh = log.open("wb")
-    proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    proc = subprocess.Popen(
+        argv, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True, preexec_fn=die_with_parent()
+    )
     deadline = time.monotonic() + 300
     url = ""
     while time.monotonic() < deadline:
