@@ -118,6 +118,9 @@ def make_tiny_model(
     profile: str = typer.Option(
         "plain", help="with --shape: plain (drafts wrong for a fraction q) or kinds (right on Latin, wrong on CJK)"
     ),
+    mmproj: Path | None = typer.Option(
+        None, help="also write a tiny vision projector GGUF here (models.yaml mmproj: images with MTP on)"
+    ),
 ) -> None:
     """Write a tiny qwen35moe GGUF with a NextN/MTP head (the demo and test model), or with
     --shape a model with a real model's shapes and the same echo behaviour (zero tensors sparse)."""
@@ -127,7 +130,7 @@ def make_tiny_model(
         _run(lambda: m.run_shaped(out, shape=shape, quant=quant, q=q, seed=seed, scale=scale, profile=profile))
         return
 
-    _run(lambda: m.run(out, mode=mode, q=q, seed=seed, variant=variant))
+    _run(lambda: m.run(out, mode=mode, q=q, seed=seed, variant=variant, mmproj=mmproj))
 
 
 @app.command()

@@ -63,6 +63,30 @@ def render_prompt(model: Path, messages_file: Path) -> str:
     return str(render_chat(model, messages, add_generation_prompt=True, enable_thinking=thinking, tools=tools))
 
 
+def _projector_table(facts: ModelFacts) -> Any:
+    """A projector (``mmproj``) GGUF: what models.yaml ``mmproj`` and the fit check need from it."""
+    p = facts.projector or {}
+    t = Table(title=str(facts.path), show_header=False, title_justify="left")
+    t.add_column("fact", style="bold")
+    t.add_column("value")
+    media = [m for m in ("vision", "audio") if p.get(m)]
+    t.add_row("projector", f"{p.get('type') or 'unknown type'} ({', '.join(media) or 'no encoder'})")
+    t.add_row("size", f"{_gib(facts.file_size)} ({facts.file_size:,} bytes; loaded whole, counted by the fit check)")
+    t.add_row(
+        "projects to",
+        f"{p['projection_dim']} (the model's embedding width must match)" if p.get("projection_dim") else "-",
+    )
+    if p.get("image_size"):
+        tokens = p.get("tokens_per_image")
+        t.add_row(
+            "image",
+            f"{p['image_size']} px, patch {p.get('patch_size')}, {p.get('vision_blocks')} vision blocks"
+            + (f"; {tokens} tokens per image at that size" if tokens else ""),
+        )
+    t.add_row("use", "models.yaml: mmproj: <this file> on the model it belongs to")
+    return t
+
+
 def _table(facts: ModelFacts, mem: MemoryEstimate | None, mem_mtp: MemoryEstimate | None) -> Any:
     t = Table(title=str(facts.path), show_header=False, title_justify="left")
     t.add_column("fact", style="bold")
@@ -127,6 +151,12 @@ def run(path: Path, *, json_out: bool = False, ctx: int | None = None, render: P
     if str(path).startswith("builtin:"):
         path = _builtin_path(str(path))
     facts = read_model_facts(path)
+    if facts.projector is not None and render is None:
+        if json_out:
+            print(json.dumps(facts.to_json(), indent=2))
+        else:
+            Console().print(_projector_table(facts))
+        return 0
     if render is not None:
         print(render_prompt(facts.path, render), end="")
         return 0

@@ -32,6 +32,8 @@ PLAN_FLAGS: dict[str, str] = {
     "--device": "gpus (the plan picks the devices through CUDA_VISIBLE_DEVICES)",
     "-ts": "gpus (several GPUs in one list = --tensor-split)",
     "--tensor-split": "gpus (several GPUs in one list = --tensor-split)",
+    "-mm": "mmproj",
+    "--mmproj": "mmproj",
     "--spec-type": "speculative.type",
     "--spec-draft-n-max": "speculative.n_max",
     "--spec-draft-n-min": "speculative.n_min",

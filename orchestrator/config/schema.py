@@ -38,6 +38,7 @@ from orchestrator.config.kv_types import WarmPrefix
 from orchestrator.config.launch_types import ModelLaunchKeys
 from orchestrator.config.lifecycle_types import ModelLifecycle, ServerLifecycle
 from orchestrator.config.limits_types import ServerLimits
+from orchestrator.config.media_types import ModelMediaKeys
 from orchestrator.config.model_paths import check_path
 from orchestrator.config.plan_flags import PLAN_ENV, PLAN_FLAGS
 from orchestrator.config.problems import UNIQUE_MSG, Lines, format_loc, located, nearest_line
@@ -201,7 +202,7 @@ class SpeculativeConfig(_Strict):
         return self
 
 
-class ModelConfig(ModelLifecycle, ModelAgentKeys, ModelLaunchKeys, _Strict):
+class ModelConfig(ModelLifecycle, ModelAgentKeys, ModelLaunchKeys, ModelMediaKeys, _Strict):
     """One model: one llama-server process per replica."""
 
     name: str = Field(
@@ -243,7 +244,6 @@ class ModelConfig(ModelLifecycle, ModelAgentKeys, ModelLaunchKeys, _Strict):
     env: dict[str, str] = Field(default_factory=dict, description="extra environment for the llama-server process")
     speculative: SpeculativeConfig = Field(default_factory=SpeculativeConfig)
     system_messages: Literal["in_place", "merge", "to_user"] = Field("in_place", description=SYSTEM_MESSAGES_ABOUT)
-    multimodal: bool = Field(False, description="accept image content (needs --mmproj in extra_args; MTP is text-only)")
     thinking: bool | None = Field(None, description="default enable_thinking for this model; null = the template's")
     kv_persist: bool = Field(True, description="save slots before a stop, restore them (verified) at the next load")
     warm_prefixes: list[WarmPrefix] = Field(default_factory=list, description="system messages warmed at load")
@@ -307,12 +307,6 @@ class ModelConfig(ModelLifecycle, ModelAgentKeys, ModelLaunchKeys, _Strict):
             raise located("replicas", "is a list of GPU lists, so gpus must be auto (remove gpus)")
         if self.ubatch_size is not None and self.batch_size is not None and self.ubatch_size > self.batch_size:
             raise located("ubatch_size", f"is larger than batch_size ({self.batch_size}); llama.cpp would cut it")
-        if self.multimodal and "draft-mtp" in drafters(self.speculative.type):
-            raise located(
-                "speculative/type",
-                "is draft-mtp but multimodal is true; MTP does not work with --mmproj yet: "
-                "set speculative.type: none or multimodal: false",
-            )
         return self
 
 

@@ -52,6 +52,7 @@ class ServerArgs:
     cache_type_v: str | None = None  # --cache-type-v
     cache_ram: int | None = None  # --cache-ram (MiB); None: llama-server's default (8192)
     gpu_layers: str | None = None
+    mmproj: Path | None = None  # --mmproj: the vision projector (models.yaml mmproj)
     speculation: Speculation | None = None
     tensor_split: str | None = None
     slot_save_path: Path | None = None  # kv_persist: where POST /slots/{id}?action=save writes
@@ -72,6 +73,7 @@ def render_argv(args: ServerArgs) -> tuple[str, ...]:
         *args.program,
         *_identity(args),
         *_resources(args),
+        *(("--mmproj", str(args.mmproj)) if args.mmproj else ()),
         *_speculation(args.speculation),
         *(("--tensor-split", args.tensor_split) if args.tensor_split else ()),
         *(("--slot-save-path", str(args.slot_save_path)) if args.slot_save_path else ()),

@@ -70,6 +70,24 @@ def model_files(config: Config, i: int, model: ModelConfig) -> tuple[Path, Path 
     return gguf, draft
 
 
+def projector_file(config: Config, i: int, model: ModelConfig) -> Path | None:
+    """``model.mmproj`` as an existing file (``resolve_file``: ``~``, relative to the models.yaml
+    folder), or None when unset.
+
+    Raises:
+        UserError: a missing file, naming the models.yaml line and key.
+    """
+    if model.mmproj is None:
+        return None
+    path = resolve_file(model.mmproj, config.config_dir)
+    if not path.is_file():
+        raise UserError(
+            f"{config.where('models', i, 'mmproj')}: model {model.name!r}: no such projector GGUF {path}",
+            hint="point mmproj at the model's vision projector (mmproj-*.gguf), or remove it",
+        )
+    return path
+
+
 def facts_at(config: Config, i: int, model: ModelConfig, path: Path, key: tuple[str, ...]) -> ModelFacts:
     """``read_model_facts(path)``; a bad GGUF's UserError gets the models.yaml line and key in front."""
     try:
@@ -97,3 +115,22 @@ def check_not_fork(
             hint=f"use an upstream GGUF (architecture {upstream!r}, MTP head embedded; `orchestrator inspect FILE` "
             "shows it) or re-convert the original weights with the pinned convert_hf_to_gguf.py",
         )
+
+
+def check_projector(config: Config, i: int, model: ModelConfig, path: Path, facts: ModelFacts) -> list[str]:
+    """Refuse an ``mmproj`` that is not a projector GGUF (llama-server would exit at load); a note
+    when the width it says it projects to is not the model's (``clip.vision.projection_dim`` is not
+    what every projector type checks, so it is not refused)."""
+    projector = facts_at(config, i, model, path, ("mmproj",)).projector
+    if projector is None:
+        raise UserError(
+            f"{config.where('models', i, 'mmproj')}: model {model.name!r}: {path.name} is not a projector GGUF "
+            "(its architecture is not clip)",
+            hint="point mmproj at the model's mmproj-*.gguf; `orchestrator inspect FILE` shows what a file is",
+        )
+    width = projector.get("projection_dim")
+    if width and facts.embedding_length and width != facts.embedding_length:
+        return [
+            f"mmproj {path.name} projects to width {width}, the model's is {facts.embedding_length}: check the pair"
+        ]
+    return []

@@ -27,14 +27,14 @@ import dataclasses
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from orchestrator.config.schema import Config, ModelConfig, SpeculativeConfig
-from orchestrator.config.spec_types import DEFAULT_DRAFT_SAMPLING, drafters
+from orchestrator.config.schema import Config, ModelConfig
+from orchestrator.config.spec_types import drafters
 from orchestrator.errors import UserError
 from orchestrator.host import disk
 from orchestrator.host.gpus import GPU
 from orchestrator.host.ports import SERVER_PORT_FIX, check_port_free
 from orchestrator.launch.argv import ServerArgs, Speculation
-from orchestrator.launch.files import check_not_fork, facts_at, model_files
+from orchestrator.launch.files import check_not_fork, check_projector, facts_at, model_files, projector_file
 from orchestrator.launch.fit import (
     N_UBATCH,
     FitRequest,
@@ -50,6 +50,7 @@ from orchestrator.launch.needs import check_patch_features
 from orchestrator.launch.placement import Placer, placements, tensor_split
 from orchestrator.launch.settings import flag_defaults
 from orchestrator.launch.spec import CHILD_HOST, SSE_PING_S, InstanceSpec
+from orchestrator.launch.speculation import decide_spec, draft_sampling
 from orchestrator.launch.template import template_args
 from orchestrator.models.facts import ModelFacts
 from orchestrator.native.build import BuildInfo
@@ -70,6 +71,7 @@ class _Planned:
     spec_type: str | None
     notes: list[str]
     template: tuple[Path | None, str | None] = (None, None)  # --chat-template-file, --chat-template-kwargs
+    mmproj: Path | None = None  # the vision projector GGUF (its whole file is loaded)
 
 
 def plan_launch(
@@ -169,7 +171,7 @@ def _plan_model(
         check_not_fork(config, i, model, draft, draft_facts, draft_key)
     _check_trained_context(config, i, model, model_facts)
     check_kv_types(config, i, model, model_facts)
-    spec_type, notes = _decide_spec(config, i, model, gguf, draft, model_facts, draft_facts)
+    spec_type, notes = decide_spec(config, i, model, gguf, draft, model_facts, draft_facts)
     if "draft-mtp" in drafters(spec_type) and not capabilities.draft_mtp:
         raise UserError(
             f"{config.where('models', i, 'speculative', 'type')}: {build.server} does not support "
@@ -179,7 +181,11 @@ def _plan_model(
     check_patch_features(config, i, model, spec_type, capabilities)
     template_file, kwargs, template_notes = template_args(config, i, model, gguf)
     notes += template_notes
-    return _Planned(i, model, gguf, draft, model_facts, draft_facts, spec_type, notes, (template_file, kwargs))
+    mmproj = projector_file(config, i, model)
+    if mmproj is not None:
+        notes += check_projector(config, i, model, mmproj, model_facts)
+    template = (template_file, kwargs)
+    return _Planned(i, model, gguf, draft, model_facts, draft_facts, spec_type, notes, template, mmproj)
 
 
 def _check_trained_context(config: Config, i: int, model: ModelConfig, facts: ModelFacts) -> None:
@@ -215,11 +221,6 @@ def ctx_override(model: ModelConfig, facts: ModelFacts) -> tuple[str, ...]:
     if any(key in arg for arg in model.extra_args):
         return ()
     return ("--override-kv", f"{key}=int:{per_slot}")
-
-
-def draft_sampling(s: SpeculativeConfig) -> str | None:
-    """``--spec-draft-sampling``'s value: models.yaml's ``speculative.sampling``, else the default."""
-    return s.sampling or DEFAULT_DRAFT_SAMPLING
 
 
 def _replica(
@@ -261,6 +262,7 @@ def _replica(
         cache_type_v=model.cache_type_v,
         cache_ram=model.cache_ram,
         gpu_layers=str(model.gpu_layers) if assigned or model.rpc else None,  # RPC devices take -ngl layers
+        mmproj=p.mmproj,
         speculation=speculation,
         tensor_split=tensor_split(assigned, usable) if len(assigned) > 1 else None,
         slot_save_path=_slot_save_path(model),
@@ -306,7 +308,7 @@ def _fit_request(
         draft_facts=p.draft_facts if n_max else None,
         n_cpu_moe=n_cpu_moe,
         kv_types=(p.model.cache_type_k, p.model.cache_type_v),
-    )
+    ) + (p.mmproj.stat().st_size if p.mmproj is not None else 0)  # the projector's weights load whole
     layers = p.model.gpu_layers
     return FitRequest(
         instance=spec.name,
@@ -321,54 +323,6 @@ def _fit_request(
         n_cpu_moe=n_cpu_moe,
         remote_free=sum(rpc_free.get(endpoint, 0) for endpoint in p.model.rpc),
     )
-
-
-def _decide_spec(
-    config: Config,
-    i: int,
-    model: ModelConfig,
-    gguf: Path,
-    draft: Path | None,
-    facts: ModelFacts,
-    draft_facts: ModelFacts | None,
-) -> tuple[str | None, list[str]]:
-    """The ``--spec-type`` value (``draft-mtp``, ``ngram-mod`` or both) or None, plus notes. type
-    None (auto) = draft-mtp iff the GGUF has an embedded NextN/MTP head or ``speculative.draft``
-    is set; a list with draft-mtp needs that head as draft-mtp alone does."""
-    kind = model.speculative.type
-    mtp = facts.mtp
-    if mtp == "draft-only":
-        raise UserError(
-            f"{config.where('models', i, 'path')}: model {model.name!r}: {gguf.name} is a NextN-only draft "
-            "(MTP head without the trunk), not a model to serve",
-            hint="set path to the trunk GGUF and speculative.draft to this file",
-        )
-    if draft is not None and (draft_facts is None or draft_facts.mtp) not in ("draft-only", "embedded"):
-        raise UserError(
-            f"{config.where('models', i, 'speculative', 'draft')}: model {model.name!r}: {draft.name} has no "
-            "NextN/MTP head, so it cannot draft with --spec-type draft-mtp",
-            hint="point speculative.draft at a NextN-only GGUF, or remove it",
-        )
-    has_head = mtp == "embedded"
-    if kind == "none":
-        return None, []
-    if kind is not None and "draft-mtp" not in drafters(kind):
-        return kind, []  # n-gram drafting alone: no head needed
-    if kind is not None:
-        if not has_head and draft is None:
-            why = facts.mtp_message or "nextn_predict_layers = 0"
-            raise UserError(
-                f"{config.where('models', i, 'speculative', 'type')}: model {model.name!r} asks for draft-mtp "
-                f"but {gguf} has no NextN/MTP head ({why}) and no speculative.draft is set",
-                hint="use a GGUF with the MTP head embedded, set speculative.draft to a NextN-only GGUF, "
-                "or set speculative.type: none",
-            )
-        return kind, []
-    if model.multimodal:
-        return None, ["speculation off: multimodal models run without MTP (llama.cpp: --mmproj and MTP do not mix)"]
-    if has_head or draft is not None:
-        return "draft-mtp", []
-    return None, [f"speculation off: {gguf.name} has no NextN/MTP head"]
 
 
 def _env(build: BuildInfo, backend: str, model: ModelConfig, assigned: tuple[int, ...]) -> dict[str, str]:

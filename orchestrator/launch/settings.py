@@ -57,6 +57,7 @@ KEYS: tuple[tuple[str, str, Callable[[ServerArgs], object]], ...] = (
     ("speculative.backend_sampling", "--spec-draft-backend-sampling", _spec(lambda s: _on_off(s.backend_sampling))),
     ("speculative.draft", "--spec-draft-model", _spec(lambda s: s.draft)),
     ("preserve_thinking", "--reasoning-preserve", lambda a: _preserve(a)),
+    ("mmproj", "--mmproj", lambda a: a.mmproj),
 )
 
 

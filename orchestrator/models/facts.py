@@ -113,6 +113,7 @@ class ModelFacts:
     split_count: int = 1
     output_rows: int = 0  # rows of the output matrix (vocabulary size of the logits), 0 = unknown
     expert_layer_bytes: tuple[int, ...] = ()  # per block: bytes of its routed experts (ffn_*_exps)
+    projector: dict[str, Any] | None = None  # a vision/audio projector (mmproj, architecture clip): _projector
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict (paths as strings)."""
@@ -312,7 +313,25 @@ def read_model_facts(path: Path) -> ModelFacts:
         split_count=len(files),
         output_rows=_output_rows(tensors),
         expert_layer_bytes=_expert_layer_bytes(tensors, block_count),
+        projector=_projector(meta) if arch == "clip" else None,
     )
+
+
+def _projector(meta: _Meta) -> dict[str, Any]:
+    """What a projector GGUF says of itself (``tools/mtmd/clip.cpp`` ``load_hparams`` reads the same
+    keys): its type, the text width it projects to (the model's ``embedding_length`` must equal it),
+    the image size and patch it works at, and the tokens one image at that size becomes."""
+    image, patch = meta.integer("clip.vision.image_size"), meta.integer("clip.vision.patch_size")
+    return {
+        "type": meta.string("clip.projector_type") or meta.string("clip.vision.projector_type"),
+        "vision": bool(meta.raw("clip.has_vision_encoder")),
+        "audio": bool(meta.raw("clip.has_audio_encoder")),
+        "projection_dim": meta.integer("clip.vision.projection_dim"),
+        "image_size": image,
+        "patch_size": patch,
+        "vision_blocks": meta.integer("clip.vision.block_count"),
+        "tokens_per_image": (image // patch) ** 2 if image and patch else None,
+    }
 
 
 def _output_rows(tensors: list[TensorInfo]) -> int:

@@ -17,6 +17,7 @@ clamped shows up as a difference between what models.yaml asked for and what run
                                  ``loading draft model``: the file the draft really came from
 ``preserve_thinking``            ``preserve_reasoning kwarg: true`` (the pin's switch behind the
                                  template's ``preserve_thinking``; ``not supported by template``)
+``mmproj``                       ``loaded multimodal model, 'PATH'`` (the projector it loaded)
 ===============================  ==========================================================
 
 Pure functions over text: the instance reads its log once it is ready.
@@ -39,6 +40,7 @@ _CACHE_RAM = re.compile(r"prompt cache is (enabled, size limit: (?:(\d+) MiB|(no
 _SPEC = re.compile(r"- n_max=(\d+), n_min=(\d+), p_min=([\d.]+), n_embd=\d+, backend_sampling=(\d)")
 _PRESERVE = re.compile(r"preserve_reasoning kwarg: (true|false|unset|not supported)")
 _DRAFT = re.compile(r"loading draft model '([^']*)'")
+_MMPROJ = re.compile(r"loaded multimodal model, '([^']*)'")
 _LOADED = re.compile(r"llama_model_loader: loaded meta data with \d+ key-value pairs and (\d+) tensors from (.+?) \(")
 
 
@@ -67,6 +69,9 @@ def effective_settings(log: str, props: dict[str, Any] | None = None) -> dict[st
     draft = draft_loaded(log)
     if draft is not None:
         out["speculative.draft"] = draft[0]
+    projector = _MMPROJ.search(log)
+    if projector:
+        out["mmproj"] = projector.group(1)
     return out
 
 

@@ -162,6 +162,28 @@ def test_plan_flags_in_extra_args_are_refused_with_the_key_to_use(tmp_path: Path
     )
 
 
+def test_multimodal_needs_a_projector_and_a_projector_means_multimodal(tmp_path: Path) -> None:
+    """``multimodal: true`` alone (with ``--mmproj`` in extra_args, as before ``mmproj`` was a key)
+    names the key to set; ``mmproj`` makes the model multimodal, MTP drafting on or off."""
+    path = write(
+        tmp_path,
+        """
+        models:
+          - name: eyes
+            path: builtin:tiny-mtp
+            multimodal: true
+            extra_args: [--mmproj, mmproj.gguf]
+        """,
+    )
+    assert "models[0].extra_args[0]: --mmproj is set by the launch plan; use the models.yaml key mmproj" in str(
+        problems(path)
+    )
+    path.write_text("models:\n  - name: eyes\n    path: builtin:tiny-mtp\n    multimodal: true\n")
+    assert "models[0].multimodal: is true but no projector is set; set mmproj" in str(problems(path))
+    model = ModelConfig(name="eyes", path="builtin:tiny-mtp", mmproj="mmproj.gguf", speculative={"type": "draft-mtp"})
+    assert model.multimodal and model.speculative.type == "draft-mtp"
+
+
 @pytest.mark.parametrize(
     ("flag", "key"),
     [

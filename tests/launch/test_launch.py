@@ -25,6 +25,7 @@ from orchestrator.host.ports import check_port_free
 from orchestrator.host.process import die_with_parent
 from orchestrator.launch.plan import plan_launch, plan_lines
 from orchestrator.launch.spec import with_draft_length, without_speculation
+from orchestrator.models.tiny_mmproj import write_tiny_mmproj
 from orchestrator.native import build as build_mod
 from orchestrator.native.capabilities import ServerCapabilities, probe_capabilities
 
@@ -188,6 +189,34 @@ def test_a_draft_only_file_as_the_model_is_refused(tmp_path: Path, native: build
     config = config_for(tmp_path, ModelConfig(name="h", path="head.gguf"))
     with pytest.raises(UserError, match="NextN-only draft"):
         plan_launch(config, gpus=[], build=native, capabilities=caps(native))
+
+
+def test_a_projector_launches_with_mtp_and_counts_in_the_fit(tmp_path: Path, native: build_mod.BuildInfo) -> None:
+    """``mmproj``: ``--mmproj`` with the MTP flags (the pin drafts after images: the MTP head reads
+    the target's embeddings at media positions), the model takes images, the fit check counts
+    the projector's file."""
+    write_gguf(tmp_path / "mtp.gguf", nextn=1)
+    projector = write_tiny_mmproj(tmp_path / "mmproj-tiny.gguf")
+    model = ModelConfig(name="eyes", path="mtp.gguf", mmproj="mmproj-tiny.gguf")
+    assert model.multimodal
+    [spec] = plan_launch(config_for(tmp_path, model), gpus=[], build=native, capabilities=caps(native))
+    assert after(spec.argv, "--mmproj") == str(projector) and after(spec.argv, "--spec-type") == "draft-mtp"
+    plain = ModelConfig(name="eyes", path="mtp.gguf")
+    [without] = plan_launch(config_for(tmp_path, plain), gpus=[], build=native, capabilities=caps(native))
+    assert "--mmproj" not in without.argv
+
+
+def test_a_missing_projector_names_the_key(tmp_path: Path, native: build_mod.BuildInfo) -> None:
+    write_gguf(tmp_path / "mtp.gguf", nextn=1)
+    path = tmp_path / "models.yaml"
+    path.write_text("models:\n  - name: eyes\n    path: mtp.gguf\n    mmproj: mmproj-gone.gguf\n")
+    with pytest.raises(UserError) as info:
+        plan_launch(load_config(path), gpus=[], build=native, capabilities=caps(native))
+    assert str(info.value).startswith(f"{path}:4: models[0].mmproj: model 'eyes': no such projector GGUF")
+    path.write_text("models:\n  - name: eyes\n    path: mtp.gguf\n    mmproj: mtp.gguf\n")  # a model, not a projector
+    with pytest.raises(UserError) as info:
+        plan_launch(load_config(path), gpus=[], build=native, capabilities=caps(native))
+    assert str(info.value).startswith(f"{path}:4: models[0].mmproj: model 'eyes': mtp.gguf is not a projector GGUF")
 
 
 def test_missing_gguf_names_the_key(tmp_path: Path, native: build_mod.BuildInfo) -> None:

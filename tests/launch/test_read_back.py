@@ -63,8 +63,17 @@ def separate(tmp_path_factory: pytest.TempPathFactory, pinned_source: Path) -> t
     return trunk, draft_path(trunk)
 
 
-def _config(tmp_path: Path, trunk: Path, draft: Path) -> Path:
+@pytest.fixture(scope="module")
+def projector(separate: tuple[Path, Path]) -> Path:
+    """A tiny vision projector for the trunk (``mmproj``)."""
+    from orchestrator.models.tiny_mmproj import write_tiny_mmproj
+
+    return write_tiny_mmproj(separate[0].parent / "mmproj-trunk.gguf")
+
+
+def _config(tmp_path: Path, trunk: Path, draft: Path, projector: Path) -> Path:
     lines = [f"    {k}: {str(v).lower() if isinstance(v, bool) else v}" for k, v in ASKED.items()]
+    lines += [f"    mmproj: {projector}"]
     lines += ["    speculative:", "      type: draft-mtp", f"      draft: {draft}"]
     lines += [f"      {k}: {str(v).lower() if isinstance(v, bool) else v}" for k, v in ASKED_SPEC.items()]
     cfg = tmp_path / "models.yaml"
@@ -104,10 +113,12 @@ async def _serve(cfg: Path, bin_info: Any, tmp_path: Path) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory, bin_info: Any, separate: tuple[Path, Path]) -> dict[str, Any]:
+def served(
+    tmp_path_factory: pytest.TempPathFactory, bin_info: Any, separate: tuple[Path, Path], projector: Path
+) -> dict[str, Any]:
     """One launch with every key set, read back (the tests below share it)."""
     tmp = tmp_path_factory.mktemp("served")
-    return asyncio.run(_serve(_config(tmp, *separate), bin_info, tmp))
+    return asyncio.run(_serve(_config(tmp, *separate, projector), bin_info, tmp))
 
 
 def test_every_flag_key_reads_back_as_asked(served: dict[str, Any], separate: tuple[Path, Path]) -> None:
@@ -125,6 +136,8 @@ def test_every_flag_key_reads_back_as_asked(served: dict[str, Any], separate: tu
     assert effective["speculative.backend_sampling"] == "disabled"  # the pin's default is enabled
     assert effective["speculative.draft"] == str(draft)  # the draft's own file, not the trunk
     assert effective["preserve_thinking"] == "enabled"
+    assert effective["mmproj"] == settings["mmproj"]["asked"]  # the projector it loaded, with MTP on
+    assert got["props"]["modalities"]["vision"] is True
     for key, s in settings.items():  # status shows what was asked beside it
         assert s["asked"] is not None, key
     # llama-server's endpoints agree with its log

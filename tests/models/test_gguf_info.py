@@ -300,3 +300,18 @@ def test_render_of_deeply_nested_json_is_one_line(tmp_path: Path, echo_model: Pa
     res = runner.invoke(app, ["inspect", str(echo_model), "--render", str(messages)])
     assert res.exit_code == 2
     assert "JSON nested too deeply to read" in res.output
+
+
+def test_inspect_a_projector_says_what_mmproj_needs(tmp_path: Path) -> None:
+    """A projector GGUF (``make-tiny-model --mmproj``) shows its type, the width it projects to and
+    the tokens an image becomes, not a model's rows (layers, tokenizer, KV)."""
+    from orchestrator.models.tiny_mmproj import write_tiny_mmproj
+
+    path = write_tiny_mmproj(tmp_path / "mmproj-tiny.gguf")
+    res = runner.invoke(app, ["inspect", str(path), "--json"])
+    assert res.exit_code == 0, res.output
+    projector = json.loads(res.output)["projector"]
+    assert projector["type"] == "mlp" and projector["vision"] and projector["projection_dim"] == 32
+    assert projector["tokens_per_image"] == 4
+    table = runner.invoke(app, ["inspect", str(path)])
+    assert table.exit_code == 0 and "projects to" in table.output and "tokenizer" not in table.output

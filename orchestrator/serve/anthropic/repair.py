@@ -61,7 +61,7 @@ from orchestrator.errors import ApiError
 from orchestrator.serve.anthropic import tool_changes, tool_search
 from orchestrator.serve.anthropic.tools import check_tools, repair_tools
 from orchestrator.serve.drafting.fields import flat_speculative_fields
-from orchestrator.serve.repair import tool_order
+from orchestrator.serve.repair import media, tool_order
 from orchestrator.serve.repair.chat import (
     SYSTEM_AS_USER_PREFIX,
     SYSTEM_JOINER,
@@ -153,6 +153,9 @@ def _check_blocks(content: list[Any], where: str, policy: RepairPolicy, kinds: l
             raise _bad(f"{here}.input must be an object (the tool call's arguments)", f"{here}.input")
         if btype == "image" and not policy.multimodal:
             raise _bad(f"{here}: an 'image' block needs a vision projector, which this model has not", f"{here}.type")
+        source = block.get("source") if btype == "image" else None
+        if isinstance(source, dict) and source.get("type") == "url":
+            media.check_url(source.get("url"), f"{here}.source.url", policy.fetch_media_urls)
         kept.append(block)
     return kept
 

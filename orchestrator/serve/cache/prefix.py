@@ -36,6 +36,7 @@ def policy_for(model: ModelConfig) -> RepairPolicy:
     return RepairPolicy(
         system_messages=model.system_messages,
         multimodal=model.multimodal,
+        fetch_media_urls=model.fetch_media_urls,
         thinking_default=model.thinking,
         client_thinking=model.client_thinking,
         stable_system=model.cache.stable_system,

@@ -57,8 +57,8 @@ from typing import Any, Literal
 
 from orchestrator.errors import ApiError
 from orchestrator.serve.drafting.fields import flat_speculative_fields
+from orchestrator.serve.repair import media, tool_order
 from orchestrator.serve.repair import tool_choice as chat_tool_choice
-from orchestrator.serve.repair import tool_order
 from orchestrator.serve.repair.agent_errors import checked_calls
 from orchestrator.serve.repair.stability import append_text, reminder
 from orchestrator.serve.repair.thinking import chat_thinking, chat_thinking_on
@@ -100,6 +100,8 @@ class RepairPolicy:
             ``"to_user"`` turns each into a user message prefixed with :data:`SYSTEM_AS_USER_PREFIX`.
         multimodal: the model has a vision projector (mmproj); media content parts are kept as
             lists for llama-server. When false they are refused with 400.
+        fetch_media_urls: llama-server may download ``http(s)`` media URLs (``repair.media``);
+            when false such a part is a 400.
         thinking_default: ``enable_thinking`` to send when the client said nothing about thinking
             (no top-level ``enable_thinking``, no ``chat_template_kwargs.enable_thinking``, no
             ``reasoning_effort``); ``None`` leaves the template's default (thinking on).
@@ -111,6 +113,7 @@ class RepairPolicy:
 
     system_messages: Literal["in_place", "merge", "to_user"] = "in_place"
     multimodal: bool = False
+    fetch_media_urls: bool = False
     thinking_default: bool | None = None
     client_thinking: bool = False
     stable_system: bool = False
@@ -182,6 +185,8 @@ def _join_parts(parts: list[Any], where: str, role: str, policy: RepairPolicy) -
                     f"{here}: this model does not accept '{ptype}' parts (it has no vision projector); send text only",
                     f"{here}.type",
                 )
+            if ptype in ("image_url", "video_url"):
+                media.check_url(media.part_url(part, ptype), f"{here}.{ptype}.url", policy.fetch_media_urls)
             has_media = True
         else:
             raise _bad(

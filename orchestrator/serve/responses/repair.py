@@ -50,7 +50,7 @@ from typing import Any
 
 from orchestrator.errors import ApiError
 from orchestrator.serve.drafting.fields import flatten_speculative
-from orchestrator.serve.repair import tool_order
+from orchestrator.serve.repair import media, tool_order
 from orchestrator.serve.repair.chat import SYSTEM_AS_USER_PREFIX, SYSTEM_JOINER, RepairPolicy, RepairResult
 from orchestrator.serve.repair.stability import append_text, reminder
 from orchestrator.serve.repair.thinking import check_effort
@@ -118,6 +118,7 @@ def _repair_input(items: list[Any], policy: RepairPolicy, kinds: list[str]) -> t
             _add(kinds, "items_normalized")
         if fixed is None:
             continue
+        _check_media(fixed, where, policy)
         if fixed.get("role") not in SYSTEM_ROLES:
             out.append(fixed)
             continue
@@ -140,6 +141,14 @@ def _repair_input(items: list[Any], policy: RepairPolicy, kinds: list[str]) -> t
             "input",
         )
     return out, system
+
+
+def _check_media(item: dict[str, Any], where: str, policy: RepairPolicy) -> None:
+    """An ``input_image`` part's URL as llama-server may load it (``repair.media``)."""
+    content = item.get("content")
+    for j, part in enumerate(content if isinstance(content, list) else ()):
+        if isinstance(part, dict) and part.get("type") == "input_image" and "image_url" in part:
+            media.check_url(part["image_url"], f"{where}.content[{j}].image_url", policy.fetch_media_urls)
 
 
 def _append_reminder(out: list[Any], text: str) -> None:

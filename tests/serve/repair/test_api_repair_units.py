@@ -12,6 +12,7 @@ from orchestrator.serve.anthropic import repair as anthropic
 from orchestrator.serve.ollama import translate as ollama
 from orchestrator.serve.repair import structured
 from orchestrator.serve.repair.chat import SYSTEM_AS_USER_PREFIX, RepairPolicy
+from orchestrator.serve.repair.chat import repair_request as chat_repair
 from orchestrator.serve.repair.token_probs import drafting_off, trim, wants_token_probs, widen
 from orchestrator.serve.responses import repair as responses
 
@@ -284,3 +285,45 @@ def test_ollama_stream_translation_ends_with_done_and_tool_calls() -> None:
     [done] = t.feed({"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 2}})
     assert done["done"] is True and done["eval_count"] == 2 and done["prompt_eval_count"] == 3
     assert done["message"]["tool_calls"] == [{"function": {"name": "f", "arguments": {"a": 1}}}]
+
+
+PNG_URL = "data:image/png;base64,iVBORw0KGgo="
+
+
+def _media_bodies(url: str) -> dict[str, tuple[Any, Any, str]]:
+    """One image part per API: (repair, body, the param a refusal names)."""
+    return {
+        "chat": (
+            chat_repair,
+            {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}}]}]},
+            "messages[0].content[0].image_url.url",
+        ),
+        "anthropic": (
+            anthropic.repair_request,
+            {"max_tokens": 8,
+             "messages": [{"role": "user", "content": [{"type": "image", "source": {"type": "url", "url": url}}]}]},
+            "messages[0].content[0].source.url",
+        ),
+        "responses": (
+            responses.repair_request,
+            {"input": [{"role": "user", "content": [{"type": "input_image", "image_url": url}]}]},
+            "input[0].content[0].image_url",
+        ),
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("api", ["chat", "anthropic", "responses"])
+def test_media_urls_are_inline_unless_the_model_fetches(api: str) -> None:
+    """A data: URL goes through on a model with a projector; an http(s) URL, which llama-server
+    would download itself, is a 400 naming the part unless ``fetch_media_urls``; file:// never."""
+    eyes = RepairPolicy(multimodal=True)
+    repair, body, param = _media_bodies(PNG_URL)[api]
+    repair(body, eyes)
+    repair, body, param = _media_bodies("https://example.com/a.png")[api]
+    with pytest.raises(ApiError) as refused:
+        repair(body, eyes)
+    assert refused.value.param == param and "data: URL" in str(refused.value)
+    repair(body, RepairPolicy(multimodal=True, fetch_media_urls=True))
+    repair, body, param = _media_bodies("file:///etc/passwd")[api]
+    with pytest.raises(ApiError):
+        repair(body, RepairPolicy(multimodal=True, fetch_media_urls=True))
