@@ -155,12 +155,15 @@ def pull(
     source: str = typer.Argument(
         ..., help="REPO[:QUANT_OR_FILE]\\[@REVISION], e.g. unsloth/Qwen3.6-35B-A3B-GGUF:UD-Q4_K_XL"
     ),
+    mmproj: bool = typer.Option(
+        False, "--mmproj", help="the source names the repository's vision projector (REPO[:FILE_OR_PRECISION])"
+    ),
 ) -> None:
     """Download a GGUF (all split parts, and a separate MTP head) from the Hugging Face Hub into its
     shared cache: resumable, with progress, checked against the hub's sha256."""
     from orchestrator.cli import pull as m
 
-    _run(lambda: m.run(source))
+    _run(lambda: m.run(source, projector=mmproj))
 
 
 @app.command()

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from orchestrator.config.model_paths import HfSource
 from orchestrator.errors import UserError
-from orchestrator.hub.select import RepoFile, select
+from orchestrator.hub.select import RepoFile, select, select_projector
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
@@ -50,12 +50,13 @@ def repo_dir(repo: str) -> Path:
     return cache_dir() / ("models--" + repo.replace("/", "--"))
 
 
-def pull_command(source: HfSource) -> str:
-    return f"orchestrator pull {source.spec}"
+def pull_command(source: HfSource, *, projector: bool = False) -> str:
+    return f"orchestrator pull {source.spec}" + (" --mmproj" if projector else "")
 
 
-def cached(source: HfSource) -> Pulled | None:
-    """``source``'s files if the cache holds all of them (no network), else None."""
+def cached(source: HfSource, *, projector: bool = False) -> Pulled | None:
+    """``source``'s files if the cache holds all of them (no network), else None; ``projector``:
+    the source names a vision projector (models.yaml ``mmproj``, ``select.select_projector``)."""
     storage = repo_dir(source.repo)
     revision = source.revision or "main"
     if _COMMIT.match(revision):
@@ -70,7 +71,7 @@ def cached(source: HfSource) -> Pulled | None:
         return None
     files = [RepoFile(p.relative_to(snapshot).as_posix()) for p in snapshot.rglob("*") if p.is_file()]
     try:
-        chosen = select(files, source.selector, source.repo)
+        chosen = (select_projector if projector else select)(files, source.selector, source.repo)
     except UserError:
         return None
     paths = [snapshot / f.name for f in chosen.files]
@@ -79,13 +80,14 @@ def cached(source: HfSource) -> Pulled | None:
     return Pulled(model=paths[0], head=snapshot / chosen.head.name if chosen.head else None, files=paths)
 
 
-def require_cached(source: HfSource) -> Pulled:
+def require_cached(source: HfSource, *, projector: bool = False) -> Pulled:
     """``cached(source)``, or a ``UserError`` naming the pull command to run."""
-    found = cached(source)
+    found = cached(source, projector=projector)
     if found is None:
         raise UserError(
             f"hf:{source.spec} is not downloaded yet (hub cache {cache_dir()})",
             # reached from --dry-run, bench and --offline alike: only a plain `up` pulls by itself
-            hint=f"run `{pull_command(source)}` first (`orchestrator up` pulls it, not with --dry-run or --offline)",
+            hint=f"run `{pull_command(source, projector=projector)}` first (`orchestrator up` pulls it, not with "
+            "--dry-run or --offline)",
         )
     return found

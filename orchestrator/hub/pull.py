@@ -34,7 +34,7 @@ from tqdm import tqdm
 from orchestrator.config.model_paths import HfSource
 from orchestrator.errors import UserError
 from orchestrator.hub.cache import Pulled, cache_dir, endpoint, pull_command, repo_dir
-from orchestrator.hub.select import RepoFile, Selection, select
+from orchestrator.hub.select import RepoFile, Selection, select, select_projector
 
 #: told one line per file: ("downloading", name) / ("cached", name) / ("verified", name)
 OnFile = Callable[[str, str], None]
@@ -76,8 +76,9 @@ def list_files(source: HfSource) -> tuple[str, list[RepoFile]]:
     return str(info.sha), files
 
 
-def pull(source: HfSource, on_file: OnFile | None = None) -> Pulled:
-    """Fetch ``source``'s model files and MTP head into the hub cache (what is there is kept).
+def pull(source: HfSource, on_file: OnFile | None = None, *, projector: bool = False) -> Pulled:
+    """Fetch ``source``'s model files and MTP head into the hub cache (what is there is kept);
+    ``projector``: the source names a vision projector (``select.select_projector``).
 
     Raises:
         UserError: see ``list_files`` and ``select``; a file whose bytes do not match the hub's
@@ -85,7 +86,7 @@ def pull(source: HfSource, on_file: OnFile | None = None) -> Pulled:
             that fails (the partial file is kept: the next run resumes it).
     """
     commit, files = list_files(source)
-    chosen: Selection = select(files, source.selector, source.repo)
+    chosen: Selection = (select_projector if projector else select)(files, source.selector, source.repo)
     tell = on_file or (lambda _what, _name: None)
     paths = [_fetch(source, commit, f, tell) for f in chosen.files]
     head = paths[len(chosen.model)] if chosen.head else None

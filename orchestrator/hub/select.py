@@ -143,3 +143,37 @@ def select(files: list[RepoFile], selector: str | None, repo: str) -> Selection:
         )
     model = _complete(chosen[0])
     return Selection(model=model, head=_head_for(model[0], heads))
+
+
+# A projector's precision, most preferred first when the repository has several: full precision
+# keeps what the vision tower saw (projectors are small, a few hundred MB).
+_PROJECTOR_ORDER = ("F16", "BF16", "F32", "Q8_0")
+
+
+def select_projector(files: list[RepoFile], selector: str | None, repo: str) -> Selection:
+    """The vision projector (``mmproj-*.gguf``) ``selector`` means in ``repo``: a file of the
+    repository, a precision (``F16``), or None for the repository's own (F16, else BF16, F32,
+    Q8_0, else the first by name). The selection's ``model`` is that one file.
+
+    Raises:
+        UserError: the repository has no projector, or none matching ``selector`` (listing them).
+    """
+    projectors = sorted(
+        (f for f in files if _base(f.name).lower().endswith(".gguf") and "mmproj" in _base(f.name).lower()),
+        key=lambda f: f.name,
+    )
+    if not projectors:
+        raise UserError(f"{repo} has no vision projector (mmproj-*.gguf)", hint="point mmproj at a file instead")
+    names = ", ".join(f.name for f in projectors)
+    if selector is None:
+        rank = {q: i for i, q in enumerate(_PROJECTOR_ORDER)}
+        chosen = min(projectors, key=lambda f: rank.get(quant_of(f.name) or "", len(rank)))
+    else:
+        want = selector.lower()
+        matching = [
+            f for f in projectors if want in (f.name.lower(), _base(f.name).lower(), (quant_of(f.name) or "").lower())
+        ]
+        if not matching:
+            raise UserError(f"{repo} has no projector {selector!r}; there are: {names}", hint=f"mmproj: hf:{repo}")
+        chosen = matching[0]
+    return Selection(model=[chosen], head=None)

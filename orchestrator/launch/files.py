@@ -79,6 +79,8 @@ def projector_file(config: Config, i: int, model: ModelConfig) -> Path | None:
     """
     if model.mmproj is None:
         return None
+    if model.mmproj.startswith(HF_PREFIX):
+        return require_cached(parse_hf_source(model.mmproj), projector=True).model
     path = resolve_file(model.mmproj, config.config_dir)
     if not path.is_file():
         raise UserError(

@@ -25,7 +25,7 @@ from orchestrator.config.model_paths import HfSource, parse_hf_source
 from orchestrator.errors import UserError
 from orchestrator.hub import cache
 from orchestrator.hub.pull import pull
-from orchestrator.hub.select import RepoFile, available, quant_of, select
+from orchestrator.hub.select import RepoFile, available, quant_of, select, select_projector
 
 QWEN = [
     "README.md",
@@ -298,3 +298,67 @@ def test_up_serves_an_hf_model_with_its_separate_mtp_head(
     head = cache.require_cached(HfSource("test-org/sep-GGUF")).head
     assert head is not None and head.name == "tiny-sep-MTP.gguf"
     assert rows[0]["speculation"] is not None
+
+
+# --- vision projectors (models.yaml mmproj: hf:...) ---------------------------------------------
+
+
+def test_a_projector_source_means_the_repositorys_projector() -> None:
+    """``mmproj: hf:REPO`` takes the repository's F16 projector; a precision or a file names another;
+    a quant never means a projector, and a repository without one says so."""
+    files = _files([*QWEN, "mmproj-BF16.gguf", "mmproj-F32.gguf"])
+    assert [f.name for f in select_projector(files, None, "r/m").model] == ["mmproj-F16.gguf"]
+    assert [f.name for f in select_projector(files, "bf16", "r/m").model] == ["mmproj-BF16.gguf"]
+    assert [f.name for f in select_projector(files, "mmproj-F32.gguf", "r/m").model] == ["mmproj-F32.gguf"]
+    assert all("mmproj" not in f.name for f in select(files, "UD-Q4_K_XL", "r/m").files)
+    with pytest.raises(UserError, match=r"has no projector 'Q4_0'; there are: mmproj-BF16\.gguf"):
+        select_projector(files, "Q4_0", "r/m")
+    with pytest.raises(UserError, match="has no vision projector"):
+        select_projector(_files(QWEN[:4]), None, "r/m")
+
+
+def test_pull_fetches_a_projector_and_up_finds_it_in_the_cache(hub: FakeHub) -> None:
+    source = HfSource(REPO)
+    assert cache.cached(source, projector=True) is None
+    pulled = pull(source, projector=True)
+    assert [p.name for p in pulled.files] == ["mmproj-tiny-F16.gguf"] and pulled.model.read_bytes() == b"projector"
+    assert cache.require_cached(source, projector=True).model == pulled.model
+    done = subprocess.run(_cli("pull", REPO, "--mmproj"), env=dict(os.environ), capture_output=True, text=True)
+    assert done.returncode == 0 and f"projector: {pulled.model}" in done.stdout, done.stderr
+
+
+@pytest.mark.native
+def test_up_pulls_the_projector_and_serves_an_image_with_mtp(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, demo_model: Path, bin_info: object
+) -> None:
+    """``path`` and ``mmproj`` both ``hf:``: ``up`` pulls the model and its projector, and an image
+    reaches llama-server as media with drafting on."""
+    from orchestrator.models.tiny_mmproj import write_tiny_mmproj
+
+    projector = write_tiny_mmproj(tmp_path / "mmproj-F16.gguf").read_bytes()
+    files = {"demo-Q8_0.gguf": demo_model.read_bytes(), "mmproj-F16.gguf": projector}
+    with serve_hub(FakeHub({"test-org/eyes-GGUF": files})) as running:
+        monkeypatch.setenv("HF_ENDPOINT", running.url)
+        monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+        config = tmp_path / "models.yaml"
+        config.write_text(
+            "server: {host: 127.0.0.1, port: 0, timeouts: {load: 120}}\n"
+            "models:\n  - {name: eyes, path: 'hf:test-org/eyes-GGUF:Q8_0', mmproj: 'hf:test-org/eyes-GGUF', "
+            "ctx_size: 2048, threads: 1, thinking: false}\n"
+        )
+        png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
+        content = [
+            {"type": "text", "text": "What is this?"},
+            {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{png}"}},
+        ]
+        with RunningUp(config, tmp_path / "state") as up:
+            reply = httpx.post(
+                f"{up.run['endpoint']}/v1/chat/completions",
+                json={"model": "eyes", "max_tokens": 16, "messages": [{"role": "user", "content": content}]},
+                timeout=120,
+                trust_env=False,
+            )
+    assert reply.status_code == 200, reply.text
+    assert reply.json()["timings"]["draft_n"] > 0
+    pulled = cache.require_cached(HfSource("test-org/eyes-GGUF"), projector=True).model
+    assert pulled.name == "mmproj-F16.gguf" and pulled.read_bytes() == projector
