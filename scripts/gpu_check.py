@@ -14,7 +14,9 @@ Steps (each timed; the run stops cleanly before ``--time-limit`` and reports wha
      per ``-ub`` (512, 2048) and decode tok/s with the draft's backend sampling on against off
      (``--spec-draft-backend-sampling`` / ``--no-...``, each passed: ``orchestrator.bench.tune``),
      beside the decode bandwidth bound;
-  7. bytes read per decoded token from the model's tensors, the fraction of the bandwidth bound,
+  7. vision with MTP: the first model served with a tiny projector of its width (``mmproj``), the MTP
+     acceptance rate with and without an image beside the same questions (``orchestrator.bench.vision``);
+  8. bytes read per decoded token from the model's tensors, the fraction of the bandwidth bound,
      the recommended K; ``gpu-check.json`` + ``gpu-check.md`` in ``--out``; where the time went.
 
 Usage: scripts/gpu_check.py [--time-limit 540] [--cpu --scale small] [--out DIR] [--bin-dir DIR]
@@ -43,6 +45,7 @@ from gpu_check_up import RunningUp, StepFailed, run_bounded  # noqa: E402
 
 from orchestrator.bench import gpu_check as gc  # noqa: E402
 from orchestrator.bench import gpu_report  # noqa: E402
+from orchestrator.bench.vision import section as vision_section  # noqa: E402
 from orchestrator.errors import UserError  # noqa: E402
 from orchestrator.models import shaped  # noqa: E402
 from orchestrator.models.shapes import SCALES  # noqa: E402
@@ -202,10 +205,11 @@ def generate(args: argparse.Namespace, manifest: dict[str, Any]) -> dict[float, 
     return paths
 
 
-def models_yaml(args: argparse.Namespace, models: dict[float, Path], path: Path) -> Path:
+def models_yaml(args: argparse.Namespace, models: dict[float, Path], path: Path, mmproj: Path | None = None) -> Path:
     lines = ["server:", "  host: 127.0.0.1", "  port: 0", "  timeouts: {load: 600, shutdown_grace: 10}", "models:"]
     for q, model in models.items():
         lines += [f"  - name: {model_name(q)}", f"    path: {model}", f"    ctx_size: {args.ctx}", "    parallel: 1"]
+        lines += [f"    mmproj: {mmproj}"] if mmproj is not None else []
         lines += ["    gpu_layers: all"] if not args.cpu else [f"    threads: {args.threads or os.cpu_count() or 2}"]
         lines += [f"    speculative: {{type: draft-mtp, n_max: {max(args.ks)}, n_min: 1, adaptive: true}}"]
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -266,6 +270,24 @@ def measure_launch_settings(
     best = tune.recommend(rows)
     return [{"setting": r.setting.name, "measure": r.what, "median": r.median, "q1": r.q1, "q3": r.q3, "n": r.n,
              "ratio": r.ratio, "recommended": best} for r in rows]  # fmt: skip
+
+
+def measure_vision(
+    args: argparse.Namespace, clock: Clock, models: dict[float, Path], session: Session
+) -> dict[str, Any]:
+    """The first model with a tiny projector of its width: acceptance with and without an image."""
+    from orchestrator.bench import vision
+    from orchestrator.models.facts import read_model_facts
+    from orchestrator.models.tiny_mmproj import write_tiny_mmproj
+
+    q = next(iter(models))
+    width = read_model_facts(models[q]).embedding_length or 0
+    projector = write_tiny_mmproj(args.models_dir / f"mmproj-tiny-{width}.gguf", n_embd=width)
+    config = models_yaml(args, {q: models[q]}, args.out / "models-vision.yaml", mmproj=projector)
+    session.up = RunningUp(config, args.out / "state-vision")
+    session.up.start(timeout=clock.left())
+    rounds = max(2, min(args.max_rounds or 4, 4))
+    return vision.measure(session.up.endpoint, model_name(q), rounds=rounds, n_predict=args.n_predict)
 
 
 def model_groups(args: argparse.Namespace, gpu: dict[str, Any] | None, file_bytes: int) -> list[list[float]]:
@@ -351,6 +373,12 @@ def main(argv: list[str] | None = None) -> int:
             session.stop()
         with clock.step("launch settings (interleaved)"):
             manifest["launch_settings"] = measure_launch_settings(args, clock, models, gpu, notes)
+        if clock.left() > 60:
+            with clock.step("vision with MTP"):
+                manifest["vision"] = measure_vision(args, clock, models, session)
+                session.stop()
+        else:
+            notes.append("vision with MTP: not measured, the time limit was reached")
         if not complete:
             notes.append("fewer than two rounds fit in the time limit: no figures past the warm-up")
     except (StepFailed, UserError, OSError) as err:
@@ -364,7 +392,7 @@ def main(argv: list[str] | None = None) -> int:
         with clock.step("stop and report"):
             session.stop()
             if not args.keep_models:
-                for p in models.values():
+                for p in [*models.values(), *args.models_dir.glob("mmproj-tiny-*.gguf")]:
                     p.unlink(missing_ok=True)
             _report(args, clock, manifest, notes, gpu, tr, samples, complete)
     return 0 if complete else 1
@@ -425,6 +453,7 @@ def _report(
     print(gpu_report.steps_table(clock.steps))
     tuned = gpu_report.launch_settings_section(manifest.get("launch_settings") or [], doc.get("traffic") or {}, gpu)
     print("\n".join(tuned[1:]))  # orchestrator tune's rows: prefill per -ub, decode with backend sampling on/off
+    print("\n".join(vision_section(manifest.get("vision"))[1:]))
     print(f"reports: {js}\n         {md}")
     for n in notes:
         print(f"note: {n}")

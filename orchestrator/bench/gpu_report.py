@@ -13,6 +13,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from orchestrator.bench import vision
+
 SCHEMA_VERSION = 1
 REQUIRED_KEYS = ("schema_version", "complete", "notes", "manifest", "gpu", "traffic", "steps", "rows", "recommended")
 
@@ -133,6 +135,7 @@ def markdown(doc: dict[str, Any]) -> str:
             f"| {_spread_text(r.get('cpu_speedup'), '{:.2f}')} |"
         )
     out += launch_settings_section(m.get("launch_settings") or [], t, gpu)
+    out += vision.section(m.get("vision"))
     out += ["", "## Recommended draft length", ""]
     for acc, rec in (doc.get("recommended") or {}).items():
         out.append(f"- acceptance {acc}: **K = {rec['k']}** (best median K {rec['best_median_k']}; {rec['why']})")

@@ -59,6 +59,7 @@ def test_cpu_run_writes_complete_reports(tmp_path: Path, bin_info: Any, pinned_s
         "measure (interleaved)",
         "stop orchestrator up",
         "launch settings (interleaved)",
+        "vision with MTP",
         "stop and report",
     ]
     assert {(r["path"], r["q"], r["k"]) for r in doc["rows"]} == {
@@ -86,6 +87,11 @@ def test_cpu_run_writes_complete_reports(tmp_path: Path, bin_info: Any, pinned_s
     assert set(settings) == wanted | {("ub512 bs-on", "decode"), ("ub512 bs-off", "decode")}  # each flag passed
     assert all(r["n"] == 2 and r["median"] > 0 for r in settings.values())
     assert settings[("ub512", "decode")]["ratio"] == 1.0
+    # vision with MTP: the same questions with and without an image, drafting on both ways
+    vision = doc["manifest"]["vision"]
+    assert vision["image"]["prompt_tokens"] > vision["text"]["prompt_tokens"]  # the image's tokens
+    assert vision["text"]["drafted"] > 0 and vision["image"]["drafted"] > 0
+    assert 0 < vision["image"]["acceptance"] <= 1 and "## Vision with MTP" in md
     assert "## Launch settings (orchestrator tune)" in md and "| ub512 bs-off | decode |" in md
     assert "where the time went" not in proc.stdout and "measure (interleaved)" in proc.stdout
     assert no_llama_server_left(out)
