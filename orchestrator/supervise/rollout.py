@@ -1,7 +1,7 @@
 """The scheduler's commands that change a model's replicas: a rolling restart, and applying a
-reloaded models.yaml (hot reload). ``Rollout`` is a base of ``ModelScheduler`` (its methods are
-the scheduler's own, split from its decisions by concern), reached through its ``restart`` and
-``apply`` commands; its side effects go through the scheduler's ``Effects``.
+reloaded models.yaml (hot reload). ``Rollout`` is a part of ``ModelScheduler`` over its
+``SchedulerState``, reached through its ``restart`` and ``apply`` commands; its side effects go
+through the state's ``Effects``, its moves through the scheduler's ``ModelTransitions``.
 
 ``apply(config, specs)`` swaps ``config`` in as the running config, then compares the new launch
 plan with the running one:
@@ -35,7 +35,7 @@ from orchestrator.errors import UserError
 from orchestrator.supervise.managed import ManagedModel, model_need
 from orchestrator.supervise.model_rules import removed_error
 from orchestrator.supervise.model_state import ModelState
-from orchestrator.supervise.transitions import ModelTransitions
+from orchestrator.supervise.transitions import ModelTransitions, SchedulerState
 
 if TYPE_CHECKING:
     from orchestrator.config.schema import Config, ServerConfig
@@ -86,42 +86,45 @@ def with_auth(config: Config, server: ServerConfig) -> Config:
     return config.model_copy(update={"server": config.server.model_copy(update=auth)})
 
 
-class Rollout(ModelTransitions):
-    """Restart and reload, as ``ModelScheduler``'s own methods (see the module)."""
+class Rollout:
+    """Restart and reload over the scheduler's state and transitions (see the module)."""
 
-    _reloading: asyncio.Lock  # reloads run one at a time
+    def __init__(self, state: SchedulerState, moves: ModelTransitions) -> None:
+        self.s = state
+        self.moves = moves
+        self._reloading = asyncio.Lock()  # reloads run one at a time
 
     def take_auth(self, config: Config) -> bool:
         """Make ``config``'s ``AUTH_KEYS`` current now, all else as it runs (a reload's first step:
         before its launch is planned, and while an earlier reload still drains). False, changing
         nothing, when ``config`` needs a full restart (its reload will be refused)."""
-        current = self.running.current
+        current = self.s.running.current
         try:
             _refuse_restart_keys(current, config)
         except RestartRequired:
             return False
         if any(getattr(current.server, k) != getattr(config.server, k) for k in AUTH_KEYS):
-            self.running.swap(with_auth(current, config.server))
+            self.s.running.swap(with_auth(current, config.server))
         return True
 
-    async def _restart_model(self, m: ManagedModel, specs: list[InstanceSpec] | None = None) -> None:
+    async def restart_model(self, m: ManagedModel, specs: list[InstanceSpec] | None = None) -> None:
         """Restart ``m``'s replicas one at a time (drain, stop, start, wait until it serves), with
         ``specs`` (by replica name) where given; a model that is not loaded only takes them."""
         if m.task is not None and not m.task.done():
             await asyncio.shield(m.task)
         new = {sp.name: sp for sp in specs} if specs is not None else {i.name: i.spec for i in m.instances}
         if m.state is ModelState.READY:
-            self._spawn(m, self._roll(m, new, force=specs is None), "restart")
+            self.moves.spawn(m, self._roll(m, new, force=specs is None), "restart")
             assert m.task is not None
             await asyncio.shield(m.task)
         else:
             self._retarget(m, new)
-        self._schedule()
+        self.s.schedule()
 
     def _retarget(self, m: ManagedModel, new: dict[str, InstanceSpec]) -> None:
         """Swap a stopped model's replicas for ``new`` specs (nothing runs, nothing restarts); a
         FAILED model gets a new chance with them."""
-        effects = self.effects
+        effects = self.s.effects
         m.retry = True
         for inst in list(m.instances):
             spec = new.get(inst.name)
@@ -136,15 +139,15 @@ class Rollout(ModelTransitions):
         m.need = model_need(m.instances)
 
     async def _roll(self, m: ManagedModel, new: dict[str, InstanceSpec], *, force: bool) -> None:
-        effects = self.effects
+        effects = self.s.effects
         saved = False
         for inst in list(m.instances):
             spec = new.get(inst.name)
             if spec is not None and not force and _launch(spec) == _launch(inst.spec):
                 continue
             m.draining.add(inst.name)
-            self._pulse()
-            await self._drain(_busy(inst))
+            self.moves.pulse()
+            await self.moves.drain(_busy(inst))
             if not saved:
                 saved = True
                 await effects.run_before_stop(m, "reload")
@@ -165,7 +168,7 @@ class Rollout(ModelTransitions):
         m.need = model_need(m.instances)
         m.ready_since = m.last_used = effects.now()
 
-    async def _apply(self, config: Config, specs: list[InstanceSpec]) -> ReloadReport:
+    async def apply(self, config: Config, specs: list[InstanceSpec]) -> ReloadReport:
         """Make the running models match ``config`` and its launch plan ``specs`` (see the module).
 
         ``config`` becomes the running snapshot in one step, before any model stops or restarts:
@@ -177,24 +180,24 @@ class Rollout(ModelTransitions):
                 ``cors_origins``, ``peers``); nothing was changed.
         """
         async with self._reloading:
-            _refuse_restart_keys(self.config, config)
+            _refuse_restart_keys(self.s.config, config)
             by_model: dict[str, list[InstanceSpec]] = {}
             for spec in specs:
                 by_model.setdefault(spec.model, []).append(spec)
             names = {model.name for model in config.models}
-            gone = [m for name, m in self.models.items() if name not in names]
-            self.running.swap(config)
+            gone = [m for name, m in self.s.models.items() if name not in names]
+            self.s.running.swap(config)
             report = ReloadReport(removed=[m.name for m in gone])
             for m in gone:
                 m.removed = True
                 m.fail_waiters(removed_error(m.name))
             restart = self._take(config, by_model, report)
-            self.config_error = None
-            self._schedule()
+            self.s.config_error = None
+            self.s.schedule()
             for m in gone:
                 await self._remove(m)
             for name in restart:
-                await self._restart_model(self.models[name], by_model.get(name, []))
+                await self.restart_model(self.s.models[name], by_model.get(name, []))
             return report
 
     def _take(self, config: Config, by_model: dict[str, list[InstanceSpec]], report: ReloadReport) -> list[str]:
@@ -203,7 +206,7 @@ class Rollout(ModelTransitions):
         restart = []
         for model in config.models:
             name = model.name
-            m = self.models.get(name)
+            m = self.s.models.get(name)
             if m is None:
                 self._add(name, config, by_model.get(name, []))
                 report.added.append(name)
@@ -220,17 +223,17 @@ class Rollout(ModelTransitions):
 
     def _add(self, name: str, config: Config, specs: list[InstanceSpec]) -> None:
         model = next(m for m in config.models if m.name == name)
-        m = self._managed(model, [self.effects.add(spec) for spec in specs])
-        self.models[name] = m
+        m = self.moves.managed(model, [self.s.effects.add(spec) for spec in specs])
+        self.s.models[name] = m
         if model.load == "on_start":
-            m.wanted_since = self.effects.now()
+            m.wanted_since = self.s.effects.now()
 
     async def _remove(self, m: ManagedModel) -> None:
         """Drain and stop a model the running config no longer has, then forget it."""
-        await self._stop_model(m, "reload")
+        await self.moves.stop_model(m, "reload")
         for inst in m.instances:
-            self.effects.forget(inst)
-        del self.models[m.name]
+            self.s.effects.forget(inst)
+        del self.s.models[m.name]
 
 
 def _key(config: Config, dotted: str) -> object:

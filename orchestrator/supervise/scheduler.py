@@ -21,8 +21,12 @@ they end. Every side effect (processes, hooks, the clock) goes through its ``Eff
 (``orchestrator.supervise.effects``), so its decisions are tested without processes. The rules it
 applies are listed in ``orchestrator.supervise.model_rules``.
 
+Its parts are composed in ``__init__``, in one place: the ``SchedulerState`` they share, the
+``ModelTransitions`` (load, unload, drain, notify) and the ``Rollout`` (restart, reload); each calls
+``state.schedule`` (this object's ``_schedule``) after a change.
+
 Hooks: ``before_ready`` (restore prompt caches) and ``before_stop`` (save them); ``listeners`` get
-each ``ModelEvent``; ``changed`` is pulsed on every state change, ``version`` counts them.
+each ``ModelEvent``; ``state.changed`` is pulsed on every state change, ``state.version`` counts them.
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ from orchestrator.supervise.model_state import ModelEvent, ModelState, Scheduler
 from orchestrator.supervise.refusals import ModelRefused, Refusal
 from orchestrator.supervise.replicas import ReplicaOps
 from orchestrator.supervise.rollout import Rollout
+from orchestrator.supervise.transitions import ModelTransitions, SchedulerState
 
 if TYPE_CHECKING:
     from orchestrator.config.schema import Config
@@ -64,7 +69,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("orchestrator.scheduler")
 
 
-class ModelScheduler(Rollout):
+class ModelScheduler:
     """Loads, unloads and evicts the models of one ``Supervisor`` under a ``MemoryBudget``.
 
     Args:
@@ -77,11 +82,6 @@ class ModelScheduler(Rollout):
         effects: what its decisions do (``Effects``); by default ``ReplicaOps`` over ``supervisor``.
     """
 
-    @property
-    def budget(self) -> MemoryBudget:
-        """The memory budget of the current snapshot."""
-        return self._budget()
-
     def __init__(
         self,
         supervisor: Supervisor,
@@ -91,25 +91,61 @@ class ModelScheduler(Rollout):
         effects: Effects | None = None,
     ) -> None:
         self.supervisor = supervisor
-        self.running = supervisor.running
-        self._budget = self.running.derive(partial(follow_budget, budget, self.running.current.server))
-        self.policy = policy or SchedulerPolicy()
-        self.effects: Effects = effects if effects is not None else ReplicaOps(supervisor, self.policy)
-        self.models: dict[str, ManagedModel] = {}
+        running = supervisor.running
+        self._budget = running.derive(partial(follow_budget, budget, running.current.server))
+        policy = policy or SchedulerPolicy()
+        effects = effects if effects is not None else ReplicaOps(supervisor, policy)
+        # the parts, composed here: the shared state, the moves that take time, restart and reload;
+        # every decision is this object's (``_schedule``), which the parts call after each change
+        self.state = SchedulerState(running, {}, effects, policy, self._schedule)
+        self.moves = ModelTransitions(self.state)
+        self.rollout = Rollout(self.state, self.moves)
         for model in self.config.models:
-            self.models[model.name] = self._managed(model, supervisor.for_model(model.name))
-        self.listeners: list[Callable[[ModelEvent], None]] = []
-        self.before_ready = self.effects.before_ready  # hooks: (model, "load") after its replicas serve
-        self.before_stop = self.effects.before_stop  # hooks: (model, reason) before any stop we control
-        self._reloading = asyncio.Lock()
-        self.changed = asyncio.Event()
-        self.version = 0
+            self.models[model.name] = self.moves.managed(model, supervisor.for_model(model.name))
+        self.before_ready = effects.before_ready  # hooks: (model, "load") after its replicas serve
+        self.before_stop = effects.before_stop  # hooks: (model, reason) before any stop we control
         self.decisions = 0  # _schedule runs (a tick counts): tests wait on it instead of sleeping
-        self.swaps = 0
-        self.config_error: str | None = None  # the last reload's problem, shown in /status
         self._runner: asyncio.Task[None] | None = None
-        self._tasks: set[asyncio.Task[Any]] = set()
-        self._closed = False
+
+    # ----------------------------------------------------------------- the shared state, read
+
+    @property
+    def budget(self) -> MemoryBudget:
+        """The memory budget of the current snapshot."""
+        return self._budget()
+
+    @property
+    def config(self) -> Config:
+        """The running config's current snapshot."""
+        return self.state.config
+
+    @property
+    def models(self) -> dict[str, ManagedModel]:
+        return self.state.models
+
+    @property
+    def listeners(self) -> list[Callable[[ModelEvent], None]]:
+        """Told each ``ModelEvent``."""
+        return self.state.listeners
+
+    @property
+    def swaps(self) -> int:
+        """Models evicted for memory so far."""
+        return self.state.swaps
+
+    @property
+    def config_error(self) -> str | None:
+        """The last reload's problem, shown in ``/status`` until a reload is applied."""
+        return self.state.config_error
+
+    def refused(self, problem: str) -> None:
+        """A reload was refused (an invalid file, a change that needs a restart): ``/status`` shows
+        ``problem`` until a reload is applied."""
+        self.state.config_error = problem
+
+    def take_auth(self, config: Config) -> bool:
+        """``Rollout.take_auth``: a reload's keys current at once."""
+        return self.rollout.take_auth(config)
 
     # ----------------------------------------------------------------- running
 
@@ -130,45 +166,45 @@ class ModelScheduler(Rollout):
             if m.config.load == "on_start" and m.state is ModelState.UNLOADED:
                 why = startup_misfit(m, self.models.values(), self.budget)
                 if why is None:
-                    self._start_load(m, startup=True)
+                    self.moves.start_load(m, startup=True)
                 else:
                     m.reason = f"not loaded at start: {why}; it loads on its first request"
                     notes.append(f"{m.name}: {m.reason}")
-        self._pulse()
+        self.moves.pulse()
         return notes
 
     def _ensure_running(self) -> None:
         """Start the background loop once (``start`` does; a request or a load does too, so an app
         built around a supervisor that someone else started still follows it)."""
-        if self._runner is None and not self._closed:
+        if self._runner is None and not self.state.closed:
             self._runner = asyncio.get_running_loop().create_task(self._run(), name="lifecycle")
 
     async def close(self, grace: float | None = None) -> None:
         """Stop everything the lifecycle runs: the loop, loads and unloads, and every replica
         (``before_stop`` hooks first, reason ``shutdown``). Held requests get 503."""
-        self._closed = True
+        self.state.closed = True
         if self._runner is not None:
             self._runner.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._runner
         for m in self.models.values():
             m.fail_waiters(ModelRefused(Refusal.SHUTTING_DOWN, "the server is shutting down", retry_after=5.0))
-        await asyncio.gather(*(self.effects.stop(m, "shutdown", grace) for m in self.models.values()))
-        for task in list(self._tasks):
+        await asyncio.gather(*(self.state.effects.stop(m, "shutdown", grace) for m in self.models.values()))
+        for task in list(self.state.tasks):
             task.cancel()
-        if self._tasks:
-            await asyncio.wait(self._tasks, timeout=5)
+        if self.state.tasks:
+            await asyncio.wait(self.state.tasks, timeout=5)
 
     async def _run(self) -> None:
         while True:
-            await self.effects.changed(self.policy.tick)
+            await self.state.effects.changed(self.state.policy.tick)
             self.tick()
 
     def tick(self) -> None:
         """Unload the models idle past their TTL, and decide again (the loop calls it every
         ``policy.tick`` s and on every replica change)."""
-        for m in expired(self.models.values(), self.config.server, self.effects.now()):
-            self._start_unload(m, "ttl")
+        for m in expired(self.models.values(), self.config.server, self.state.effects.now()):
+            self.moves.start_unload(m, "ttl")
         self._schedule()
 
     # ----------------------------------------------------------------- the proxy's side
@@ -195,7 +231,7 @@ class ModelScheduler(Rollout):
         if refusal is not None:
             idle = m.state in (ModelState.UNLOADED, ModelState.FAILED) and m.wanted_since is None
             if server.when_loading == "reject" and idle:
-                m.wanted_since = self.effects.now()  # reject starts the load all the same
+                m.wanted_since = self.state.effects.now()  # reject starts the load all the same
                 self._schedule()
             raise refusal
         return await self._hold(m, server.timeouts.queue, prefer)
@@ -217,13 +253,13 @@ class ModelScheduler(Rollout):
         """Unload model ``name``: cancel a load in progress, or drain its requests (at most
         ``server.timeouts.drain`` s; new ones are held) and stop its replicas. No-op when unloaded."""
         m = self._model(name)
-        await self._stop_model(m, reason)
+        await self.moves.stop_model(m, reason)
         return m
 
     async def restart(self, name: str, specs: list[InstanceSpec] | None = None) -> None:
         """Restart model ``name``'s replicas one at a time (drain, stop, start, wait until it serves),
         with ``specs`` (by replica name) where given; a model that is not loaded only takes them."""
-        await self._restart_model(self._model(name), specs)
+        await self.rollout.restart_model(self._model(name), specs)
 
     async def apply(self, config: Config, specs: list[InstanceSpec]) -> ReloadReport:
         """A reload: swap ``config`` in as the running config, then make the models match it and
@@ -232,7 +268,7 @@ class ModelScheduler(Rollout):
         Raises:
             RestartRequired: the change needs a full restart; nothing was changed.
         """
-        return await self._apply(config, specs)
+        return await self.rollout.apply(config, specs)
 
     def keep_alive(self, name: str, seconds: float) -> None:
         """A client's idle time for model ``name``, replacing its ``ttl`` until the next one
@@ -253,7 +289,7 @@ class ModelScheduler(Rollout):
         """Hold a request for ``m`` until it is granted (the model loads, a swap happens), at most
         ``timeout`` s; then 503 ``model_loading`` saying what it waited for."""
         self._ensure_running()
-        waiter = Waiter(self.effects.now(), prefer)
+        waiter = Waiter(self.state.effects.now(), prefer)
         m.waiters.append(waiter)
         self._schedule()
         try:
@@ -278,7 +314,7 @@ class ModelScheduler(Rollout):
 
     def _grant(self, m: ManagedModel, inst: Instance, waited: float) -> Lease:
         if waited > 0:
-            self._emit(ModelEvent("waited", m.name, seconds=waited))
+            self.moves.emit(ModelEvent("waited", m.name, seconds=waited))
         return m.grant(inst, waited, self._release)
 
     def _release(self, lease: Lease) -> None:
@@ -291,7 +327,7 @@ class ModelScheduler(Rollout):
 
     def snapshot(self) -> list[dict[str, Any]]:
         """One row per model (``ManagedModel.snapshot``)."""
-        now = self.effects.now()
+        now = self.state.effects.now()
         return [m.snapshot(self.config.server, now) for m in self.models.values()]
 
     def memory(self) -> dict[str, dict[str, Any]]:
@@ -302,7 +338,7 @@ class ModelScheduler(Rollout):
 
     def _schedule(self) -> None:
         """Decide everything that can be decided now; never awaits."""
-        if self._closed:
+        if self.state.closed:
             return
         self.decisions += 1
         for m in self.models.values():
@@ -326,10 +362,10 @@ class ModelScheduler(Rollout):
                 m.fail_waiters(ModelRefused(Refusal.TOO_LARGE, plan.impossible))
                 continue
             for victim in plan.evict:
-                self._start_unload(self.models[victim], "memory", for_model=m.name)
+                self.moves.start_unload(self.models[victim], "memory", for_model=m.name)
             closing.update(plan.drain)
             if plan.fits and not plan.evict:
-                self._start_load(m)
+                self.moves.start_load(m)
                 continue
             reserved |= devices
             waits = [*plan.stopping, *plan.evict, *plan.drain]
@@ -341,7 +377,7 @@ class ModelScheduler(Rollout):
     def _grant_waiters(self, m: ManagedModel) -> None:
         if m.state is not ModelState.READY:
             return
-        now = self.effects.now()
+        now = self.state.effects.now()
         for waiter in m.grantable():
             inst = m.pick(waiter.prefer)
             if inst is None:
@@ -358,7 +394,7 @@ class ModelScheduler(Rollout):
         # replicas someone else started are followed (adopted), never evicted or unloaded by TTL
         m.adopted = state in (ModelState.LOADING, ModelState.READY) and (m.adopted or state is ModelState.LOADING)
         if state is ModelState.READY:
-            m.ready_since = self.effects.now()
+            m.ready_since = self.state.effects.now()
         elif state is ModelState.FAILED:
-            m.failed_at = self.effects.now()
-        self._set(m, state, reason)
+            m.failed_at = self.state.effects.now()
+        self.moves.set(m, state, reason)

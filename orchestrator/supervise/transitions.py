@@ -1,8 +1,11 @@
-"""The scheduler's transitions that take time: loading a model (its replicas start and serve),
-unloading it (drain, hooks, stop), a drain with its deadline, and telling the world (``changed``,
-``listeners``). ``ModelTransitions`` is the base of ``ModelScheduler``, the one writer of the
-models' state: these are its own methods, split from its decisions by concern. Every side effect
-goes through its ``effects``.
+"""The scheduler's shared state and its transitions that take time.
+
+``SchedulerState`` is what the parts of ``ModelScheduler`` share: the running config, the models,
+the ``Effects``, the notification channel (``changed``, ``version``, ``listeners``) and the
+tasks. ``ModelTransitions`` are the moves that take time: loading a model (its replicas start and
+serve), unloading it (drain, hooks, stop), a drain with its deadline, and telling the world. Both
+are parts the scheduler composes (``scheduler.py`` builds them in one place); every decision stays
+``ModelScheduler``'s, reached through ``state.schedule``. Every side effect goes through ``effects``.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.supervise.managed import ManagedModel, model_need
@@ -29,109 +33,114 @@ if TYPE_CHECKING:
 log = logging.getLogger("orchestrator.scheduler")
 
 
-class ModelTransitions:
-    """Loads, unloads and notifications of ``ModelScheduler`` (see the module)."""
+@dataclass(eq=False)
+class SchedulerState:
+    """What the scheduler's parts share (``ModelScheduler`` makes it, the parts read and write it).
+
+    ``schedule`` is ``ModelScheduler._schedule``: the one place that decides, called after every
+    change a part makes.
+    """
 
     running: RunningConfig
     models: dict[str, ManagedModel]
     effects: Effects
     policy: SchedulerPolicy
-    listeners: list[Callable[[ModelEvent], None]]
-    changed: asyncio.Event
-    version: int
-    swaps: int
-    config_error: str | None
-    _tasks: set[asyncio.Task[Any]]
-    _closed: bool
+    schedule: Callable[[], None]
+    listeners: list[Callable[[ModelEvent], None]] = field(default_factory=list)
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+    version: int = 0  # state changes so far (``changed`` is pulsed on each)
+    swaps: int = 0  # models evicted for memory
+    config_error: str | None = None  # the last reload's problem, shown in /status
+    tasks: set[asyncio.Task[Any]] = field(default_factory=set)  # loads, unloads, restarts
+    closed: bool = False
 
     @property
     def config(self) -> Config:
         """The running config's current snapshot."""
         return self.running.current
 
-    def refused(self, problem: str) -> None:
-        """A reload was refused (an invalid file, a change that needs a restart): ``/status`` shows
-        ``problem`` until a reload is applied."""
-        self.config_error = problem
 
-    def _schedule(self) -> None:
-        raise NotImplementedError  # ModelScheduler decides
+class ModelTransitions:
+    """Loads, unloads and notifications over a ``SchedulerState`` (see the module)."""
 
-    def _managed(self, model: ModelConfig, instances: list[Instance]) -> ManagedModel:
-        return ManagedModel(model, instances, model_need(instances), clock=self.effects.now)
+    def __init__(self, state: SchedulerState) -> None:
+        self.s = state
 
-    def _spawn(self, m: ManagedModel, coro: Coroutine[Any, Any, None], what: str) -> None:
+    def managed(self, model: ModelConfig, instances: list[Instance]) -> ManagedModel:
+        return ManagedModel(model, instances, model_need(instances), clock=self.s.effects.now)
+
+    def spawn(self, m: ManagedModel, coro: Coroutine[Any, Any, None], what: str) -> None:
         task = asyncio.get_running_loop().create_task(coro, name=f"{what} {m.name}")
         m.task = task
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self.s.tasks.add(task)
+        task.add_done_callback(self.s.tasks.discard)
 
-    def _start_load(self, m: ManagedModel, startup: bool = False) -> None:
+    def start_load(self, m: ManagedModel, startup: bool = False) -> None:
         m.wanted_since = None
         m.retry = False
         m.startup = startup
         # transition: UNLOADED/FAILED -> LOADING (the task reports READY or FAILED)
-        m.load_started = self.effects.now()
-        self._set(m, ModelState.LOADING, "loading")
-        self._emit(ModelEvent("load_started", m.name))
-        self._spawn(m, self._load(m), "load")
+        m.load_started = self.s.effects.now()
+        self.set(m, ModelState.LOADING, "loading")
+        self.emit(ModelEvent("load_started", m.name))
+        self.spawn(m, self._load(m), "load")
 
     async def _load(self, m: ManagedModel) -> None:
-        started = self.effects.now()
+        started = self.s.effects.now()
         try:
-            problem = await self.effects.start(m)
+            problem = await self.s.effects.start(m)
         except asyncio.CancelledError:
-            await self.effects.stop_replicas(m.instances, 0.0)
+            await self.s.effects.stop_replicas(m.instances, 0.0)
             m.load_started = None
-            self._set(m, ModelState.UNLOADED, "load cancelled")
+            self.set(m, ModelState.UNLOADED, "load cancelled")
             raise
         m.load_started = None
-        if problem is not None and self._closed:
+        if problem is not None and self.s.closed:
             # shutdown stopped its replicas mid-load (Ctrl-C during `up`): the model did not fail
-            self._set(m, ModelState.UNLOADED, "load cancelled (shutting down)")
+            self.set(m, ModelState.UNLOADED, "load cancelled (shutting down)")
             return
         if problem is not None:
-            await self.effects.stop_replicas(m.instances, 0.0)
-            m.failed_at = self.effects.now()
+            await self.s.effects.stop_replicas(m.instances, 0.0)
+            m.failed_at = self.s.effects.now()
             # transition: LOADING -> FAILED (a replica exited, timed out or was refused)
-            self._set(m, ModelState.FAILED, problem)
-            self._emit(ModelEvent("load_failed", m.name, reason=problem))
+            self.set(m, ModelState.FAILED, problem)
+            self.emit(ModelEvent("load_failed", m.name, reason=problem))
             log.warning("model %s failed to load: %s", m.name, problem)
             m.fail_waiters(load_failed_error(m))
-            self._schedule()
+            self.s.schedule()
             return
         m.loads += 1
-        m.last_load_seconds = self.effects.now() - started
+        m.last_load_seconds = self.s.effects.now() - started
         m.loaded_at = time.time()  # for people, as Unix time
-        m.ready_since = m.last_used = self.effects.now()
+        m.ready_since = m.last_used = self.s.effects.now()
         # transition: LOADING -> READY (every replica serves)
-        self._set(m, ModelState.READY, None)
-        self._emit(ModelEvent("loaded", m.name, seconds=m.last_load_seconds))
-        self._schedule()
+        self.set(m, ModelState.READY, None)
+        self.emit(ModelEvent("loaded", m.name, seconds=m.last_load_seconds))
+        self.s.schedule()
 
-    def _start_unload(self, m: ManagedModel, reason: str, for_model: str | None = None) -> None:
+    def start_unload(self, m: ManagedModel, reason: str, for_model: str | None = None) -> None:
         if m.state is not ModelState.READY:
             return
         if reason == "memory":
-            self.swaps += 1
+            self.s.swaps += 1
             m.evictions += 1
         # transition: READY -> UNLOADING now, with the decision: a request arriving before the task
         # runs is held, not granted on a model that is going away
-        self._set(m, ModelState.UNLOADING, f"unloading ({reason})")
-        self._spawn(m, self._unload(m, reason, for_model), "unload")
+        self.set(m, ModelState.UNLOADING, f"unloading ({reason})")
+        self.spawn(m, self._unload(m, reason, for_model), "unload")
 
     async def _unload(self, m: ManagedModel, reason: str, for_model: str | None = None) -> None:
         # transition: READY -> UNLOADING (drain first: new requests are held meanwhile)
-        self._set(m, ModelState.UNLOADING, f"unloading ({reason})")
-        await self._drain(lambda: m.in_flight > 0)
-        await self.effects.stop(m, reason)
+        self.set(m, ModelState.UNLOADING, f"unloading ({reason})")
+        await self.drain(lambda: m.in_flight > 0)
+        await self.s.effects.stop(m, reason)
         m.adopted = False
         # transition: UNLOADING -> UNLOADED
-        self._set(m, ModelState.UNLOADED, f"unloaded ({reason})")
-        self._emit(ModelEvent("unloaded", m.name, reason=reason, for_model=for_model))
-        self._schedule()
+        self.set(m, ModelState.UNLOADED, f"unloaded ({reason})")
+        self.emit(ModelEvent("unloaded", m.name, reason=reason, for_model=for_model))
+        self.s.schedule()
 
-    async def _stop_model(self, m: ManagedModel, reason: str) -> None:
+    async def stop_model(self, m: ManagedModel, reason: str) -> None:
         if m.state is ModelState.LOADING and m.task is not None and not m.task.done():
             m.task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -141,26 +150,26 @@ class ModelTransitions:
         if m.state is ModelState.READY or any(i.state not in TERMINAL for i in m.instances):
             await self._unload(m, reason)
 
-    async def _drain(self, busy: Callable[[], bool]) -> None:
+    async def drain(self, busy: Callable[[], bool]) -> None:
         """Wait until ``busy()`` is False, at most ``server.timeouts.drain`` s."""
-        deadline = self.effects.now() + self.config.server.timeouts.drain
-        while busy() and (left := deadline - self.effects.now()) > 0:
-            await self.effects.changed(min(self.policy.tick, left))
+        deadline = self.s.effects.now() + self.s.config.server.timeouts.drain
+        while busy() and (left := deadline - self.s.effects.now()) > 0:
+            await self.s.effects.changed(min(self.s.policy.tick, left))
 
     # ----------------------------------------------------------------- notification
 
-    def _set(self, m: ManagedModel, state: ModelState, reason: str | None) -> None:
+    def set(self, m: ManagedModel, state: ModelState, reason: str | None) -> None:
         m.state = state
         m.reason = reason
-        self._pulse()
+        self.pulse()
 
-    def _pulse(self) -> None:
-        self.version += 1
-        self.changed.set()
-        self.changed.clear()
+    def pulse(self) -> None:
+        self.s.version += 1
+        self.s.changed.set()
+        self.s.changed.clear()
 
-    def _emit(self, event: ModelEvent) -> None:
-        for listener in self.listeners:
+    def emit(self, event: ModelEvent) -> None:
+        for listener in self.s.listeners:
             try:
                 listener(event)
             except Exception:
