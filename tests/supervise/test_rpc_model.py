@@ -78,8 +78,12 @@ def _chat(stack: Stack) -> str:
 def _wait(predicate: Any, what: str, timeout: float = 60.0, inst: Any = None) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
-        where = f": {inst.state} {inst.message!r} degraded={inst.workers.degraded!r}" if inst is not None else ""
-        assert time.monotonic() < deadline, f"timed out waiting for {what}{where}"
+        if time.monotonic() >= deadline:
+            where = ""
+            if inst is not None:  # what the instance was doing, for a failure that does not repeat
+                where = f": {inst.state} {inst.message!r} degraded={inst.workers.degraded!r}; log: "
+                where += " | ".join(inst.log.run_tail(8))
+            raise AssertionError(f"timed out waiting for {what}{where}")
         time.sleep(0.05)
 
 
