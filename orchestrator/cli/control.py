@@ -168,7 +168,8 @@ def _print_settings(console: Any, rows: list[dict[str, Any]]) -> None:
         console.print(f"settings of {row.get('name')} (models.yaml -> llama-server reports):", markup=False)
         for s in settings:
             asked = s.get("asked")
-            wanted = asked if asked is not None else f"(left out: llama-server's default {s.get('default') or '?'})"
+            default = s.get("default") or "unstated"
+            wanted = asked if asked is not None else f"(left out: llama-server's default {default})"
             seen = s.get("effective")
             differs = seen is not None and asked is not None and not _same_setting(asked, seen)
             said = "not reported" if seen is None else seen + ("   <- differs" if differs else "")

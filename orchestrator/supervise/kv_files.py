@@ -49,7 +49,7 @@ if TYPE_CHECKING:
 
 STATE_MAGIC = 0x67677371  # 'ggsq': LLAMA_STATE_SEQ_MAGIC (include/llama.h)
 STATE_VERSION = 4  # LLAMA_STATE_SEQ_VERSION of the pin (include/llama.h; 3 before b11434)
-TOKEN_NULL = 0xFFFFFFFF  # LLAMA_TOKEN_NULL (-1) as u32: marks the packed server_tokens format
+TOKEN_NULL = -1  # LLAMA_TOKEN_NULL: marks the packed server_tokens format, and each media chunk's positions
 CONV_SLACK = 0.1  # share of a state's tail a later turn of its conversation may re-render (the answer)
 CONV_MIN_SLACK = 64  # tokens, for short states
 SHORT_STATE_TOKENS = 1024  # shorter saved states are restored after the longer ones (side requests)
@@ -109,10 +109,11 @@ def read_tokens(path: Path) -> tuple[int, ...]:
         raise CorruptState(f"{path.name}: {err}") from None
     if len(raw) < 4 * count:
         raise CorruptState(f"{path.name}: truncated inside its token list")
-    packed = struct.unpack(f"<{count}I", raw)
+    # llama_token is i32: a media chunk's positions are LLAMA_TOKEN_NULL (-1), and state_id packs i32
+    packed = struct.unpack(f"<{count}i", raw)
     if not packed or packed[0] != TOKEN_NULL:
         return tuple(packed)
-    if len(packed) < 3 or packed[2] > len(packed) - 3:
+    if len(packed) < 3 or not 0 <= packed[2] <= len(packed) - 3:
         raise CorruptState(f"{path.name}: packed token list is inconsistent")
     return tuple(packed[3 : 3 + packed[2]])
 
@@ -152,7 +153,9 @@ def layout_key(spec: InstanceSpec) -> str:
     Covers what decides whether a saved state means the same thing when restored: the GGUF's
     identity, the llama-server build (its path names the pin, patches and flags), the context
     per slot (``ctx_size``, ``parallel``), speculation (the MTP head adds a layer of KV) and
-    every ``extra_args`` flag (cache types, flash attention, RoPE scaling, ...). Threads, GPU
+    every ``extra_args`` flag (cache types, flash attention, RoPE scaling, ...), and the vision
+    projector (a slot holding an image keeps that image's KV, which another projector would
+    compute differently, yet llama-server matches cached media by the image alone). Threads, GPU
     placement and port do not change the saved bytes' meaning and are left out.
     """
     server = spec.server
@@ -164,6 +167,8 @@ def layout_key(spec: InstanceSpec) -> str:
         "speculation": spec.spec_type,
         "extra_args": list(server.extra_args),
     }
+    if server.mmproj is not None:
+        parts["mmproj"] = model_identity(server.mmproj)
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:32]
 
 

@@ -23,7 +23,8 @@ marked ready, and after a crash restart (the last save comes back). Per slot ``s
 A restore is verified: the saved tokens plus one more are sent to that slot, and the answer's
 ``timings.cache_n`` must cover every saved token (llama.cpp #26676: some builds restore nothing
 and say nothing). The probe token is then undone by restoring the file again. A slot saved full
-(no room for the probe) is trusted on ``n_restored``. A restore that does not verify is logged,
+(no room for the probe), or one holding an image (its media positions are no tokens a probe
+could send), is trusted on ``n_restored``. A restore that does not verify is logged,
 its file dropped, the slot erased, and persistence is turned off for that model for the rest of
 the run, with a warning in ``status``. A KV folder that cannot be written (read-only, full, not
 ours) turns it off too, but not for good: the model loads and serves without persistence, and the
@@ -51,6 +52,7 @@ from typing import TYPE_CHECKING, Any
 from orchestrator.host import disk
 from orchestrator.supervise.affinity import SlotHoldings
 from orchestrator.supervise.kv_files import (
+    TOKEN_NULL,
     CorruptState,
     KvStore,
     OutdatedState,
@@ -303,7 +305,10 @@ class KvPersistence:
         assert inst.base_url is not None
         # llama-server refuses a prompt that fills the slot (no room to generate): a probe of
         # len + 1 tokens needs len + 2 <= n_ctx
-        if len(tokens) + 2 > inst.spec.server.ctx_size // max(1, inst.spec.server.parallel):
+        # a slot holding an image cannot be probed by tokens (its media positions are
+        # LLAMA_TOKEN_NULL, which /completion refuses): trusted on n_restored, like a full slot
+        full = len(tokens) + 2 > inst.spec.server.ctx_size // max(1, inst.spec.server.parallel)
+        if full or TOKEN_NULL in tokens:
             restored = int(answer.get("n_restored", -1))
             return None if restored == len(tokens) else f"{restored} of {len(tokens)} tokens restored"
         try:

@@ -30,7 +30,7 @@ def _slot_file(
 ) -> Path:
     body = [TOKEN_NULL, 1, len(tokens), *tokens, 0] if packed else tokens
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(struct.pack(f"<III{len(body)}I", STATE_MAGIC, version, len(body), *body) + state)
+    path.write_bytes(struct.pack(f"<III{len(body)}i", STATE_MAGIC, version, len(body), *body) + state)
     return path
 
 
@@ -39,13 +39,24 @@ def test_tokens_are_read_from_packed_and_plain_headers(tmp_path: Path) -> None:
     assert read_tokens(_slot_file(tmp_path / "b.bin", [5, 6, 7], packed=False)) == (5, 6, 7)
 
 
+def test_a_slot_holding_an_image_is_filed_under_its_conversation(tmp_path: Path) -> None:
+    """llama-server writes a media chunk's positions as LLAMA_TOKEN_NULL (-1) in the packed token
+    list; the state is read, named and filed like any other (it was a struct.error at shutdown)."""
+    tokens = [5, 6, TOKEN_NULL, TOKEN_NULL, TOKEN_NULL, TOKEN_NULL, 7, 8]
+    part = _slot_file(tmp_path / "m" / "k-r0-s0.part", tokens)
+    assert read_tokens(part) == tuple(tokens)
+    saved = KvStore(tmp_path, 1 << 30).adopt(part, "k" * 32)
+    assert saved is not None
+    assert saved.path.name == conv_filename("k" * 32, state_id(tokens))
+
+
 @pytest.mark.parametrize(
     ("data", "why"),
     [
         (b"", "shorter than the header"),
         (struct.pack("<III", 0x12345678, STATE_VERSION, 0), "not a slot file"),
         (struct.pack("<IIII", STATE_MAGIC, STATE_VERSION, 50, 1), "truncated"),
-        (struct.pack("<IIIIII", STATE_MAGIC, STATE_VERSION, 3, TOKEN_NULL, 1, 99), "inconsistent"),
+        (struct.pack("<IIIiII", STATE_MAGIC, STATE_VERSION, 3, TOKEN_NULL, 1, 99), "inconsistent"),
     ],
 )
 def test_bad_headers_are_corrupt(tmp_path: Path, data: bytes, why: str) -> None:

@@ -6,18 +6,23 @@
   ``KvPersistence``, as after ``kill -9`` of everything, included);
 - a truncated or altered file is skipped with a warning, deleted, and nothing crashes;
 - a restore that does not verify turns persistence off for the model;
+- a slot holding an image is saved and restored (its media positions are LLAMA_TOKEN_NULL), and
+  the same question with the same image after the restore is served from it;
 - at the pin, save/restore carries the gated delta-net recurrent state (greedy continuation and
   log-probabilities after a restore equal the uninterrupted server's).
 """
 
 from __future__ import annotations
 
+import base64
+import dataclasses
 import json
 import logging
 import os
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from kv_helpers import complete, kv_spec, long_text, run_async, started
 from supervision_helpers import make_config
@@ -31,6 +36,14 @@ from orchestrator.supervise.kv_persist import KvPersistence
 from orchestrator.supervise.slot_client import SlotClient
 
 pytestmark = [pytest.mark.slow, pytest.mark.native]
+
+# a 1x1 red PNG
+RED_PNG = base64.b64encode(
+    bytes.fromhex(
+        "89504e470d0a1a0a0000000d4948445200000001000000010802000000907753de"
+        "0000000c4944415478da63f8cfc0000003010100c9fe92ef0000000049454e44ae426082"
+    )
+).decode()
 
 
 @pytest.fixture(scope="module")
@@ -232,6 +245,61 @@ async def test_a_restore_that_does_not_verify_turns_persistence_off(
         assert not list((root / model.name).glob("*.bin"))
     finally:
         await inst.stop(5.0)
+
+
+@run_async
+async def test_a_slot_holding_an_image_is_saved_and_restored(
+    bin_info: BuildInfo, echo_model: Path, tmp_path: Path
+) -> None:
+    """Vision (models.yaml ``mmproj``): the slot's packed tokens hold LLAMA_TOKEN_NULL where the
+    image is. Saving it at a stop once raised struct.error; it is filed like any other, keyed by the
+    projector too, restored (trusted on ``n_restored``: no token probe can carry an image), and the
+    same request afterwards reuses it."""
+    from orchestrator.models.tiny_mmproj import write_tiny_mmproj
+    from orchestrator.supervise.kv_files import TOKEN_NULL, layout_key
+
+    root = tmp_path / "kv"
+    model = make_config().models[0]
+    spec = kv_spec(bin_info, echo_model, root / model.name)
+    spec = dataclasses.replace(
+        spec, server=dataclasses.replace(spec.server, mmproj=write_tiny_mmproj(tmp_path / "p.gguf"))
+    )
+    other = dataclasses.replace(spec.server, mmproj=write_tiny_mmproj(tmp_path / "q.gguf", seed=1))
+    assert layout_key(spec) != layout_key(dataclasses.replace(spec, server=other))
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64," + RED_PNG}}
+    body = {
+        "messages": [{"role": "user", "content": [{"type": "text", "text": long_text("doc", 200)}, image]}],
+        "max_tokens": 1,
+        "temperature": 0,
+    }
+
+    async def ask(url: str) -> dict[str, Any]:
+        async with httpx.AsyncClient(trust_env=False, timeout=300.0) as client:
+            resp = await client.post(f"{url}/v1/chat/completions", json=body)
+        resp.raise_for_status()
+        return dict(resp.json()["timings"])
+
+    first = await started(spec, tmp_path)
+    try:
+        assert first.base_url is not None
+        n_prompt = (await ask(first.base_url))["prompt_n"]
+        await _persistence(root).save(model, [first], "unload")
+    finally:
+        await first.stop(5.0)
+    (saved,) = (root / model.name).glob("*.bin")
+    assert TOKEN_NULL in read_tokens(saved)
+
+    kv = _persistence(root)
+    second = await started(spec, tmp_path)
+    try:
+        assert second.base_url is not None
+        await kv.restore(model, [second])
+        st = kv.model(model.name)
+        assert (st.restored, st.verify_failures, st.enabled) == (1, 0, True), st
+        again = await ask(second.base_url)
+        assert again["cache_n"] >= n_prompt - 8 and again["prompt_n"] <= 8, again
+    finally:
+        await second.stop(5.0)
 
 
 @run_async
