@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 import aiohttp
 
 from orchestrator.errors import ApiError
-from orchestrator.serve.adapters.base import Adapter, Internal, Resend
+from orchestrator.serve.adapters.base import Adapter, ApiCall, Internal, Resend
 from orchestrator.serve.cache.prompt_cache import Affinity
 from orchestrator.serve.cache.sessions import usage_counts
 from orchestrator.serve.holding import Beat, audibly, hold_for_lease, next_lease
@@ -134,7 +134,7 @@ class ProxyRequest:
         self.settings: RequestSettings  # the running config's request settings, one snapshot per request
         self.stream = self.thinking = self.trim_top = False
         self.attempt = 1
-        self.learned: Any = None  # the route's per-request state from prepare (BodyPlan.learned)
+        self.call: ApiCall | None = None  # the route's call for the answer side, from prepare (BodyPlan.call)
         self.continued: dict[str, Any] | None = None  # an answer that ended in its thinking, continued once
         self.warnings: list[str] = []  # Warning headers of a whole answer (adapters: ``warn``)
         self.instance: Instance | Peer | None = None
@@ -222,7 +222,7 @@ class ProxyRequest:
             content = internal.raw if internal.raw is not None else dump_body(body)
         self.out = Outgoing(internal.path, body, content)
         self.stream = body.get("stream") is True
-        self.thinking, self.trim_top, self.learned = plan.thinking, plan.trim_top, plan.learned
+        self.thinking, self.trim_top, self.call = plan.thinking, plan.trim_top, plan.call
 
     def _check_fits(self) -> None:
         """A prompt that cannot fit the slot is refused before any replica tokenizes it."""

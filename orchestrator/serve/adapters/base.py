@@ -54,6 +54,17 @@ if TYPE_CHECKING:
     from orchestrator.serve.routing import Router
 
 
+class ApiCall(Protocol):
+    """One request's call of an API whose answer side needs what its request side learned
+    (Responses: the limits that may cut the answer and the client's tools as mapped for
+    llama-server, mapped once). Made by the route's :meth:`Adapter.prepare` (``BodyPlan.call``),
+    carried by the request, read by that API's whole-answer fix and stream repair."""
+
+    def fix(self, answer: dict[str, Any]) -> str | None:
+        """Fix a whole answer or one streamed event in place; the repair kind, or None."""
+        ...
+
+
 class Request(Protocol):
     """What an adapter sees of the request in flight (``orchestrator.serve.pipeline.ProxyRequest``)."""
 
@@ -64,7 +75,7 @@ class Request(Protocol):
     thinking: bool  # the generation prompt opens a <think> block
     trim_top: bool  # the answer's candidate lists must be emptied (token_probs.widen)
     attempt: int  # 1, or 2 for the resend of a reasoning-only answer
-    learned: Any  # what the route's prepare learned for the answer side (BodyPlan.learned)
+    call: ApiCall | None  # the route's prepare made it for the answer side (BodyPlan.call)
     continued: dict[str, Any] | None  # the answer that ended in its thinking, being continued
 
     @property
@@ -102,8 +113,8 @@ class BodyPlan:
         repairs: repair kinds applied (for metrics).
         drafting_off: the reason drafting was turned off for this request, or None.
         trim_top: the answer's candidate lists must be emptied (``token_probs.widen`` asked for one).
-        learned: what the request side learned that the answer side needs (the per-request call
-            of an API: Responses keeps its tool map and limits here), so nothing is mapped twice.
+        call: the API's call for the answer side (:class:`ApiCall`), when its answer needs what the
+            request side learned (Responses: its tool map and limits), so nothing is mapped twice.
     """
 
     body: dict[str, Any] | None = None
@@ -111,7 +122,7 @@ class BodyPlan:
     repairs: list[str] = field(default_factory=list)
     drafting_off: str | None = None
     trim_top: bool = False
-    learned: Any = None
+    call: ApiCall | None = None
 
     def current(self, body: dict[str, Any]) -> dict[str, Any]:
         """The body as it stands: repaired, else ``body``."""
@@ -120,8 +131,6 @@ class BodyPlan:
     def apply(self, result: chat.RepairResult) -> None:
         """Take a repair's result (``request_repair``, ``anthropic``, ``responses``)."""
         self.thinking = result.thinking
-        if result.learned is not None:
-            self.learned = result.learned
         if result.changed:
             self.body = result.body
             self.repairs.extend(result.repairs)

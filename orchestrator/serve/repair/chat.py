@@ -140,7 +140,6 @@ class RepairResult:
     changed: bool
     repairs: list[str] = field(default_factory=list)
     thinking: bool = True
-    learned: Any = None  # what the repair learned that the answer needs (Responses: its tool map)
 
 
 class _Kinds:

@@ -159,10 +159,14 @@ def tool_map(request: dict[str, Any]) -> ToolMap:
 class ResponsesCall:
     """What one Responses request's repair learned that its answer needs: the limits that may cut
     it and the client's tools as mapped for llama-server. Made once in ``prepare``
-    (``BodyPlan.learned``), read by the whole answer's fix and the stream's."""
+    (``BodyPlan.call``, an ``ApiCall``), read by the whole answer's fix and the stream's."""
 
     limits: Limits
     tools: ToolMap
+
+    def fix(self, answer: dict[str, Any]) -> str | None:
+        """Fix a whole response or one streamed event in place (``ApiCall``); the repair kind, or None."""
+        return _fix(answer, self.limits, self.tools)
 
     @classmethod
     def of(cls, request: dict[str, Any], model: ModelConfig | None, tools: ToolMap | None = None) -> ResponsesCall:
@@ -184,7 +188,7 @@ class ResponsesStreamFix:
     completed event's status, and the indexes every event should carry."""
 
     def __init__(self, call: ResponsesCall, keep: Callable[[dict[str, Any]], None] | None = None) -> None:
-        self.limits, self.tools = call.limits, call.tools
+        self.call = call
         self.keep = keep  # stores the completed response (store: true)
         self.sequence = 0
         self.item = -1  # output_index of the current output item
@@ -197,7 +201,7 @@ class ResponsesStreamFix:
     def repair(self, chunk: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
         """A fixed copy of ``chunk`` and the repair kinds, or ``chunk`` itself and none."""
         fixed = copy.deepcopy(chunk)
-        kind = _fix(fixed, self.limits, self.tools)
+        kind = self.call.fix(fixed)
         numbered = self._number(fixed)
         if (
             self.keep is not None
@@ -236,8 +240,8 @@ def _repair(body: dict[str, Any], model: ModelConfig, policy: chat.RepairPolicy)
     result = responses.repair_request(body, policy)
     plan.apply(result)
     plan.move_clock(body, policy, clock.responses)
-    tools = result.learned if isinstance(result.learned, ToolMap) else ToolMap()
-    plan.learned = ResponsesCall.of(body, model, tools)
+    tools = result.tools
+    plan.call = ResponsesCall.of(body, model, tools)
     if "hosted_tool_skipped" in result.repairs or "hosted_item_skipped" in result.repairs:
         _log_skipped_once(model.name, body, tools)
     plan.check_fields(body, openai_tools=False)
@@ -305,8 +309,8 @@ def _keeper(req: Request) -> Callable[[dict[str, Any]], None] | None:
 
 def _call(req: Request) -> ResponsesCall:
     """The request's call from its prepare (made here for a request that was not prepared here)."""
-    learned = getattr(req, "learned", None)
-    return learned if isinstance(learned, ResponsesCall) else ResponsesCall.of(req.client_body, req.model)
+    call = getattr(req, "call", None)
+    return call if isinstance(call, ResponsesCall) else ResponsesCall.of(req.client_body, req.model)
 
 
 class Responses(Generation):
@@ -343,7 +347,7 @@ class Responses(Generation):
         first = req.continued
         if first is not None:  # the continuation's answer: after the first one's reasoning
             obj = thinking_only.responses_merged(first, obj)
-        kind = _fix(obj, call.limits, call.tools)
+        kind = call.fix(obj)
         if kind is not None:
             req.count_repair(kind)
         ended = thinking_only.responses_ended_in_thinking(obj) and (req.thinking or first is not None)

@@ -46,6 +46,7 @@ resolve it (``store: true`` and ``previous_response_id`` on ``/v1/responses`` ar
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.errors import ApiError
@@ -261,7 +262,15 @@ def _check_types(body: dict[str, Any]) -> None:
     check_effort((body.get("reasoning") or {}).get("effort"), "reasoning.effort")
 
 
-def repair_request(body: dict[str, Any], policy: RepairPolicy) -> RepairResult:
+@dataclass
+class ResponsesRepair(RepairResult):
+    """A Responses body's :class:`RepairResult`, with the client's tools as mapped for llama-server
+    (made once here, read again by the answer side: ``ResponsesCall``)."""
+
+    tools: ToolMap = field(default_factory=ToolMap)
+
+
+def repair_request(body: dict[str, Any], policy: RepairPolicy) -> ResponsesRepair:
     """Repair a Responses body (``/v1/responses`` or ``/v1/responses/input_tokens``).
 
     Args:
@@ -269,7 +278,7 @@ def repair_request(body: dict[str, Any], policy: RepairPolicy) -> RepairResult:
         policy: the model's :class:`RepairPolicy`.
 
     Returns:
-        A :class:`RepairResult` (the caller's dict when nothing changed), whose ``learned`` is the
+        A :class:`ResponsesRepair` (the caller's dict when nothing changed), whose ``tools`` are the
         client's tools as mapped for llama-server (``responses_tools.ToolMap``). ``thinking`` is false
         when ``reasoning.effort`` is ``none`` or ``enable_thinking`` ends up false.
 
@@ -303,9 +312,9 @@ def repair_request(body: dict[str, Any], policy: RepairPolicy) -> RepairResult:
     if flat is not None:
         _add(kinds, "speculative_flattened")
     if not kinds:
-        return RepairResult(body=body, changed=False, repairs=[], thinking=_thinking_on(body), learned=tools)
+        return ResponsesRepair(body=body, changed=False, repairs=[], thinking=_thinking_on(body), tools=tools)
     out_body = flat if flat is not None else {**body, **new}
-    return RepairResult(body=out_body, changed=True, repairs=kinds, thinking=_thinking_on(out_body), learned=tools)
+    return ResponsesRepair(body=out_body, changed=True, repairs=kinds, thinking=_thinking_on(out_body), tools=tools)
 
 
 def _thinking_on(body: dict[str, Any]) -> bool:

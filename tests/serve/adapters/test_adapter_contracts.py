@@ -215,7 +215,7 @@ def test_the_prompt_cache_follows_a_reloaded_disk_budget(stack: Stack) -> None:
 
 
 def test_a_responses_request_maps_its_tools_once(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The request side's tool map reaches the answer side (``BodyPlan.learned``): Codex's namespace
+    """The request side's tool map reaches the answer side (``BodyPlan.call``): Codex's namespace
     tools were mapped by the repair, the whole answer's fix and the log of skipped tools, each anew."""
     from orchestrator.serve.responses import adapter as responses_adapter
     from orchestrator.serve.responses import repair as responses_repair
