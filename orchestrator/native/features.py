@@ -81,6 +81,18 @@ FEATURES: tuple[Feature, ...] = (
         "it (past that, the client gets 502 upstream_died and retries)",
     ),
     Feature(
+        "render-tools",
+        "render_tools: the prompt's tools apart from the offered tools",
+        "a tool added or removed in the middle of a conversation (Claude Code's tool_addition / "
+        "tool_removal) rewrites the prompt's tools block, so the whole cached conversation is processed again",
+    ),
+    Feature(
+        "responses-whole-answer-timings",
+        "timings on whole /v1/responses answers",
+        "a non-streamed Responses request's answer carries no timings: it is missing from the decode and "
+        "acceptance figures and the adaptive draft-length policy never learns from it",
+    ),
+    Feature(
         "checkpoint",
         "slot checkpoints",
         "what the checkpoint patch keeps of a hybrid model's slot is not kept: more of a long prompt is "

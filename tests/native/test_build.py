@@ -494,3 +494,14 @@ def test_build_that_waited_finds_the_key_built(
 
 
 _RUN_ARGS: dict[str, object] = {"backend": "cpu", "cuda_arch": None, "jobs": None, "force": False, "show": False}
+
+
+def test_every_patch_of_the_queue_says_what_serving_without_it_costs() -> None:
+    """An adopted or ``--no-patches`` llama-server's status names each missing feature and its
+    cost (``native.features``), never a bare "what NNNN adds"."""
+    from orchestrator.native.features import features_off
+
+    queue = [p.name for p in native_fetch.list_patches(NATIVE)]
+    off = features_off(queue, frozenset())
+    assert len(off) == len(queue) > 0
+    assert [f.patch for f in off if f.name.startswith("what ")] == []
