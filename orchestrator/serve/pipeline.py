@@ -252,6 +252,14 @@ class ProxyRequest:
     def warn(self, header: str) -> None:
         self.warnings.append(header)  # a whole answer's head is sent after the adapter fixed it
 
+    def keep_alive(self, seconds: float) -> None:
+        if self.model.name in self.router.scheduler.models:  # a peer's or an adopted model: not ours
+            self.router.scheduler.keep_alive(self.model.name, seconds)
+
+    async def load(self) -> None:
+        if self.model.name in self.router.scheduler.models:
+            (await self.router.acquire(self.model.name)).release()
+
     def account(self, answer: dict[str, Any]) -> None:
         """A whole answer's ``timings`` (metrics, drafting watch, draft policy, TTFT), else its ``usage``."""
         timings = answer.get("timings")

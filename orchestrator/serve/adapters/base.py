@@ -51,7 +51,6 @@ def session_id(prefix: str, value: str) -> str | None:
 
 if TYPE_CHECKING:
     from orchestrator.config.schema import ModelConfig
-    from orchestrator.serve.routing import Router
 
 
 class ApiCall(Protocol):
@@ -70,7 +69,6 @@ class Request(Protocol):
 
     model: ModelConfig
     route: Adapter  # the internal route's adapter (``Internal.route``)
-    router: Router
     started: float  # time.monotonic() when the request arrived
     thinking: bool  # the generation prompt opens a <think> block
     trim_top: bool  # the answer's candidate lists must be emptied (token_probs.widen)
@@ -98,6 +96,14 @@ class Request(Protocol):
 
     def warn(self, header: str) -> None:
         """Send a ``Warning`` header (its value) with a whole answer."""
+
+    def keep_alive(self, seconds: float) -> None:
+        """The request's model stays loaded ``seconds`` after its last request (its TTL from now
+        on: Ollama's ``keep_alive``); nothing for a model this endpoint does not load."""
+
+    async def load(self) -> None:
+        """The request's model loaded, waiting as a request would (Ollama's "load the model");
+        nothing for a model this endpoint does not load."""
 
     def account(self, answer: dict[str, Any]) -> None:
         """Account a whole answer's ``timings`` (metrics, drafting watch, TTFT) or ``usage``."""

@@ -158,8 +158,8 @@ class OllamaAdapter(Generation):
     async def local(self, req: Request, client: dict[str, Any]) -> dict[str, Any] | None:
         """Apply the request's ``keep_alive`` to its model's idle time (the lifecycle's TTL)."""
         seconds = ollama.keep_alive_seconds(client.get("keep_alive"))
-        if seconds is not None and req.model.name in req.router.scheduler.models:
-            req.router.scheduler.keep_alive(req.model.name, seconds)
+        if seconds is not None:
+            req.keep_alive(seconds)
         return None
 
     def fix(self, req: Request, obj: dict[str, Any]) -> tuple[dict[str, Any], bool] | Resend:
@@ -203,8 +203,8 @@ class OllamaGenerate(OllamaAdapter):
         if client.get("prompt") or client.get("images"):
             return None
         keep_alive = ollama.keep_alive_seconds(client.get("keep_alive"))
-        if keep_alive != 0 and req.model.name in req.router.scheduler.models:
-            (await req.router.acquire(req.model.name)).release()
+        if keep_alive != 0:
+            await req.load()
         reason = "unload" if keep_alive == 0 else "load"
         return {
             "model": req.model.name,
