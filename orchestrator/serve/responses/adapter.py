@@ -240,8 +240,7 @@ def _repair(body: dict[str, Any], model: ModelConfig, policy: chat.RepairPolicy)
     result = responses.repair_request(body, policy)
     plan.apply(result)
     plan.move_clock(body, policy, clock.responses)
-    tools = result.tools
-    plan.call = ResponsesCall.of(body, model, tools)
+    plan.call = ResponsesCall.of(body, model, tools := result.tools)
     if "hosted_tool_skipped" in result.repairs or "hosted_item_skipped" in result.repairs:
         _log_skipped_once(model.name, body, tools)
     plan.check_fields(body, openai_tools=False)
