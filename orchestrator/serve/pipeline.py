@@ -179,7 +179,9 @@ class ProxyRequest:
         headers = self.scope["headers"]
         settings = self.settings = fwd.settings()  # one snapshot for the whole request
         client, raw = await read_json(headers, self.receive, settings, self.adapter.shape)
-        internal = await self.adapter.recall(self, self.adapter.translate(client, raw))
+        internal = self.adapter.translate(client, raw)
+        self.adapter = internal.answer or self.adapter  # Responses' compaction trigger is answered its own way
+        internal = await self.adapter.recall(self, internal)
         self.model = self._route(internal)
         self.mm = fwd.metrics.model(self.model.name)
         local = await self.adapter.local(self, client)

@@ -399,7 +399,7 @@ def test_a_compaction_trigger_is_answered_with_one_compaction_item(stack: Stack,
     ``compaction`` item, whole or as a stream of the response's life; a later request replaying the
     item has the summary in its prompt (it counts the same tokens as the summary written out)."""
     history = [{"role": "user", "content": "Fix the failing test"}, {"role": "assistant", "content": "Done."}]
-    body = {"model": "demo", "instructions": "S0", "max_output_tokens": 12, "stream": stream}
+    body = {"model": "demo", "instructions": "S0", "max_output_tokens": 12, "stream": stream, "store": True}
     body["input"] = [*history, {"type": "compaction_trigger"}]
     headers = {"Authorization": f"Bearer {KEY}"}
     if stream:
@@ -420,6 +420,8 @@ def test_a_compaction_trigger_is_answered_with_one_compaction_item(stack: Stack,
         assert r.status_code == 200, r.text
         response = r.json()
     assert response["status"] == "incomplete"  # the echo model never stops: max_output_tokens cut the summary
+    stored = httpx.get(f"{stack.url}/v1/responses/{response['id']}", headers=headers, timeout=30)
+    assert stored.status_code == 404, stored.text  # a summary is no turn of the conversation: never stored
     (item,) = response["output"]
     assert item["type"] == "compaction" and item["encrypted_content"]
     sent = rec.bodies("/v1/responses")[-1]

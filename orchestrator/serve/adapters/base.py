@@ -193,12 +193,15 @@ class Internal:
     Attributes:
         raw: the client's bytes when ``body`` is exactly what they encode (forwarded untouched
             when nothing is repaired), else None.
+        answer: the adapter that answers the client instead of the endpoint's own, for a request its
+            API answers another way (Responses' ``compaction_trigger``: one ``compaction`` item).
     """
 
     path: str
     body: dict[str, Any]
     route: Adapter
     raw: bytes | None = None
+    answer: Adapter | None = None  # who answers the client, when not the endpoint's own adapter
 
     @property
     def kind(self) -> str:

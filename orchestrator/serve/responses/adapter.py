@@ -1,6 +1,6 @@
 """OpenAI Responses (``/v1/responses``, ``/v1/responses/input_tokens``): llama-server serves both;
 the request is repaired by ``orchestrator.serve.responses.repair``, and the answer fixed where
-llama-server says it wrong, whole or streamed:
+llama-server says it wrong, whole or streamed (``orchestrator.serve.responses.answer``):
 
 - an answer cut by a limit has ``status: "completed"`` and no ``incomplete_details``
   (llama-server writes ``completed`` always); OpenAI's API says ``status: "incomplete"``,
@@ -26,12 +26,10 @@ llama-server says it wrong, whole or streamed:
 
 from __future__ import annotations
 
-import copy
 import json
 import logging
 import secrets
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.errors import ApiError
@@ -39,11 +37,12 @@ from orchestrator.serve.adapters.base import Adapter, BodyPlan, Generation, Inte
 from orchestrator.serve.repair import clock, structured, thinking_only
 from orchestrator.serve.responses import compaction, stored
 from orchestrator.serve.responses import repair as responses
+from orchestrator.serve.responses.answer import ResponsesCall, ResponsesStreamFix, fix_incomplete
 from orchestrator.serve.responses.chat_view import responses_chat
 from orchestrator.serve.responses.compaction_stream import CompactionStream
 from orchestrator.serve.responses.items import hosted_item
 from orchestrator.serve.responses.shapes import RESPONSES
-from orchestrator.serve.responses.tools import ToolMap, client_call, map_tools, remap_output
+from orchestrator.serve.responses.tools import ToolMap
 from orchestrator.serve.streaming import StreamCodec, StreamFlavor
 
 if TYPE_CHECKING:
@@ -73,166 +72,6 @@ def _error_event(err: ApiError) -> bytes:
 
 log = logging.getLogger(__name__)
 RESPONSES_SSE = StreamFlavor(None, b"event: response.completed", _error_event)
-_ITEM_EVENTS = ("response.output_item.", "response.function_call_arguments.")
-_PART_EVENTS = ("response.content_part.", "response.output_text.", "response.reasoning_text.")
-
-
-@dataclass(frozen=True)
-class Limits:
-    """What may cut a Responses answer: the request's ``max_output_tokens``, the server's ``-n``, the
-    slot's context (None: no such limit)."""
-
-    max_output_tokens: int | None = None
-    n_predict: int | None = None
-    slot_ctx: int | None = None
-
-
-def n_predict(extra_args: Sequence[str]) -> int | None:
-    """llama-server's ``-n``/``--n-predict`` from ``extra_args`` (None when absent or unlimited)."""
-    value = None
-    for j, arg in enumerate(extra_args):
-        for flag in ("-n", "--n-predict", "--predict"):
-            if arg == flag and j + 1 < len(extra_args):
-                value = extra_args[j + 1]
-            elif arg.startswith(flag + "="):
-                value = arg.split("=", 1)[1]
-    try:
-        n = int(value) if value is not None else -1
-    except ValueError:
-        return None
-    return n if n > 0 else None
-
-
-def limits(request: dict[str, Any], model: ModelConfig | None) -> Limits:
-    """The limits of ``request`` on ``model``."""
-    mot = request.get("max_output_tokens")
-    mot = mot if type(mot) is int and mot > 0 else None
-    if model is None:
-        return Limits(mot)
-    return Limits(mot, n_predict(model.extra_args), model.ctx_size // model.parallel)
-
-
-def fix_incomplete(response: dict[str, Any], limit: Limits | Any) -> bool:
-    """Mark ``response`` incomplete when it reached one of its limits (a :class:`Limits`, or the
-    request's ``max_output_tokens`` alone). Returns whether it changed."""
-    if not isinstance(limit, Limits):
-        limit = Limits(limit if type(limit) is int and limit > 0 else None)
-    usage = response.get("usage")
-    if response.get("status") != "completed" or not isinstance(usage, dict):
-        return False
-    used, prompt = usage.get("output_tokens"), usage.get("input_tokens")
-    if type(used) is not int:
-        return False
-    caps = [c for c in (limit.max_output_tokens, limit.n_predict) if c is not None]
-    cut = any(used >= c for c in caps)
-    if limit.slot_ctx is not None and type(prompt) is int and prompt + used >= limit.slot_ctx:
-        cut = True
-    if not cut:
-        return False
-    response["status"] = "incomplete"
-    response["incomplete_details"] = {"reason": "max_output_tokens"}
-    return True
-
-
-def _client_calls(obj: dict[str, Any], response: Any, tools: ToolMap) -> bool:
-    """The model's calls of mapped tools, in the client's form (an event's item, an output list)."""
-    if not (tools.namespaced or tools.custom):
-        return False
-    item = obj.get("item")
-    if isinstance(item, dict):
-        new = client_call(item, tools)
-        if new is not None:
-            obj["item"] = new
-            return True
-    return isinstance(response, dict) and remap_output(response.get("output"), tools)
-
-
-def tool_map(request: dict[str, Any]) -> ToolMap:
-    """How the client's ``tools`` were mapped for llama-server (empty when none were)."""
-    try:
-        return map_tools(request.get("tools"))
-    except ApiError:  # the request repair refused such tools already
-        return ToolMap()
-
-
-@dataclass(frozen=True)
-class ResponsesCall:
-    """What one Responses request's repair learned that its answer needs: the limits that may cut
-    it and the client's tools as mapped for llama-server. Made once in ``prepare``
-    (``BodyPlan.call``, an ``ApiCall``), read by the whole answer's fix and the stream's."""
-
-    limits: Limits
-    tools: ToolMap
-
-    def fix(self, answer: dict[str, Any]) -> str | None:
-        """Fix a whole response or one streamed event in place (``ApiCall``); the repair kind, or None."""
-        return _fix(answer, self.limits, self.tools)
-
-    @classmethod
-    def of(cls, request: dict[str, Any], model: ModelConfig | None, tools: ToolMap | None = None) -> ResponsesCall:
-        """The call of ``request`` on ``model`` (``tools``: the map the repair made, else made here)."""
-        return cls(limits(request, model), tools if tools is not None else tool_map(request))
-
-
-def _fix(obj: dict[str, Any], limit: Limits, tools: ToolMap) -> str | None:
-    """Fix a whole response or one streamed event in place; the repair kind, or None."""
-    response = obj.get("response") if obj.get("type") == "response.completed" else obj
-    mapped = _client_calls(obj, response, tools)
-    if isinstance(response, dict) and fix_incomplete(response, limit):
-        return "responses_incomplete"
-    return "tool_calls_mapped" if mapped else None
-
-
-class ResponsesStreamFix:
-    """The stream repair (``stream_repair.StreamRepair``'s protocol) of a Responses stream: the
-    completed event's status, and the indexes every event should carry."""
-
-    def __init__(self, call: ResponsesCall, keep: Callable[[dict[str, Any]], None] | None = None) -> None:
-        self.call = call
-        self.keep = keep  # stores the completed response (store: true)
-        self.sequence = 0
-        self.item = -1  # output_index of the current output item
-        self.part = -1  # content_index of the current part of that item
-
-    def needs_parse(self, raw: bytes) -> bool:
-        """Every event gets its indexes."""
-        return True
-
-    def repair(self, chunk: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
-        """A fixed copy of ``chunk`` and the repair kinds, or ``chunk`` itself and none."""
-        fixed = copy.deepcopy(chunk)
-        kind = self.call.fix(fixed)
-        numbered = self._number(fixed)
-        if (
-            self.keep is not None
-            and fixed.get("type") == "response.completed"
-            and isinstance(fixed.get("response"), dict)
-        ):
-            self.keep(fixed["response"])
-            numbered = True  # the response says whether it was stored
-        if kind is None and not numbered:
-            return chunk, []
-        return fixed, [kind] if kind is not None else []
-
-    def _number(self, event: dict[str, Any]) -> bool:
-        """Add the missing ``sequence_number``, ``output_index``, ``content_index`` to ``event``."""
-        kind = str(event.get("type", ""))
-        if kind == "response.output_item.added":
-            self.item, self.part = self.item + 1, -1
-        elif kind == "response.content_part.added":
-            self.part += 1
-        before = len(event)
-        event.setdefault("sequence_number", self.sequence)
-        self.sequence += 1
-        if kind.startswith(_ITEM_EVENTS + _PART_EVENTS):
-            event.setdefault("output_index", max(self.item, 0))
-        if kind.startswith(_PART_EVENTS):
-            event.setdefault("content_index", max(self.part, 0))
-        return len(event) != before
-
-    def finish(self) -> dict[str, Any] | None:
-        """Nothing is held back."""
-        return None
 
 
 def _repair(body: dict[str, Any], model: ModelConfig, policy: chat.RepairPolicy) -> BodyPlan:
@@ -275,7 +114,7 @@ def recall(req: Request, internal: Internal) -> Internal:
     """
     body = internal.body
     rid = body.get("previous_response_id")
-    if rid is None or rid == "" or isinstance(internal.route, CompactionTriggered):
+    if rid is None or rid == "":
         return internal
     if not isinstance(rid, str):
         raise ApiError(400, "previous_response_id must be a string", param="previous_response_id")
@@ -294,7 +133,7 @@ def _keeper(req: Request) -> Callable[[dict[str, Any]], None] | None:
     """What stores this request's answer (``store: true`` on ``/v1/responses``), or None."""
     body = req.client_body
     store: ResponseStore | None = getattr(req, "responses_store", None)
-    if body.get("store") is not True or store is None or isinstance(getattr(req, "route", None), CompactionTriggered):
+    if body.get("store") is not True or store is None:
         return None
 
     def keep(response: dict[str, Any]) -> None:
@@ -328,20 +167,11 @@ class Responses(Generation):
 
     def translate(self, body: dict[str, Any], raw: bytes) -> Internal:
         if compaction.triggered(body):  # Codex's remote_compaction_v2: the summary, as one item
-            return Internal(self.path, compaction.summary_request(body, stream=body.get("stream") is True), _TRIGGERED)
+            summary = compaction.summary_request(body, stream=body.get("stream") is True)
+            return Internal(self.path, summary, self, answer=_COMPACTION)
         return Internal(self.path, body, self, raw)
 
-    def codec(self, req: Request, route: Adapter) -> StreamCodec:
-        if isinstance(route, CompactionTriggered):
-            limits = _call(req).limits
-            return CompactionStream(self.flavor, lambda response: fix_incomplete(response, limits))
-        return super().codec(req, route)
-
     def fix(self, req: Request, obj: dict[str, Any]) -> tuple[dict[str, Any], bool] | Resend:
-        if isinstance(getattr(req, "route", None), CompactionTriggered) and obj.get("object") == "response":
-            req.count_repair("compaction_triggered")
-            fix_incomplete(obj, _call(req).limits)  # a summary a limit cut is said to be cut
-            return compaction.as_compaction(obj), True
         call = _call(req)
         first = req.continued
         if first is not None:  # the continuation's answer: after the first one's reasoning
@@ -376,12 +206,27 @@ class Responses(Generation):
         return ResponsesStreamFix(_call(req), _keeper(req))
 
 
-class CompactionTriggered(Responses):
-    """The internal route of a ``/v1/responses`` request that ends with a ``compaction_trigger``
-    item: the summary request (``responses.compaction``), answered as one ``compaction`` item."""
+class CompactionAnswer(Responses):
+    """The answer to a ``/v1/responses`` request that ends with a ``compaction_trigger`` item
+    (``Internal.answer``): its summary request (``responses.compaction``) runs on the Responses
+    route, and the summary, whole or streamed, is answered as one ``compaction`` item, never stored."""
+
+    async def recall(self, req: Request, internal: Internal) -> Internal:
+        return internal  # the summary request carries the conversation it summarises
+
+    def codec(self, req: Request, route: Adapter) -> StreamCodec:
+        limits = _call(req).limits
+        return CompactionStream(self.flavor, lambda response: fix_incomplete(response, limits))
+
+    def fix(self, req: Request, obj: dict[str, Any]) -> tuple[dict[str, Any], bool] | Resend:
+        if obj.get("object") != "response":
+            return super().fix(req, obj)  # an error: as any Responses answer's (never stored)
+        req.count_repair("compaction_triggered")
+        fix_incomplete(obj, _call(req).limits)  # a summary a limit cut is said to be cut
+        return compaction.as_compaction(obj), True
 
 
-_TRIGGERED = CompactionTriggered()
+_COMPACTION = CompactionAnswer()
 
 
 class InputTokens(Adapter):

@@ -217,7 +217,7 @@ def test_the_prompt_cache_follows_a_reloaded_disk_budget(stack: Stack) -> None:
 def test_a_responses_request_maps_its_tools_once(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> None:
     """The request side's tool map reaches the answer side (``BodyPlan.call``): Codex's namespace
     tools were mapped by the repair, the whole answer's fix and the log of skipped tools, each anew."""
-    from orchestrator.serve.responses import adapter as responses_adapter
+    from orchestrator.serve.responses import answer as responses_answer
     from orchestrator.serve.responses import repair as responses_repair
 
     calls: list[Any] = []
@@ -228,7 +228,7 @@ def test_a_responses_request_maps_its_tools_once(stack: Stack, monkeypatch: pyte
         return real(tools)
 
     monkeypatch.setattr(responses_repair, "map_tools", counting)
-    monkeypatch.setattr(responses_adapter, "map_tools", counting)
+    monkeypatch.setattr(responses_answer, "map_tools", counting)
     _fake, seen = _recording(stack)
     namespace = {"type": "namespace", "name": "ns", "tools": [{"type": "function", "name": "f", "parameters": {}}]}
     body = {**BODIES["/v1/responses"], "tools": [namespace, {"type": "web_search"}]}

@@ -181,7 +181,8 @@ class _Answered:
 def test_codex_calls_are_answered_in_its_form_whole_and_streamed() -> None:
     """The model's call of a namespaced function (as llama-server reports it) reaches Codex with
     name and namespace; a custom tool's call as a custom_tool_call; plain functions untouched."""
-    from orchestrator.serve.responses.adapter import Responses, ResponsesCall, ResponsesStreamFix
+    from orchestrator.serve.responses.adapter import Responses
+    from orchestrator.serve.responses.answer import ResponsesCall, ResponsesStreamFix
 
     request = {"input": "hi", "tools": [FN, NAMESPACE, CUSTOM, {"type": "web_search"}], "max_output_tokens": 64}
     ns_call = {"type": "function_call", "id": "fc_1", "call_id": "call_1", "status": "completed",
