@@ -79,7 +79,8 @@ def _repair(body: dict[str, Any], model: ModelConfig, policy: chat.RepairPolicy)
     result = responses.repair_request(body, policy)
     plan.apply(result)
     plan.move_clock(body, policy, clock.responses)
-    plan.call = ResponsesCall.of(body, model, tools := result.tools)
+    tools = result.tools
+    plan.call = ResponsesCall.of(body, model, tools)
     if "hosted_tool_skipped" in result.repairs or "hosted_item_skipped" in result.repairs:
         _log_skipped_once(model.name, body, tools)
     plan.check_fields(body, openai_tools=False)
@@ -147,8 +148,7 @@ def _keeper(req: Request) -> Callable[[dict[str, Any]], None] | None:
 
 def _call(req: Request) -> ResponsesCall:
     """The request's call from its prepare (made here for a request that was not prepared here)."""
-    call = getattr(req, "call", None)
-    return call if isinstance(call, ResponsesCall) else ResponsesCall.of(req.client_body, req.model)
+    return req.call if isinstance(req.call, ResponsesCall) else ResponsesCall.of(req.client_body, req.model)
 
 
 class Responses(Generation):

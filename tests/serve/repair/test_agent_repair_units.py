@@ -173,6 +173,7 @@ class _Answered:
     def __init__(self, client_body: dict[str, Any]) -> None:
         self.client_body, self.model, self.kinds = client_body, None, []
         self.continued, self.thinking, self.attempt = None, False, 1  # no answer that ended in its thinking
+        self.call = None  # not prepared here: the call is made from the body
 
     def count_repair(self, kind: str) -> None:
         self.kinds.append(kind)
