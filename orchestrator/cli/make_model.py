@@ -44,7 +44,9 @@ def run(
     extra += ["--mmproj", str(mmproj)] if mmproj is not None else []
     server, note = _server()
     hint = " ".join([server, "-m", str(out), *extra, "--spec-type", "draft-mtp", "--spec-draft-n-max", "3"]) + note
-    entry = f"name: tiny, path: {Path(out).resolve()}" + (f", mmproj: {Path(mmproj).resolve()}" if mmproj else "")
+    # a name of its own: the shipped models.yaml already calls its demo model ``tiny`` (an alias)
+    entry = f"name: local-{Path(out).stem}, path: {Path(out).resolve()}"
+    entry += f", mmproj: {Path(mmproj).resolve()}" if mmproj else ""
     print(
         f"mode {mode}, q {q}, seed {seed}, variant {variant}; {time.monotonic() - t0:.1f} s. Serve it with:\n  {hint}\n"
         f"or behind the endpoint: `- {{{entry}}}` under models: in models.yaml, then `orchestrator up`"

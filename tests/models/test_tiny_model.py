@@ -14,6 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from orchestrator.cli.app import app
+from orchestrator.config.load import load_config
 from orchestrator.models import tiny as tm
 from orchestrator.models import tiny_echo, tiny_weights
 from orchestrator.models.facts import read_model_facts
@@ -181,6 +182,12 @@ def test_cli_make_tiny_model(tmp_path: Path, pinned_source: Path, bin_info: Any)
     served_by = res.output.split("Serve it with:\n  ", 1)[1].split(" -m ", 1)[0]
     assert served_by == str(bin_info.server) and os.access(served_by, os.X_OK)  # the built one: none is on PATH
     assert f"path: {out.resolve()}" in res.output  # or through `orchestrator up`
+    # the printed entry joins the shipped models.yaml as it says, with no clash of names
+    entry = res.output.split("behind the endpoint: `", 1)[1].split("`", 1)[0]
+    shipped = (Path(__file__).resolve().parents[2] / "models.yaml").read_text()
+    joined = tmp_path / "models.yaml"
+    joined.write_text(shipped.replace("models:\n", f"models:\n  {entry}\n", 1))
+    assert load_config(joined).models[0].name == "local-cli"
     bad = CliRunner().invoke(app, ["make-tiny-model", str(tmp_path / "bad.gguf"), "--q", "1.5"])
     assert bad.exit_code == 2
     assert "q must be in [0, 1)" in bad.output and "Traceback" not in bad.output
