@@ -287,7 +287,7 @@ def measure_vision(
     session.up = RunningUp(config, args.out / "state-vision")
     session.up.start(timeout=clock.left())
     rounds = max(2, min(args.max_rounds or 4, 4))
-    return vision.measure(session.up.endpoint, model_name(q), rounds=rounds, n_predict=args.n_predict)
+    return vision.measure(session.up.endpoint, model_name(q), rounds, args.n_predict, n_max=max(args.ks))
 
 
 def model_groups(args: argparse.Namespace, gpu: dict[str, Any] | None, file_bytes: int) -> list[list[float]]:

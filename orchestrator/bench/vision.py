@@ -40,9 +40,13 @@ def content(i: int, image: bool) -> Any:
     return [text, {"type": "image_url", "image_url": {"url": url}}]
 
 
-def measure(endpoint: str, model: str, rounds: int, n_predict: int, timeout: float = 600) -> dict[str, Any]:
+def measure(endpoint: str, model: str, rounds: int, n_predict: int, n_max: int, timeout: float = 600) -> dict[str, Any]:
     """``{"text": row, "image": row}``, each row drafted and accepted tokens over ``rounds``
-    questions, the acceptance rate, prompt tokens per question and decode tok/s (medians)."""
+    questions, the acceptance rate, prompt tokens per question and decode tok/s (medians).
+
+    Every request names its draft length ``n_max``: an adaptive model's policy would otherwise
+    choose, and on a noisy machine it may choose 0 for one of the two rows (nothing drafted, no
+    acceptance to compare)."""
     out: dict[str, Any] = {}
     with httpx.Client(timeout=timeout, trust_env=False) as client:
         for label in ("text", "image"):
@@ -56,6 +60,7 @@ def measure(endpoint: str, model: str, rounds: int, n_predict: int, timeout: flo
                     "max_tokens": n_predict,
                     "temperature": 0,
                     "chat_template_kwargs": {"enable_thinking": False},
+                    "speculative": {"n_max": n_max},
                 }
                 r = client.post(f"{endpoint}/v1/chat/completions", json=body)
                 r.raise_for_status()
