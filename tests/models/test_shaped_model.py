@@ -136,8 +136,10 @@ def test_trunk_and_head_pick_the_echo_tokens_after_quantisation(pinned_source: P
         return gguf.quants.dequantize(encode(padded, t), getattr(gguf.GGMLQuantizationType, t))
 
     out = deq(se.output_rows(echo, 0, sh.n_vocab), "Q6_K")
-    sample = np.random.default_rng(1).choice(vocab.clean, 2000, replace=False)
-    embd = deq(np.concatenate([se.embd_rows(echo, t, t + 1) for t in sample]), "Q4_K")
+    # 500 tokens: the argmax over the whole vocabulary costs 2 * 500 * n_embd * n_vocab flops
+    sample = np.random.default_rng(1).choice(vocab.clean, 500, replace=False)
+    # every row at once, then the sample's: one row alone generates its whole routing chunk
+    embd = deq(se.embd_rows(echo, 0, sh.n_vocab)[sample], "Q4_K")
     x = embd / np.sqrt((embd**2).sum(axis=1, keepdims=True) / sh.n_embd)  # rms norm over n_embd
     assert np.array_equal((x * se.OUTPUT_NORM @ out.T).argmax(axis=1), emap.successor[sample])
     gate, up = (deq(se.detector_rows(echo, w, 0, sh.n_ff_shexp), "Q4_K") for w in ("gate", "up"))
@@ -197,12 +199,12 @@ def test_scaled_model_echoes_with_acceptance_one_minus_q(
     server = llama_server(
         model, "--spec-type", "draft-mtp", "--spec-draft-n-max", "1", "--spec-draft-n-min", "1", threads=2
     )
-    body = {"prompt": "Hello world", "n_predict": 300, "temperature": 0, "return_tokens": True, "cache_prompt": False}
+    body = {"prompt": "Hello world", "n_predict": 160, "temperature": 0, "return_tokens": True, "cache_prompt": False}
     res = server.post("/completion", body, timeout=600)
     tokens, t = res["tokens"], res["timings"]
     assert all(emap.successor[a] == b for a, b in itertools.pairwise(tokens))
     drafted, accepted = t["draft_n"], t["draft_n_accepted"]
-    assert drafted >= 150
+    assert drafted >= 80
     assert accepted / drafted == pytest.approx(0.9, abs=0.05), (drafted, accepted)
     want_drafted, want_accepted = simulate_n_max_1(tokens[0], len(tokens), emap.successor, emap.flagged)
     assert abs(drafted - want_drafted) <= 2 and abs(accepted - want_accepted) <= 2  # up to the last step
