@@ -6,10 +6,11 @@ The steps are described in :mod:`orchestrator.bench.sweep`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import hashlib
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -256,6 +257,13 @@ class Sweep:
 
     async def run(self) -> SweepRun:
         """Run the whole sweep; always stops every instance it started."""
+        async with self.running():
+            return await self.measure()
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        """The sweep's client for its lifetime, and every instance it started stopped at the end:
+        measures inside it (one per temperature, ``bench sampling``) share the instances."""
         if any(k > 0 for k in self.ks) and self.base.spec_type is None:
             raise UserError(
                 f"model {self.model.name!r} runs without speculative decoding, so only K=0 can be measured",
@@ -271,12 +279,14 @@ class Sweep:
             ),
         )
         try:
-            return await self._run()
+            yield
         finally:
             await self._stop_all()
             await self._client.aclose()
 
-    async def _run(self) -> SweepRun:
+    async def measure(self) -> SweepRun:
+        """Every task of the schedule at ``self.temperature``, on the instances already running
+        (started here when not): inside :meth:`running`."""
         variants, mode = await self._decide_mode(self._variants())
         tasks = schedule(
             variants, n_prompts=len(self.prompts), reps=self.reps, seeds=self.seeds, together=self.together
@@ -304,15 +314,13 @@ class Sweep:
         self._check(results, mode)
         for name, (_, inst) in self._running.items():
             self._seen[name] = status_row(inst)
-        for name, row in self._seen.items():
-            for w in row.get("warnings") or []:
-                self.warnings.append(f"{name}: {w}")
+        seen = [f"{name}: {w}" for name, row in self._seen.items() for w in row.get("warnings") or []]
         return SweepRun(
             results=results,
             mode=mode,
             together=self.together,
             instances=list(self._seen.values()),
-            warnings=self.warnings,
+            warnings=[*self.warnings, *seen],  # a second measure in the same running() repeats none
             interrupted=interrupted,
         )
 

@@ -118,30 +118,46 @@ def check_options(
 
 
 def run(target: BenchTarget, options: SamplingOptions, *, log_dir: Path, progress: SweepProgress | None) -> list[Cell]:
-    """Measure every (mode, temperature); each mode's instance is stopped before the next starts."""
-    cells = []
+    """Measure every (mode, temperature): one instance per mode, stopped before the next mode's starts."""
+    cells: list[Cell] = []
     for mode in MODES:
-        base = with_sampling(target.base, mode)
-        for t in options.temperatures:
-            sweep = Sweep(
-                config=target.bench_config,
-                model=target.model,
-                base=base,
-                ks=[options.k],
-                prompts=select_prompts(options.prompts, None),
-                n_predict=options.n_predict,
-                reps=options.reps,
-                seeds=options.seeds,
-                temperature=t,
-                log_dir=log_dir / f"{mode}-t{t:g}",
-                manifest_patched=has_patch(target.build.manifest),
-                progress=progress,
-            )
-            done = asyncio.run(sweep.run())
-            cells.append(cell(mode, t, done.results))
-            if done.interrupted:  # Ctrl-C: the cells measured so far, nothing more launched
-                return cells
+        if asyncio.run(_mode(target, options, mode, log_dir / mode, progress, cells)):
+            break  # Ctrl-C: the cells measured so far, nothing more launched
     return cells
+
+
+async def _mode(
+    target: BenchTarget,
+    options: SamplingOptions,
+    mode: str,
+    log_dir: Path,
+    progress: SweepProgress | None,
+    cells: list[Cell],
+) -> bool:
+    """Every temperature on one instance launched in ``mode`` (a cell each, into ``cells``);
+    whether Ctrl-C interrupted it."""
+    sweep = Sweep(
+        config=target.bench_config,
+        model=target.model,
+        base=with_sampling(target.base, mode),
+        ks=[options.k],
+        prompts=select_prompts(options.prompts, None),
+        n_predict=options.n_predict,
+        reps=options.reps,
+        seeds=options.seeds,
+        temperature=options.temperatures[0],
+        log_dir=log_dir,
+        manifest_patched=has_patch(target.build.manifest),
+        progress=progress,
+    )
+    async with sweep.running():
+        for t in options.temperatures:
+            sweep.temperature = t  # a request field: the instance stays
+            done = await sweep.measure()
+            cells.append(cell(mode, t, done.results))
+            if done.interrupted:
+                return True
+    return False
 
 
 def payload(target: BenchTarget, options: SamplingOptions, cells: list[Cell]) -> dict[str, Any]:
