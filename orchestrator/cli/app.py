@@ -23,6 +23,9 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # markdown: a docstring's lines are reflowed to the terminal (rich mode kept each source line
+    # break, so summaries broke mid-sentence)
+    rich_markup_mode="markdown",
 )
 
 DEFAULT_CONFIG = Path("models.yaml")
@@ -295,6 +298,7 @@ bench_app = typer.Typer(
     "(policy, agent, proxy, gpu; each one's --help is its own).",
     no_args_is_help=False,
     invoke_without_command=False,
+    rich_markup_mode="markdown",
 )
 app.add_typer(bench_app, name="bench")
 

@@ -52,3 +52,27 @@ def test_help_shows_every_bracketed_part_of_each_option() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert json.loads(out.strip().splitlines()[-1]) == []
+
+
+def test_each_command_summary_reads_as_one_line_at_a_wide_terminal() -> None:
+    """A docstring breaks its lines where the source does; the help reflows them: at a wide
+    terminal every command's summary in ``orchestrator --help`` (and ``bench --help``) is one line."""
+    code = (
+        "import json, typer\n"
+        "from typer.testing import CliRunner\n"
+        "from orchestrator.cli.app import app\n"
+        "broken = []\n"
+        "env = {'COLUMNS': '400', 'TERMINAL_WIDTH': '400'}\n"
+        "for prefix in ([], ['bench']):\n"
+        "    group = typer.main.get_command(app)\n"
+        "    for p in prefix:\n"
+        "        group = group.commands[p]\n"
+        "    out = CliRunner().invoke(app, [*prefix, '--help'], env=env).output\n"
+        "    for name, cmd in group.commands.items():\n"
+        "        summary = ' '.join((cmd.help or '').split('\\n\\n')[0].replace('`', '').split())\n"
+        "        if summary and not any(name in line and summary in line for line in out.splitlines()):\n"
+        "            broken.append([*prefix, name])\n"
+        "print(json.dumps(broken))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert json.loads(out.strip().splitlines()[-1]) == []
