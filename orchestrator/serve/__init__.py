@@ -22,7 +22,7 @@ where                      what
 ``responses/``             OpenAI Responses
 ``pipeline.py``            :class:`~orchestrator.serve.pipeline.ProxyRequest`: one request, whatever its API
 ``info.py``                read-only routes: ``/v1/models``, ``/health``, ``/status``, ``/metrics``, ``/peers``
-``adapters/``              the interface every API implements (``adapters/base.py``)
+``adapters/``              the interface every API implements (``base.py``: the adapter, its ``Call``; ``plan.py``)
 ``forward.py``             what every forwarded request shares (``Forwarder``)
 ``holding.py``             a lease on a replica, held while its model loads
 ``request_settings.py``    what requests read from the running config, one snapshot per request

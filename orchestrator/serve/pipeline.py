@@ -1,16 +1,17 @@
 """One request through the proxy, whatever its API: :class:`ProxyRequest`.
 
-The API's adapter (``orchestrator.serve.adapters``) only translates; this object owns everything
-the APIs share, in this order:
+The API's part of a request is its ``Call`` (``orchestrator.serve.adapters.base``: opened by the
+API's adapter, bound to llama-server's route); this object owns everything the APIs share, in
+this order:
 
 1. **drain**: after SIGINT/SIGTERM a request gets 503 + ``Retry-After``;
 2. **auth**: ``server.api_keys`` (401), the browser guard (403);
 3. **body**: read and decoded (``serve.http.body``, ``body_codec``): 413, 415, 400; ``parse_body``
    checks it for every API (``serve.http.shapes``: types, 64-bit integers, ``request_limits``);
-4. **translate**: the adapter turns the body into the internal request (llama-server's route and
-   body), and recalls what it refers to (a stored Responses turn); **route**: ``model`` -> model
+4. **open**: the API's adapter opens the request's call (the internal request: llama-server's
+   route and body), which recalls what it refers to (a stored Responses turn); **route**: ``model`` -> model
    config (``orchestrator.serve.routing``, peers' models), or without ``model`` its conversation's;
-5. **repair**: the internal route's ``prepare`` with the model's repair policy (unchanged bodies
+5. **repair**: the call's ``prepare`` (its route's checks) with the model's repair policy (unchanged bodies
    go as the client's bytes); a prompt too long for the slot is refused before any replica sees it;
 6. **speculation**: :meth:`ProxyRequest.speculation` is the one place that sets this request's
    ``speculative.n_max`` (the draft-length policy, ``serve.draft_tuner``); the answer's ``timings``
@@ -21,12 +22,12 @@ the APIs share, in this order:
 8. **upstream**: a reasoning effort the replica's template would refuse goes to the nearest level it
    accepts (``_fit_effort``); ``orchestrator.serve.upstream.client`` (keep-alive, resend on a dead pooled socket); a
    replica that answered nothing (it just died) hands the request to the next serving one, once;
-9. **answer**: whole answers through the adapter's ``whole`` (accounting ``timings``/``usage``; an
+9. **answer**: whole answers through the call's ``whole`` (accounting ``timings``/``usage``; an
    answer may be asked again once, a ``Resend``: an answer that ended inside its thinking continued),
    streams through its ``codec`` (``orchestrator.serve.streaming.relay``);
 10. **metrics**: requests, durations, TTFT, repairs, tokens, session cache hits; the drafting watch.
 
-Errors before the answer starts are rendered in the adapter's shape; inside a stream they are its
+Errors before the answer starts are rendered in the API's shape; inside a stream they are its
 last event. A client that disconnects cancels the work (noticed within ``WATCH_AFTER`` s): the
 upstream request closes and llama-server frees the slot.
 """
@@ -43,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 import aiohttp
 
 from orchestrator.errors import ApiError
-from orchestrator.serve.adapters.base import Adapter, ApiCall, Internal, Resend
+from orchestrator.serve.adapters.base import Adapter, Call, Resend
 from orchestrator.serve.cache.prompt_cache import Affinity
 from orchestrator.serve.cache.sessions import usage_counts
 from orchestrator.serve.holding import Beat, audibly, hold_for_lease, next_lease
@@ -70,7 +71,8 @@ if TYPE_CHECKING:
     from orchestrator.serve.request_settings import RequestSettings
     from orchestrator.serve.routing import Router
     from orchestrator.serve.upstream.peers import Peer
-    from orchestrator.supervise.calls import Call, Calls
+    from orchestrator.supervise.calls import Call as Watched
+    from orchestrator.supervise.calls import Calls
     from orchestrator.supervise.managed import Lease
     from orchestrator.supervise.supervisor import Instance
 
@@ -95,7 +97,7 @@ WATCH_AFTER = 0.05
 
 
 class Abandoned(Exception):
-    """The supervisor's watch gave up on the slot running this request (``Call.abandon``): its
+    """The supervisor's watch gave up on the slot running this request (``supervise.calls.Call.abandon``): its
     ``reason``, and whether part of the answer may have reached the client (``answered``)."""
 
     def __init__(self, reason: str, *, answered: bool) -> None:
@@ -117,24 +119,22 @@ class ProxyRequest:
 
     Args:
         fwd: the endpoint's shared state (``orchestrator.serve.forward.Forwarder``).
-        adapter: the API the client speaks.
+        api: the API the client speaks (its route's adapter, which opens the request's ``Call``).
         scope, receive, send: the ASGI request.
     """
 
-    def __init__(self, fwd: Forwarder, adapter: Adapter, scope: dict[str, Any], receive: Receive, send: Send) -> None:
-        self.fwd, self.adapter, self.scope, self.receive, self.send = fwd, adapter, scope, receive, send
+    def __init__(self, fwd: Forwarder, api: Adapter, scope: dict[str, Any], receive: Receive, send: Send) -> None:
+        self.fwd, self.api, self.scope, self.receive, self.send = fwd, api, scope, receive, send
         self.router: Router = fwd.router
         self.started = time.monotonic()
         self.mm: ModelMetrics = fwd.metrics.model(NO_MODEL)
         self.status = 500
         self.model: ModelConfig
-        self.route: Adapter = adapter  # the internal route's adapter
-        self.client_body: dict[str, Any] = {}  # the internal body before repair (its tools, its limits)
+        self.call: Call  # the API's part, bound to llama-server's route: opened from the body
         self.out: Outgoing
         self.settings: RequestSettings  # the running config's request settings, one snapshot per request
         self.stream = self.thinking = self.trim_top = False
         self.attempt = 1
-        self.call: ApiCall | None = None  # the route's call for the answer side, from prepare (BodyPlan.call)
         self.continued: dict[str, Any] | None = None  # an answer that ended in its thinking, continued once
         self.warnings: list[str] = []  # Warning headers of a whole answer (adapters: ``warn``)
         self.instance: Instance | Peer | None = None
@@ -148,6 +148,11 @@ class ProxyRequest:
     def body(self) -> dict[str, Any]:
         """The internal body sent upstream."""
         return self.out.body
+
+    @property
+    def client_body(self) -> dict[str, Any]:
+        """The internal body before repair (its tools, its limits)."""
+        return self.call.body
 
     @property
     def responses_store(self) -> Any:
@@ -164,7 +169,7 @@ class ProxyRequest:
         except ClientGone:
             self.status = CLIENT_CLOSED
         finally:
-            self.mm.request(self.adapter.kind, self.status)
+            self.mm.request(self.api.kind, self.status)
             self.mm.duration.observe(time.monotonic() - self.started)
 
     async def _serve(self) -> None:
@@ -178,28 +183,28 @@ class ProxyRequest:
             )
         headers = self.scope["headers"]
         settings = self.settings = fwd.settings()  # one snapshot for the whole request
-        client, raw = await read_json(headers, self.receive, settings, self.adapter.shape)
-        internal = self.adapter.translate(client, raw)
-        self.adapter = internal.answer or self.adapter  # Responses' compaction trigger is answered its own way
-        internal = await self.adapter.recall(self, internal)
-        self.model = self._route(internal)
+        client, raw = await read_json(headers, self.receive, settings, self.api.shape)
+        call = self.call = self.api.open(client, raw)
+        self.api = call.api  # errors from here on in the shape of the API that answers
+        await call.recall(self)
+        self.model = self._route(call)
         self.mm = fwd.metrics.model(self.model.name)
-        local = await self.adapter.local(self, client)
+        local = await call.local(self, client)
         if local is not None:
             self.status = await self._send_whole(dump_body(local))
             return
-        self._prepare(internal)
+        self._prepare(call)
         self._check_fits()
         self.speculation()
         self.status = await self._run_watched()
 
-    def _route(self, internal: Internal) -> ModelConfig:
-        """The model ``internal`` goes to: the one its ``model`` names, else its conversation's
+    def _route(self, call: Call) -> ModelConfig:
+        """The model ``call`` goes to: the one its ``model`` names, else its conversation's
         (``Router.unnamed``); remembered as its conversation's model. llama-server names itself
         (its ``--alias``) in every answer, so a request without ``model`` still hears which
         model answered."""
-        body = internal.body
-        session = internal.route.session_key(body, self.scope["headers"])
+        body = call.body
+        session = call.session_key(body, self.scope["headers"])
         name = body.get("model")
         if name is None or name == "":
             model = self.router.unnamed(body, session)
@@ -208,10 +213,9 @@ class ProxyRequest:
         self.router.remember(body, session, model)
         return model
 
-    def _prepare(self, internal: Internal) -> None:
-        """The internal route's checks and repairs (``Adapter.prepare``) with the model's policy."""
-        self.route, self.client_body = internal.route, internal.body
-        plan = internal.route.prepare(internal.body, self.model, self.settings.policy(self.model.name))
+    def _prepare(self, call: Call) -> None:
+        """The route's checks and repairs (``Call.prepare``) with the model's policy."""
+        plan = call.prepare(self.model, self.settings.policy(self.model.name))
         for kind in plan.repairs:
             self.mm.repair(kind)
         self.drafting_off = plan.drafting_off
@@ -220,17 +224,17 @@ class ProxyRequest:
         if plan.body is not None:
             body, content = plan.body, dump_body(plan.body)
         else:
-            body = internal.body
-            content = internal.raw if internal.raw is not None else dump_body(body)
-        self.out = Outgoing(internal.path, body, content)
+            body, raw = call.body, call.internal.raw
+            content = raw if raw is not None else dump_body(body)
+        self.out = Outgoing(call.internal.path, body, content)
         self.stream = body.get("stream") is True
-        self.thinking, self.trim_top, self.call = plan.thinking, plan.trim_top, plan.call
+        self.thinking, self.trim_top = plan.thinking, plan.trim_top
 
     def _check_fits(self) -> None:
         """A prompt that cannot fit the slot is refused before any replica tokenizes it."""
         model = self.model
         slot_ctx = model.ctx_size // model.parallel
-        if not self.route.generates or len(self.out.content) <= slot_ctx * MAX_TOKEN_BYTES:
+        if not self.call.generates or len(self.out.content) <= slot_ctx * MAX_TOKEN_BYTES:
             return  # embeddings, token counts, tokenize: not one prompt in one slot
         if model.name in self.fwd.peers.local_names:  # a peer-only model's context is the peer's
             error = too_long(text_bytes(self.out.body), slot_ctx)
@@ -241,9 +245,9 @@ class ProxyRequest:
         """Per-request speculation fields: the draft-length policy (``serve.draft_tuner``) sets this
         request's ``speculative.n_max`` on an adaptive model, unless the client set one or drafting
         is off for it (token probabilities); its ticket learns from the answer's timings."""
-        route = self.route
+        call = self.call
         tuned, self.ticket = self.fwd.tuner.decide(
-            route.kind if route.generates else None, self.model, self.out.body, self.drafting_off
+            call.route.kind if call.generates else None, self.model, self.out.body, self.drafting_off
         )
         if tuned is not None:
             self.out = Outgoing(self.out.path, tuned, dump_body(tuned))
@@ -276,7 +280,7 @@ class ProxyRequest:
     def _timings(self, timings: dict[str, Any]) -> None:
         self.timings = timings
         self.mm.timings(timings)
-        session = self.route.session_key(self.out.body, self.scope["headers"])
+        session = self.call.session_key(self.out.body, self.scope["headers"])
         self.router.count_session(self.model.name, session, self.out.body, timings)
         if self.instance is not None:
             self.instance.record_timings(timings)
@@ -287,19 +291,19 @@ class ProxyRequest:
         and its cached and processed prompt tokens to its session (``/status``)."""
         self.mm.usage(usage)
         counts = usage_counts(usage)
-        if counts is not None and self.route.generates:
-            session = self.route.session_key(self.out.body, self.scope["headers"])
+        if counts is not None and self.call.generates:
+            session = self.call.session_key(self.out.body, self.scope["headers"])
             self.router.count_session(self.model.name, session, self.out.body, counts)
 
     async def _end_stream(self, err: ApiError) -> None:
         """End a stream whose head already went out with ``err`` as its API's last event."""
-        await self.send({"type": "http.response.body", "body": self.adapter.stream_error(err), "more_body": False})
+        await self.send({"type": "http.response.body", "body": self.api.stream_error(err), "more_body": False})
 
     async def _send_error(self, err: ApiError) -> None:
         headers = err.headers()
         if err.status == 401:
             headers["WWW-Authenticate"] = "Bearer"
-        data = json.dumps(self.adapter.error_body(err), ensure_ascii=False, separators=(",", ":")).encode()
+        data = json.dumps(self.api.error_body(err), ensure_ascii=False, separators=(",", ":")).encode()
         extra = [(k.lower().encode(), v.encode()) for k, v in headers.items()]
         await self._send_whole(data, err.status, extra)
 
@@ -384,14 +388,14 @@ class ProxyRequest:
         """How this request stays audible while it waits (``holding.audibly``); None when not a stream."""
         if not self.stream:
             return None
-        line = functools.partial(self.adapter.keepalive, self)
-        return Beat(self.send, self.adapter.stream_headers, line, self.settings.keepalive)
+        line = functools.partial(self.call.keepalive, self)
+        return Beat(self.send, self.call.stream_headers, line, self.settings.keepalive)
 
     async def _affinity(self) -> Affinity:
         """Prefix affinity (``serve.prompt_cache``): the slot (and replica) for this request."""
-        route, body = self.route, self.out.body
-        session = route.session_key(body, self.scope["headers"])
-        return await self.router.affinity(route.chat_of(), self.model, body, session)
+        call, body = self.call, self.out.body
+        session = call.session_key(body, self.scope["headers"])
+        return await self.router.affinity(call.chat_of(), self.model, body, session)
 
     async def _exchange_on(self, instance: Instance | Peer, out: Outgoing, *, refused_ok: bool) -> int:
         upstream = self.fwd.pool.get(instance.base_url or "", instance.name, instance.child_key)
@@ -403,10 +407,10 @@ class ProxyRequest:
         try:
             out = self.out = await self._fit_effort(upstream, out)
             while True:
-                call = calls.open(out.body.get("id_slot")) if calls is not None else None
+                watched = calls.open(out.body.get("id_slot")) if calls is not None else None
                 try:
                     first = refused_ok and self.attempt == 1
-                    answer = await self._attempt(upstream, out, (calls, call), stalls, refused_ok=first)
+                    answer = await self._attempt(upstream, out, (calls, watched), stalls, refused_ok=first)
                 except Abandoned as abandoned:
                     if abandoned.answered or resent:
                         why = f"{instance.name}: {abandoned.reason}"
@@ -415,8 +419,8 @@ class ProxyRequest:
                     self.mm.retry()
                     continue
                 finally:
-                    if calls is not None and call is not None:
-                        calls.close(call)
+                    if calls is not None and watched is not None:
+                        calls.close(watched)
                 if not isinstance(answer, Resend):
                     return answer
                 if self.attempt == 2:
@@ -433,7 +437,7 @@ class ProxyRequest:
         self,
         upstream: Upstream,
         out: Outgoing,
-        watched: tuple[Calls | None, Call | None],
+        watch: tuple[Calls | None, Watched | None],
         stalls: int,
         *,
         refused_ok: bool,
@@ -442,12 +446,12 @@ class ProxyRequest:
 
         Raises:
             NothingAnswered: (``refused_ok``) no response head: the replica died or froze.
-            Abandoned: the supervisor's watch gave up on the slot running ``call`` (no progress).
+            Abandoned: the supervisor's watch gave up on the slot running ``watched`` (no progress).
         """
         instance = self.instance
         assert instance is not None
-        calls, call = watched
-        headers = UPSTREAM_HEADERS if call is None else {**UPSTREAM_HEADERS, "x-request-id": call.id}
+        calls, watched = watch
+        headers = UPSTREAM_HEADERS if watched is None else {**UPSTREAM_HEADERS, "x-request-id": watched.id}
         sent = time.monotonic()
         response: aiohttp.ClientResponse | None = None
         try:
@@ -457,34 +461,34 @@ class ProxyRequest:
             except NOTHING_ANSWERED as exc:
                 # no response head even on a fresh connection: the replica just died
                 if refused_ok:
-                    started = calls.started(call) if calls is not None and call is not None else None
+                    started = calls.started(watched) if calls is not None and watched is not None else None
                     worked = self._may_have_worked(sent, instance.stalls > stalls, started)
                     raise NothingAnswered(exc, stalls, worked) from None
                 raise
-            if self.stream and call is not None:
-                call.started = True  # a stream's head comes when a slot takes it
+            if self.stream and watched is not None:
+                watched.started = True  # a stream's head comes when a slot takes it
             try:
                 if response.status >= 400:
                     error = from_upstream_status(response.status, await upstream.read_body(response))
-                    raise self.route.upstream_error(schema_error(error, out.body))
+                    raise self.call.upstream_error(schema_error(error, out.body))
                 if self.stream:
                     return await self._relay(upstream, response, stalls)
                 data = await upstream.read_body(response)
             finally:
                 response.release()
-            answer = self.adapter.whole(self, data)
+            answer = self.call.whole(self, data)
             if isinstance(answer, Resend):
                 return answer
             return await self._send_whole(answer, extra=[(b"warning", w.encode()) for w in self.warnings])
         except asyncio.CancelledError:
-            if call is None or call.reason is None or self.disconnected:
+            if watched is None or watched.reason is None or self.disconnected:
                 raise
             me = asyncio.current_task()
             if me is not None:
                 me.uncancel()
             # a stream whose head came may have sent tokens, a whole answer may be on its way: not sent again
             answered = self.finished or (self.stream and response is not None)
-            raise Abandoned(call.reason, answered=answered) from None
+            raise Abandoned(watched.reason, answered=answered) from None
 
     async def _fit_effort(self, upstream: Upstream, out: Outgoing) -> Outgoing:
         """A reasoning effort the replica's chat template would refuse, on the nearest level it
@@ -504,7 +508,7 @@ class ProxyRequest:
 
     async def _relay(self, upstream: Upstream, response: aiohttp.ClientResponse, stalls: int) -> int:
         if not self.head_sent:
-            await self.send({"type": "http.response.start", "status": 200, "headers": self.adapter.stream_headers})
+            await self.send({"type": "http.response.start", "status": 200, "headers": self.call.stream_headers})
         instance = self.instance
         assert instance is not None
 
@@ -522,7 +526,7 @@ class ProxyRequest:
         def map_error(exc: Exception) -> ApiError:
             return stalled_error(instance.stalls - stalls, instance.warnings) or to_api_error(exc)
 
-        codec = self.adapter.codec(self, self.route)
+        codec = self.call.codec(self)
         outcome = await relay(
             upstream.iter_body(response), self.send, codec, before_last_send=finished, map_error=map_error
         )

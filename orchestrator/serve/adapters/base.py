@@ -1,19 +1,23 @@
 """The adapter interface: what one API adds to a request, and nothing that the APIs share.
 
-A request goes (``orchestrator.serve.pipeline.ProxyRequest`` calls these in this order):
+Each API's :class:`Adapter` opens a request (:meth:`Adapter.open`): the :class:`Call`, bound to
+the llama-server route the request goes to. The pipeline (``orchestrator.serve.pipeline.ProxyRequest``)
+talks to the call alone, in this order:
 
-1. :meth:`Adapter.translate`: the client's body (its API's shape) -> :class:`Internal`, the body
-   for one of llama-server's routes and the adapter of that route (itself when the API is
-   llama-server's own, as for OpenAI chat or Anthropic Messages, which llama-server serves);
-   :meth:`Adapter.recall` fills in what it refers to (a stored Responses turn);
-2. :meth:`Adapter.local`: an answer that needs no upstream (Ollama's "load the model"), or None;
-3. :meth:`Adapter.prepare` of the *internal* route: checks and repairs of that body
-   (:class:`BodyPlan`);
-4. a whole answer: :meth:`Adapter.whole` (parse, account through the request, fix, encode); a
-   stream: :meth:`Adapter.codec` (``orchestrator.serve.streaming.StreamCodec``);
-5. errors: :meth:`Adapter.error_body` before the answer starts, :meth:`Adapter.stream_error`
-   inside a stream.
+1. :meth:`Call.recall` fills in what the body refers to (a stored Responses turn);
+2. :meth:`Call.local`: an answer that needs no upstream (Ollama's "load the model"), or None;
+3. :meth:`Call.prepare`: the route's checks and repairs of the internal body (``BodyPlan``,
+   ``orchestrator.serve.adapters.plan``);
+4. a whole answer: :meth:`Call.whole` (parse, account through the request, fix, encode); a
+   stream: :meth:`Call.codec` (``orchestrator.serve.streaming.StreamCodec``);
+5. errors: the API's :meth:`Adapter.error_body` before the answer starts (before a call is
+   opened too: the endpoint's API), :meth:`Adapter.stream_error` inside a stream;
+   :meth:`Call.upstream_error` says what llama-server refused on the route.
 
+A call has two sides: its ``api`` (the adapter whose client it answers: answer, stream and error
+shapes) and its ``route`` (the adapter of llama-server's route: checks, repairs, session key,
+prompt render, stream repair). They are one adapter when llama-server serves the API itself
+(OpenAI chat, Anthropic Messages), two when the API translates (Ollama onto OpenAI chat).
 The per-request state an adapter may read or report to is :class:`Request`.
 """
 
@@ -21,15 +25,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from orchestrator.errors import ApiError
-from orchestrator.serve.drafting.fields import flatten_speculative
+from orchestrator.serve.adapters.plan import AnswerFix, BodyPlan
 from orchestrator.serve.http.body import dump_body
 from orchestrator.serve.http.shapes import Shape
-from orchestrator.serve.repair import chat, clock, llama_fields, structured, thinking_only
-from orchestrator.serve.repair.token_probs import TrimStream, drafting_off, trim, wants_token_probs, widen
+from orchestrator.serve.repair import chat, thinking_only
+from orchestrator.serve.repair.token_probs import TrimStream, trim
 from orchestrator.serve.streaming import OPENAI_SSE, SSE_HEADERS, SseCodec, StreamCodec, StreamFlavor
 
 #: Claude Code's session id, on every request of a session (its title and subagent requests too)
@@ -53,27 +57,15 @@ if TYPE_CHECKING:
     from orchestrator.config.schema import ModelConfig
 
 
-class ApiCall(Protocol):
-    """One request's call of an API whose answer side needs what its request side learned
-    (Responses: the limits that may cut the answer and the client's tools as mapped for
-    llama-server, mapped once). Made by the route's :meth:`Adapter.prepare` (``BodyPlan.call``),
-    carried by the request, read by that API's whole-answer fix and stream repair."""
-
-    def fix(self, answer: dict[str, Any]) -> str | None:
-        """Fix a whole answer or one streamed event in place; the repair kind, or None."""
-        ...
-
-
 class Request(Protocol):
     """What an adapter sees of the request in flight (``orchestrator.serve.pipeline.ProxyRequest``)."""
 
     model: ModelConfig
-    route: Adapter  # the internal route's adapter (``Internal.route``)
+    call: Call  # the request's call: its API, its llama-server route, what its prepare learned
     started: float  # time.monotonic() when the request arrived
     thinking: bool  # the generation prompt opens a <think> block
     trim_top: bool  # the answer's candidate lists must be emptied (token_probs.widen)
     attempt: int  # 1, or 2 for the resend of a reasoning-only answer
-    call: ApiCall | None  # the route's prepare made it for the answer side (BodyPlan.call)
     continued: dict[str, Any] | None  # the answer that ended in its thinking, being continued
 
     @property
@@ -107,83 +99,6 @@ class Request(Protocol):
 
     def account(self, answer: dict[str, Any]) -> None:
         """Account a whole answer's ``timings`` (metrics, drafting watch, TTFT) or ``usage``."""
-
-
-@dataclass
-class BodyPlan:
-    """What :meth:`Adapter.prepare` decided for one request.
-
-    Attributes:
-        body: the body to send, or None to send the body as it came.
-        thinking: whether the generation prompt opens a ``<think>`` block.
-        repairs: repair kinds applied (for metrics).
-        drafting_off: the reason drafting was turned off for this request, or None.
-        trim_top: the answer's candidate lists must be emptied (``token_probs.widen`` asked for one).
-        call: the API's call for the answer side (:class:`ApiCall`), when its answer needs what the
-            request side learned (Responses: its tool map and limits), so nothing is mapped twice.
-    """
-
-    body: dict[str, Any] | None = None
-    thinking: bool = False
-    repairs: list[str] = field(default_factory=list)
-    drafting_off: str | None = None
-    trim_top: bool = False
-    call: ApiCall | None = None
-
-    def current(self, body: dict[str, Any]) -> dict[str, Any]:
-        """The body as it stands: repaired, else ``body``."""
-        return self.body if self.body is not None else body
-
-    def apply(self, result: chat.RepairResult) -> None:
-        """Take a repair's result (``request_repair``, ``anthropic``, ``responses``)."""
-        self.thinking = result.thinking
-        if result.changed:
-            self.body = result.body
-            self.repairs.extend(result.repairs)
-
-    def move_clock(
-        self, body: dict[str, Any], policy: chat.RepairPolicy, move: Callable[[dict[str, Any]], Any]
-    ) -> None:
-        """With the model's ``cache.stable_system``, the system prompt's clock lines moved to the end of
-        the prompt by ``move`` (one API's function of ``orchestrator.serve.repair.clock``)."""
-        if not policy.stable_system:
-            return
-        moved = move(self.current(body))
-        if moved is not None:
-            self.body = moved
-            self.repairs.append(clock.KIND)
-
-    def native_format(self, body: dict[str, Any]) -> None:
-        """``response_format`` mapped onto llama-server's ``json_schema`` (completions, infill)."""
-        mapped = structured.to_native(self.current(body))
-        if mapped is not None:
-            self.body = mapped
-            self.repairs.append("response_format_mapped")
-
-    def check_fields(self, body: dict[str, Any], *, openai_tools: bool) -> None:
-        """llama-server's fields of the body to send, checked (``orchestrator.serve.repair.llama_fields``)."""
-        fixed = llama_fields.check(self.current(body), openai_tools=openai_tools)
-        if fixed is not None:
-            self.body = fixed
-            self.repairs.append("null_dropped")
-
-    def token_probs(self, body: dict[str, Any]) -> None:
-        """A request for per-token probabilities runs with drafting off (``orchestrator.serve.repair.token_probs``)."""
-        if not wants_token_probs(body):
-            return
-        current = self.current(body)
-        widened = widen(current)
-        self.trim_top = widened is not None
-        self.body = drafting_off(widened if widened is not None else current)
-        self.drafting_off = "token_probs"
-
-
-def flatten(body: dict[str, Any], _policy: chat.RepairPolicy) -> chat.RepairResult:
-    """``"speculative": {"n_max": K}`` flattened, for bodies without messages (completions, infill)."""
-    flat = flatten_speculative(body)
-    if flat is None:
-        return chat.RepairResult(body=body, changed=False)
-    return chat.RepairResult(body=flat, changed=True, repairs=["speculative_flattened"])
 
 
 @dataclass
@@ -260,6 +175,16 @@ class Adapter:
         self.path = path or self.path
         self.kind = kind or self.kind
         self.shape = shape or self.shape
+
+    def open(self, body: dict[str, Any], raw: bytes) -> Call:
+        """The request's :class:`Call`: the client's ``body`` (``raw``: its bytes) translated for
+        llama-server's route (:meth:`translate`), answered by this API (or by the one the
+        translation names, ``Internal.answer``).
+
+        Raises:
+            ApiError: 400 for a body this API cannot translate.
+        """
+        return Call(self, self.translate(body, raw))
 
     def translate(self, body: dict[str, Any], raw: bytes) -> Internal:
         """The client's body -> the internal request (here: the same body for the same path)."""
@@ -363,6 +288,86 @@ class Generation(Adapter):
     def encode(self, req: Request, obj: dict[str, Any], data: bytes, *, changed: bool) -> bytes:
         """The client's bytes for the answer ``obj`` (``data`` as llama-server sent it, if unchanged)."""
         return dump_body(obj) if changed else data
+
+
+class Call:
+    """One request of one API, bound to llama-server's route (:meth:`Adapter.open`); the one
+    object the pipeline talks to about the API (module docstring).
+
+    Attributes:
+        api: the adapter whose client this answers: the answer, stream and error shapes.
+        internal: llama-server's ``path``, the ``body`` for it (before repair) and its ``route``.
+        answer_fix: what the route's prepare learned for the answer side (``BodyPlan.answer_fix``).
+    """
+
+    __slots__ = ("answer_fix", "api", "internal")
+
+    def __init__(self, api: Adapter, internal: Internal) -> None:
+        self.api = internal.answer or api  # Responses' compaction trigger is answered its own way
+        self.internal = internal
+        self.answer_fix: AnswerFix | None = None
+
+    @property
+    def route(self) -> Adapter:
+        """The adapter of llama-server's route: checks, repairs, session key, render, stream repair."""
+        return self.internal.route
+
+    @property
+    def body(self) -> dict[str, Any]:
+        """The internal body before repair: the client's own, for APIs llama-server serves itself."""
+        return self.internal.body
+
+    @property
+    def generates(self) -> bool:
+        """The route generates tokens (a prompt in one slot; the draft-length policy chooses its K)."""
+        return self.internal.route.generates
+
+    async def recall(self, req: Request) -> None:
+        """What the body refers to filled in (``Adapter.recall``), before the request is routed."""
+        self.internal = await self.api.recall(req, self.internal)
+
+    async def local(self, req: Request, client: dict[str, Any]) -> dict[str, Any] | None:
+        """An answer given without any upstream (``client``: the body as sent), or None."""
+        return await self.api.local(req, client)
+
+    def session_key(self, body: dict[str, Any], headers: Sequence[tuple[bytes, bytes]]) -> str | None:
+        """The client's session key in ``body`` (the internal one) or the request's ``headers``."""
+        return self.internal.route.session_key(body, headers)
+
+    def chat_of(self) -> Callable[[dict[str, Any]], dict[str, Any]] | None:
+        """The chat request the route renders from a repaired body, when it renders one."""
+        return self.internal.route.chat_of()
+
+    def prepare(self, model: ModelConfig, policy: chat.RepairPolicy) -> BodyPlan:
+        """The route's checks and repairs of the internal body for ``model`` (its ``policy``).
+
+        Raises:
+            ApiError: 400 naming the field.
+        """
+        plan = self.internal.route.prepare(self.internal.body, model, policy)
+        self.answer_fix = plan.answer_fix
+        return plan
+
+    def whole(self, req: Request, data: bytes) -> bytes | Resend:
+        """The client's bytes for llama-server's whole answer ``data``, or a :class:`Resend`."""
+        return self.api.whole(req, data)
+
+    def codec(self, req: Request) -> StreamCodec:
+        """How llama-server's stream reaches the client."""
+        return self.api.codec(req, self.internal.route)
+
+    @property
+    def stream_headers(self) -> list[tuple[bytes, bytes]]:
+        """The response head of a stream."""
+        return self.api.stream_headers
+
+    def keepalive(self, req: Request, what: str) -> bytes:
+        """One line a waiting stream sends to stay audible."""
+        return self.api.keepalive(req, what)
+
+    def upstream_error(self, err: ApiError) -> ApiError:
+        """An error llama-server answered on the route, as the client should hear it."""
+        return self.internal.route.upstream_error(err)
 
 
 def stream_repairs(req: Request, route: Adapter) -> Any:

@@ -25,7 +25,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.errors import ApiError
-from orchestrator.serve.adapters.base import Adapter, BodyPlan, Generation, Request, Resend, session_id
+from orchestrator.serve.adapters.base import Adapter, Generation, Request, Resend, session_id
+from orchestrator.serve.adapters.plan import BodyPlan
 from orchestrator.serve.anthropic import prewarm
 from orchestrator.serve.anthropic import repair as anthropic
 from orchestrator.serve.anthropic.chat_view import anthropic_chat

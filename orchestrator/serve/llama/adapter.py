@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from orchestrator.serve.adapters.base import Adapter, BodyPlan
+from orchestrator.serve.adapters.base import Adapter
+from orchestrator.serve.adapters.plan import BodyPlan
 from orchestrator.serve.llama import shapes
 from orchestrator.serve.openai.adapter import Completions
 from orchestrator.serve.openai.shapes import CHAT

@@ -163,7 +163,7 @@ class OllamaAdapter(Generation):
         return None
 
     def fix(self, req: Request, obj: dict[str, Any]) -> tuple[dict[str, Any], bool] | Resend:
-        route = req.route
+        route = req.call.route
         return route.fix(req, obj) if isinstance(route, Generation) else (obj, False)
 
     def encode(self, req: Request, obj: dict[str, Any], data: bytes, *, changed: bool) -> bytes:

@@ -20,16 +20,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.errors import ApiError
-from orchestrator.serve.adapters.base import (
-    Adapter,
-    BodyPlan,
-    Generation,
-    Internal,
-    Request,
-    Resend,
-    check_n,
-    flatten,
-)
+from orchestrator.serve.adapters.base import Adapter, Generation, Internal, Request, Resend, check_n
+from orchestrator.serve.adapters.plan import BodyPlan, flatten
 from orchestrator.serve.openai import fim, shapes
 from orchestrator.serve.repair import chat, clock, llama_fields, structured, thinking_only
 from orchestrator.serve.repair import response as reasoning
@@ -112,7 +104,7 @@ class Completions(Generation):
         return super().translate(body, raw)
 
     def fix(self, req: Request, obj: dict[str, Any]) -> tuple[dict[str, Any], bool] | Resend:
-        if isinstance(req.route, FillIn) and "content" in obj:
+        if isinstance(req.call.route, FillIn) and "content" in obj:
             req.count_repair("suffix_infill")
             return fim.CompletionShape(req.model.name).whole(obj), True
         return obj, False

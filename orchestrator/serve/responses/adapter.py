@@ -33,11 +33,12 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.errors import ApiError
-from orchestrator.serve.adapters.base import Adapter, BodyPlan, Generation, Internal, Request, Resend
+from orchestrator.serve.adapters.base import Adapter, Generation, Internal, Request, Resend
+from orchestrator.serve.adapters.plan import BodyPlan
 from orchestrator.serve.repair import clock, structured, thinking_only
 from orchestrator.serve.responses import compaction, stored
 from orchestrator.serve.responses import repair as responses
-from orchestrator.serve.responses.answer import ResponsesCall, ResponsesStreamFix, fix_incomplete
+from orchestrator.serve.responses.answer import ResponsesAnswer, ResponsesStreamFix, fix_incomplete
 from orchestrator.serve.responses.chat_view import responses_chat
 from orchestrator.serve.responses.compaction_stream import CompactionStream
 from orchestrator.serve.responses.items import hosted_item
@@ -80,7 +81,7 @@ def _repair(body: dict[str, Any], model: ModelConfig, policy: chat.RepairPolicy)
     plan.apply(result)
     plan.move_clock(body, policy, clock.responses)
     tools = result.tools
-    plan.call = ResponsesCall.of(body, model, tools)
+    plan.answer_fix = ResponsesAnswer.of(body, model, tools)
     if "hosted_tool_skipped" in result.repairs or "hosted_item_skipped" in result.repairs:
         _log_skipped_once(model.name, body, tools)
     plan.check_fields(body, openai_tools=False)
@@ -146,9 +147,10 @@ def _keeper(req: Request) -> Callable[[dict[str, Any]], None] | None:
     return keep
 
 
-def _call(req: Request) -> ResponsesCall:
-    """The request's call from its prepare (made here for a request that was not prepared here)."""
-    return req.call if isinstance(req.call, ResponsesCall) else ResponsesCall.of(req.client_body, req.model)
+def _answer(req: Request) -> ResponsesAnswer:
+    """The answer side its prepare made (made here for a request that was not prepared here)."""
+    made = req.call.answer_fix
+    return made if isinstance(made, ResponsesAnswer) else ResponsesAnswer.of(req.client_body, req.model)
 
 
 class Responses(Generation):
@@ -172,11 +174,11 @@ class Responses(Generation):
         return Internal(self.path, body, self, raw)
 
     def fix(self, req: Request, obj: dict[str, Any]) -> tuple[dict[str, Any], bool] | Resend:
-        call = _call(req)
+        answer = _answer(req)
         first = req.continued
         if first is not None:  # the continuation's answer: after the first one's reasoning
             obj = thinking_only.responses_merged(first, obj)
-        kind = call.fix(obj)
+        kind = answer.fix(obj)
         if kind is not None:
             req.count_repair(kind)
         ended = thinking_only.responses_ended_in_thinking(obj) and (req.thinking or first is not None)
@@ -203,7 +205,7 @@ class Responses(Generation):
         return responses_chat(body)
 
     def stream_repair(self, req: Request) -> Any:
-        return ResponsesStreamFix(_call(req), _keeper(req))
+        return ResponsesStreamFix(_answer(req), _keeper(req))
 
 
 class CompactionAnswer(Responses):
@@ -215,14 +217,14 @@ class CompactionAnswer(Responses):
         return internal  # the summary request carries the conversation it summarises
 
     def codec(self, req: Request, route: Adapter) -> StreamCodec:
-        limits = _call(req).limits
+        limits = _answer(req).limits
         return CompactionStream(self.flavor, lambda response: fix_incomplete(response, limits))
 
     def fix(self, req: Request, obj: dict[str, Any]) -> tuple[dict[str, Any], bool] | Resend:
         if obj.get("object") != "response":
             return super().fix(req, obj)  # an error: as any Responses answer's (never stored)
         req.count_repair("compaction_triggered")
-        fix_incomplete(obj, _call(req).limits)  # a summary a limit cut is said to be cut
+        fix_incomplete(obj, _answer(req).limits)  # a summary a limit cut is said to be cut
         return compaction.as_compaction(obj), True
 
 

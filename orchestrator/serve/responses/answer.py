@@ -1,6 +1,6 @@
 """The answer side of one Responses call (``orchestrator.serve.responses.adapter``): what may cut
 the answer (:class:`Limits`) and how the client's tools were mapped, made once per request
-(:class:`ResponsesCall`, the request's ``ApiCall``), and the fixes they drive on a whole answer
+(:class:`ResponsesAnswer`, the request's ``AnswerFix``), and the fixes they drive on a whole answer
 and on each streamed event (:class:`ResponsesStreamFix`).
 """
 
@@ -100,21 +100,21 @@ def tool_map(request: dict[str, Any]) -> ToolMap:
 
 
 @dataclass(frozen=True)
-class ResponsesCall:
+class ResponsesAnswer:
     """What one Responses request's repair learned that its answer needs: the limits that may cut
     it and the client's tools as mapped for llama-server. Made once in ``prepare``
-    (``BodyPlan.call``, an ``ApiCall``), read by the whole answer's fix and the stream's."""
+    (``BodyPlan.answer_fix``, an ``AnswerFix``), read by the whole answer's fix and the stream's."""
 
     limits: Limits
     tools: ToolMap
 
     def fix(self, answer: dict[str, Any]) -> str | None:
-        """Fix a whole response or one streamed event in place (``ApiCall``); the repair kind, or None."""
+        """Fix a whole response or one streamed event in place (``AnswerFix``); the repair kind, or None."""
         return _fix(answer, self.limits, self.tools)
 
     @classmethod
-    def of(cls, request: dict[str, Any], model: ModelConfig | None, tools: ToolMap | None = None) -> ResponsesCall:
-        """The call of ``request`` on ``model`` (``tools``: the map the repair made, else made here)."""
+    def of(cls, request: dict[str, Any], model: ModelConfig | None, tools: ToolMap | None = None) -> ResponsesAnswer:
+        """The answer side of ``request`` on ``model`` (``tools``: the map the repair made, else made here)."""
         return cls(limits(request, model), tools if tools is not None else tool_map(request))
 
 
@@ -131,8 +131,8 @@ class ResponsesStreamFix:
     """The stream repair (``stream_repair.StreamRepair``'s protocol) of a Responses stream: the
     completed event's status, and the indexes every event should carry."""
 
-    def __init__(self, call: ResponsesCall, keep: Callable[[dict[str, Any]], None] | None = None) -> None:
-        self.call = call
+    def __init__(self, answer: ResponsesAnswer, keep: Callable[[dict[str, Any]], None] | None = None) -> None:
+        self.answer = answer
         self.keep = keep  # stores the completed response (store: true)
         self.sequence = 0
         self.item = -1  # output_index of the current output item
@@ -145,7 +145,7 @@ class ResponsesStreamFix:
     def repair(self, chunk: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
         """A fixed copy of ``chunk`` and the repair kinds, or ``chunk`` itself and none."""
         fixed = copy.deepcopy(chunk)
-        kind = self.call.fix(fixed)
+        kind = self.answer.fix(fixed)
         numbered = self._number(fixed)
         if (
             self.keep is not None

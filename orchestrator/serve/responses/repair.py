@@ -265,7 +265,7 @@ def _check_types(body: dict[str, Any]) -> None:
 @dataclass
 class ResponsesRepair(RepairResult):
     """A Responses body's :class:`RepairResult`, with the client's tools as mapped for llama-server
-    (made once here, read again by the answer side: ``ResponsesCall``)."""
+    (made once here, read again by the answer side: ``ResponsesAnswer``)."""
 
     tools: ToolMap = field(default_factory=ToolMap)
 

@@ -25,7 +25,8 @@ from supervision_helpers import fake_spec
 
 from orchestrator.config.schema import Config, ModelConfig, ServerConfig
 from orchestrator.errors import ApiError
-from orchestrator.serve.adapters.base import Adapter, BodyPlan
+from orchestrator.serve.adapters.base import Adapter, Call
+from orchestrator.serve.adapters.plan import BodyPlan
 from orchestrator.serve.app import served_by
 from orchestrator.serve.http.shapes import Shape
 from orchestrator.serve.registry import ADAPTERS, adapter_for, error_body, for_path
@@ -61,27 +62,27 @@ def test_every_route_has_one_adapter_and_a_body_case() -> None:
 
 
 @pytest.mark.parametrize("path", sorted(BODIES))
-def test_each_adapter_translates_prepares_and_declares(path: str) -> None:
+def test_each_adapter_opens_a_call_that_prepares_and_declares(path: str) -> None:
     adapter = adapter_for(path)
     assert adapter is not None and adapter.kind and isinstance(adapter.shape, Shape), path
     body = BODIES[path]
-    internal = adapter.translate(body, json.dumps(body).encode())
+    call = adapter.open(body, json.dumps(body).encode())
+    assert isinstance(call, Call) and call.api is adapter, path  # the API that answers its client
+    internal = call.internal
     registered = adapter_for(internal.path)  # the internal route is one of llama-server's, served as such
-    assert internal.route.path == internal.path and type(internal.route) is type(registered), path
-    plan = internal.route.prepare(internal.body, MODEL, RepairPolicy())
-    assert isinstance(plan, BodyPlan)
-    chat_of = internal.route.chat_of()
+    assert call.route.path == internal.path and type(call.route) is type(registered), path
+    plan = call.prepare(MODEL, RepairPolicy())
+    assert isinstance(plan, BodyPlan) and call.answer_fix is plan.answer_fix
+    chat_of = call.chat_of()
     if chat_of is not None:  # prefix affinity renders this route's prompt in-process
-        chat = chat_of(plan.current(internal.body))
+        chat = chat_of(plan.current(call.body))
         assert isinstance(chat["messages"], list) and chat["messages"][-1]["role"] == "user", path
     # only generating routes reach the draft-length policy
-    assert internal.route.generates == (
-        internal.route.kind in ("chat", "completions", "messages", "responses", "infill")
-    )
+    assert call.generates == (call.route.kind in ("chat", "completions", "messages", "responses", "infill"))
 
 
 def test_the_internal_route_of_each_api() -> None:
-    routes = {p: a.translate(BODIES[p], b"").route.path for p, a in ((a.path, a) for a in ADAPTERS)}
+    routes = {a.path: a.open(BODIES[a.path], b"").route.path for a in ADAPTERS}
     assert routes["/api/chat"] == "/v1/chat/completions" and routes["/api/embed"] == "/v1/embeddings"
     assert routes["/api/generate"] == "/v1/chat/completions"
     for own in ("/v1/messages", "/v1/responses", "/v1/chat/completions", "/infill"):
@@ -215,7 +216,7 @@ def test_the_prompt_cache_follows_a_reloaded_disk_budget(stack: Stack) -> None:
 
 
 def test_a_responses_request_maps_its_tools_once(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The request side's tool map reaches the answer side (``BodyPlan.call``): Codex's namespace
+    """The request side's tool map reaches the answer side (``BodyPlan.answer_fix``): Codex's namespace
     tools were mapped by the repair, the whole answer's fix and the log of skipped tools, each anew."""
     from orchestrator.serve.responses import answer as responses_answer
     from orchestrator.serve.responses import repair as responses_repair

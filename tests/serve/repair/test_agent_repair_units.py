@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -173,7 +174,7 @@ class _Answered:
     def __init__(self, client_body: dict[str, Any]) -> None:
         self.client_body, self.model, self.kinds = client_body, None, []
         self.continued, self.thinking, self.attempt = None, False, 1  # no answer that ended in its thinking
-        self.call = None  # not prepared here: the call is made from the body
+        self.call = SimpleNamespace(answer_fix=None)  # not prepared here: the answer side is made from the body
 
     def count_repair(self, kind: str) -> None:
         self.kinds.append(kind)
@@ -183,12 +184,12 @@ def test_codex_calls_are_answered_in_its_form_whole_and_streamed() -> None:
     """The model's call of a namespaced function (as llama-server reports it) reaches Codex with
     name and namespace; a custom tool's call as a custom_tool_call; plain functions untouched."""
     from orchestrator.serve.responses.adapter import Responses
-    from orchestrator.serve.responses.answer import ResponsesCall, ResponsesStreamFix
+    from orchestrator.serve.responses.answer import ResponsesAnswer, ResponsesStreamFix
 
     request = {"input": "hi", "tools": [FN, NAMESPACE, CUSTOM, {"type": "web_search"}], "max_output_tokens": 64}
     ns_call = {"type": "function_call", "id": "fc_1", "call_id": "call_1", "status": "completed",
                "name": "multi_agent_v1.spawn_agent", "arguments": "{}"}  # fmt: skip
-    stream = ResponsesStreamFix(ResponsesCall.of(request, None))
+    stream = ResponsesStreamFix(ResponsesAnswer.of(request, None))
     fixed = [stream.repair(e)[0] for e in _llama_events(ns_call)]
     assert [f["item"]["namespace"] for f in fixed[:2]] == ["multi_agent_v1"] * 2
     assert fixed[2]["response"]["output"][0] == {**ns_call, "name": "spawn_agent", "namespace": "multi_agent_v1"}
@@ -200,7 +201,7 @@ def test_codex_calls_are_answered_in_its_form_whole_and_streamed() -> None:
     assert changed and out["type"] == "custom_tool_call" and out["input"] == "*** Begin Patch"
     assert answered.kinds == ["tool_calls_mapped"]
     plain = {**ns_call, "name": "exec_command"}
-    assert ResponsesStreamFix(ResponsesCall.of(request, None)).repair(_llama_events(plain)[1])[0]["item"] == plain
+    assert ResponsesStreamFix(ResponsesAnswer.of(request, None)).repair(_llama_events(plain)[1])[0]["item"] == plain
 
 
 @pytest.mark.parametrize("effort", ["ultra", "HIGH", ""])

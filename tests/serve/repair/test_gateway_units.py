@@ -293,9 +293,9 @@ def test_a_compaction_trigger_keeps_previous_response_id_for_the_repair_to_refus
         "previous_response_id": "resp_x",
         "input": [{"role": "user", "content": "hi"}, {"type": "compaction_trigger"}],
     }
-    internal = responses.translate(body, json.dumps(body).encode())
+    call = responses.open(body, json.dumps(body).encode())
     with pytest.raises(ApiError) as caught:
-        internal.route.prepare(internal.body, ModelConfig(name="demo", path="/x.gguf"), RepairPolicy())
+        call.prepare(ModelConfig(name="demo", path="/x.gguf"), RepairPolicy())
     assert caught.value.status == 400 and caught.value.param == "previous_response_id"
 
 
