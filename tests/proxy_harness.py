@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import json
 import socket
 import threading
@@ -158,11 +159,24 @@ class Stack:
         try:
             for fake in self.fakes:
                 fake.close()
-            self.run(stop(), 180)  # bounded inside (uvicorn 10 s, stop grace); seen once past 60 s under CI load
+            try:
+                self.run(stop(), 180)  # bounded inside (uvicorn 10 s, stop grace); seen past 180 s under CI load
+            except TimeoutError:
+                stacks = self.run(_stacks(), 10)
+                raise AssertionError(f"the stack did not stop within 180 s; its tasks:\n{stacks}") from None
         finally:
             self.loop.call_soon_threadsafe(self.loop.stop)
             self._thread.join(10)
             self.loop.close()
+
+
+async def _stacks() -> str:
+    """Where every task of the running loop waits (a stack that did not stop says where it hung)."""
+    out = io.StringIO()
+    for task in asyncio.all_tasks():
+        if task is not asyncio.current_task():
+            task.print_stack(limit=12, file=out)
+    return out.getvalue()
 
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter, int], Awaitable[None]]

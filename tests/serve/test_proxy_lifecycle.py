@@ -141,7 +141,7 @@ def test_kill_9_mid_stream_gives_an_error_event_then_recovers(tmp_path: Path, bi
             stream=True,
             extra_body={"chat_template_kwargs": {"enable_thinking": False}},
         )
-        with pytest.raises(openai.APIError, match="closed the connection"):
+        with stream, pytest.raises(openai.APIError, match="closed the connection"):  # its connection closed after
             for n, _chunk in enumerate(stream):
                 if n == 2:
                     os.kill(pid, signal.SIGKILL)
