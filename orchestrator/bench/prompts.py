@@ -133,8 +133,11 @@ def select_prompts(prompts: str, prompts_file: Path | None) -> list[Prompt]:
 
 
 # Agents send long context before a short question: files read, tool output. The filler is code
-# (seeded, so every K sees the same prompt), about CHARS_PER_TOKEN characters per token.
-CHARS_PER_TOKEN = 3.6
+# (seeded, so every K sees the same prompt), about CHARS_PER_TOKEN characters per token: Qwen's
+# vocabulary (Qwen3.6's) reads it at 3.23-3.28 characters per token from 1k to 128k tokens, so
+# a depth is at most that many tokens (3.6 made "8k" 9,077 tokens: past a context of
+# depth + answer + 64, `orchestrator tune` and the GPU check's prefill rows got a 400).
+CHARS_PER_TOKEN = 3.2
 _WORDS = (
     "config", "request", "model", "slot", "draft", "token", "server", "cache", "index", "value",
     "result", "handler", "buffer", "offset", "length", "state", "event", "queue", "worker", "limit",

@@ -28,7 +28,8 @@ from orchestrator.native.pin import Patch, Pin
 
 ENV_BUNDLE = "ORCHESTRATOR_SOURCE_BUNDLE"
 MANIFEST = "BUNDLE.json"
-# Paths (relative to the llama.cpp root) left out: nothing in a llama-server build reads them.
+# Paths (relative to the llama.cpp root) left out: nothing in a llama-server build reads them
+# (not ggml-rpc: every build has GGML_RPC on, ``native.plan.PRESETS``).
 EXCLUDE = (
     "docs/",
     "media/",
@@ -56,7 +57,6 @@ EXCLUDE = (
             "virtgpu",
             "musa",
             "hip",
-            "rpc",
             "zdnn",
             "blas",
             "kompute",

@@ -37,6 +37,18 @@ def test_deep_prompts_carry_context_before_the_question() -> None:
     assert len(set(text.splitlines())) > 500  # varied, not one line repeated
 
 
+@pytest.mark.native
+@pytest.mark.parametrize("depth", [1024, 8192, 32768])
+def test_a_depth_is_at_most_that_many_tokens_of_qwens_vocabulary(pinned_source: Path, depth: int) -> None:
+    """The filler of a depth fits a context of that depth (plus the question and answer): at 3.6
+    characters per token "8k" was 9,077 tokens, and the GPU check's prefill rows got a 400."""
+    from orchestrator.models import runtime
+
+    vocab = runtime.load_vocab(pinned_source / "models" / "ggml-vocab-qwen35.gguf")
+    n = len(vocab.tokenize(context_text(depth, seed=depth)))
+    assert 0.95 * depth <= n <= depth, n
+
+
 def test_options_ask_for_the_context_of_the_deepest_prompt() -> None:
     opts = sweep.check_options(
         k="0,1", seeds="0", prompts="math", prompts_file=None, n_predict=64, reps=1, temperature=0, depths="0,32k"

@@ -218,6 +218,18 @@ def test_source_bundle_trims_checks_its_pin_and_extracts(tmp_path: Path) -> None
         bundle.extract_bundle(out, _pin(), [], tmp_path / "other")
 
 
+def test_the_bundle_keeps_every_ggml_backend_a_build_turns_on() -> None:
+    """A build with GGML_RPC on read ggml/src/ggml-rpc, which the bundle left out: CMake stopped
+    at configure on the H200 before anything was measured."""
+    from orchestrator.native.plan import PRESETS
+
+    on = {k for preset in PRESETS.values() for k, v in preset.items() if k.startswith("GGML_") and v == "ON"}
+    backends = {k.removeprefix("GGML_").lower() for k in on} - {"native"}
+    assert backends >= {"rpc", "cuda"}, backends
+    for backend in backends:
+        assert bundle._kept(f"ggml/src/ggml-{backend}/CMakeLists.txt"), backend
+
+
 def test_prepare_source_takes_the_bundle_when_no_sdist_is_cached(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
