@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -28,6 +27,7 @@ from typing import Any
 import httpx
 
 from orchestrator.config.schema import ModelConfig
+from orchestrator.host.ports import pick_free_port
 from orchestrator.host.process import die_with_parent
 from orchestrator.models.tiny import demo_model
 from orchestrator.native import build
@@ -48,15 +48,9 @@ CASES: list[tuple[str, str, dict[str, Any]]] = [
 ]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _serve(log: Path) -> tuple[subprocess.Popen[bytes], str]:
     info = build.locate()
-    port = _free_port()
+    port = pick_free_port("127.0.0.1")
     env = {**os.environ, "LD_LIBRARY_PATH": str(info.lib_dir)}
     argv = [str(info.server), "-m", str(demo_model()), "--port", str(port), "-c", "2048", "-np", "1", "-t", "2"]
     argv += ["--alias", "demo", "--jinja", "--spec-type", "draft-mtp", "--spec-draft-n-max", "2"]

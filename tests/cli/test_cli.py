@@ -18,8 +18,7 @@ def test_help_imports_none_of_the_heavy_modules() -> None:
         "assert r.exit_code == 0, r.output\n"
         f"print(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert json.loads(out.strip().splitlines()[-1]) == []
+    assert _fresh_json(code) == []
 
 
 def test_user_error_is_one_line_and_exit_2_not_a_traceback(tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -50,8 +49,7 @@ def test_help_shows_every_bracketed_part_of_each_option() -> None:
         "        missing += [[name, p.name, t] for t in tags if t not in flat]\n"
         "print(json.dumps(missing))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert json.loads(out.strip().splitlines()[-1]) == []
+    assert _fresh_json(code) == []
 
 
 def test_each_command_summary_reads_as_one_line_at_a_wide_terminal() -> None:
@@ -74,5 +72,10 @@ def test_each_command_summary_reads_as_one_line_at_a_wide_terminal() -> None:
         "            broken.append([*prefix, name])\n"
         "print(json.dumps(broken))\n"
     )
+    assert _fresh_json(code) == []
+
+
+def _fresh_json(code: str) -> object:
+    """What ``code`` prints last, as JSON, run in a fresh interpreter (nothing imported before it)."""
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert json.loads(out.strip().splitlines()[-1]) == []
+    return json.loads(out.strip().splitlines()[-1])
