@@ -44,7 +44,8 @@ from typing import TYPE_CHECKING, Any
 import aiohttp
 
 from orchestrator.errors import ApiError
-from orchestrator.serve.adapters.base import Adapter, Call, Resend
+from orchestrator.serve.adapters.base import Adapter, Call
+from orchestrator.serve.adapters.route import Resend
 from orchestrator.serve.cache.prompt_cache import Affinity
 from orchestrator.serve.cache.sessions import usage_counts
 from orchestrator.serve.holding import Beat, audibly, hold_for_lease, next_lease
@@ -119,7 +120,7 @@ class ProxyRequest:
 
     Args:
         fwd: the endpoint's shared state (``orchestrator.serve.forward.Forwarder``).
-        api: the API the client speaks (its route's adapter, which opens the request's ``Call``).
+        api: the adapter of the API the client speaks, which opens the request's ``Call``.
         scope, receive, send: the ASGI request.
     """
 

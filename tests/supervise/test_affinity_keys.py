@@ -3,8 +3,8 @@ its slot and replica (``SlotHoldings.choose``), whatever the prefixes say."""
 
 from __future__ import annotations
 
-from orchestrator.serve.anthropic.adapter import Messages
-from orchestrator.serve.responses.adapter import Responses
+from orchestrator.serve.anthropic.adapter import MessagesRoute
+from orchestrator.serve.responses.adapter import ResponsesRoute
 from orchestrator.supervise.affinity import ACTIVE_S, Replica, SlotHoldings
 
 REPLICAS = [Replica("m-0", 2, 0), Replica("m-1", 2, 0)]
@@ -27,13 +27,13 @@ def test_a_session_key_goes_back_to_its_slot() -> None:
 
 
 def test_session_keys_of_codex_and_claude_code() -> None:
-    # each API's adapter reads its own field: Codex's prompt_cache_key, Claude Code's metadata.user_id
-    assert Responses().session_key({"prompt_cache_key": "01a2320d"}) == "k:01a2320d"
+    # each route reads its own field: Codex's prompt_cache_key, Claude Code's metadata.user_id
+    assert ResponsesRoute().session_key({"prompt_cache_key": "01a2320d"}) == "k:01a2320d"
     user_id = '{"device_id":"3f24","account_uuid":"","session_id":"7e89f25a"}'
-    messages = Messages()
+    messages = MessagesRoute()
     assert messages.session_key({"metadata": {"user_id": user_id}}) == "s:7e89f25a"
     assert messages.session_key({"metadata": {"user_id": "plain"}}) is None and messages.session_key({}) is None
-    assert Responses().session_key({"metadata": {"user_id": user_id}}) is None  # not a Responses field
+    assert ResponsesRoute().session_key({"metadata": {"user_id": user_id}}) is None  # not a Responses field
 
 
 def test_another_conversation_on_the_same_system_prompt_takes_an_empty_slot() -> None:

@@ -25,7 +25,7 @@ class AnswerFix(Protocol):
 
 @dataclass
 class BodyPlan:
-    """What a route's ``prepare`` (``orchestrator.serve.adapters.base.Adapter.prepare``) decided for one request.
+    """What a route's ``prepare`` (``orchestrator.serve.adapters.route.Route.prepare``) decided for one request.
 
     Attributes:
         body: the body to send, or None to send the body as it came.

@@ -25,8 +25,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.errors import ApiError
-from orchestrator.serve.adapters.base import Adapter, Generation, Request, Resend, session_id
+from orchestrator.serve.adapters.base import Adapter, Generation
 from orchestrator.serve.adapters.plan import BodyPlan
+from orchestrator.serve.adapters.route import Request, Resend, Route, session_id
 from orchestrator.serve.anthropic import prewarm
 from orchestrator.serve.anthropic import repair as anthropic
 from orchestrator.serve.anthropic.chat_view import anthropic_chat
@@ -124,17 +125,13 @@ def _repair(body: dict[str, Any], policy: chat.RepairPolicy) -> BodyPlan:
     return plan
 
 
-class Messages(Generation):
-    """``POST /v1/messages``."""
+class MessagesRoute(Route):
+    """llama-server's ``/v1/messages``."""
 
     path = "/v1/messages"
     kind = "messages"
-    flavor = ANTHROPIC_SSE
-    shape = MESSAGES
     generates = True
     renders_chat = True
-    error_prefix = "/v1/messages"
-    client_header = "anthropic-version"  # Claude Code's gateway model discovery sends it to /v1/models
 
     def prepare(self, body: dict[str, Any], model: ModelConfig, policy: chat.RepairPolicy) -> BodyPlan:
         if body.get("max_tokens") is None:
@@ -194,20 +191,40 @@ class Messages(Generation):
     def stream_repair(self, req: Request) -> Any:
         return MessagesStreamFix(omit=thinking_omitted(req.client_body))
 
+
+class CountTokensRoute(Route):
+    """llama-server's ``/v1/messages/count_tokens``: repaired like a Message."""
+
+    path = "/v1/messages/count_tokens"
+    kind = "count_tokens"
+
+    def prepare(self, body: dict[str, Any], model: ModelConfig, policy: chat.RepairPolicy) -> BodyPlan:
+        return _repair(body, policy)
+
+
+class Messages(Generation):
+    """``POST /v1/messages``."""
+
+    path = "/v1/messages"
+    kind = "messages"
+    route = MessagesRoute()
+    flavor = ANTHROPIC_SSE
+    shape = MESSAGES
+    error_prefix = "/v1/messages"
+    client_header = "anthropic-version"  # Claude Code's gateway model discovery sends it to /v1/models
+
     def error_body(self, err: ApiError) -> dict[str, Any]:
         return anthropic.error_body(err)
 
 
 class CountTokens(Adapter):
-    """``POST /v1/messages/count_tokens``: repaired like a Message, answered as llama-server counts."""
+    """``POST /v1/messages/count_tokens``: answered as llama-server counts."""
 
     path = "/v1/messages/count_tokens"
     kind = "count_tokens"
+    route = CountTokensRoute()
     flavor = ANTHROPIC_SSE
     shape = MESSAGES
-
-    def prepare(self, body: dict[str, Any], model: ModelConfig, policy: chat.RepairPolicy) -> BodyPlan:
-        return _repair(body, policy)
 
     def error_body(self, err: ApiError) -> dict[str, Any]:
         return anthropic.error_body(err)

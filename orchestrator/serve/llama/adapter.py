@@ -17,10 +17,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from orchestrator.serve.adapters.base import Adapter
+from orchestrator.serve.adapters.base import Adapter, Generation
 from orchestrator.serve.adapters.plan import BodyPlan
+from orchestrator.serve.adapters.route import Route
 from orchestrator.serve.llama import shapes
-from orchestrator.serve.openai.adapter import Completions
+from orchestrator.serve.openai.adapter import CompletionsRoute
 from orchestrator.serve.openai.shapes import CHAT
 from orchestrator.serve.repair import chat, clock, llama_fields
 
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
     from orchestrator.config.schema import ModelConfig
 
 
-class ChatPrompt(Adapter):
+class ChatPrompt(Route):
     """A route that renders a chat's prompt without generating: repaired as a chat request."""
 
     def prepare(self, body: dict[str, Any], model: ModelConfig, policy: chat.RepairPolicy) -> BodyPlan:
@@ -39,29 +40,23 @@ class ChatPrompt(Adapter):
         return plan
 
 
-class Detokenize(Adapter):
-    """``POST /detokenize``: token ids within int32 (beyond it llama-server wraps them to a valid id)."""
+class Detokenize(Route):
+    """``/detokenize``: token ids within int32 (beyond it llama-server wraps them to a valid id)."""
 
     def prepare(self, body: dict[str, Any], model: ModelConfig, policy: chat.RepairPolicy) -> BodyPlan:
         llama_fields.check_token_ids("tokens", body.get("tokens"))
         return BodyPlan()
 
 
-class Infill(Completions):
-    """``POST /infill``: llama-server's fill-in-the-middle, with the fields of a completion."""
-
-    path = "/infill"
-    kind = "infill"
-    shape = shapes.INFILL
-
-
 def native_routes() -> tuple[Adapter, ...]:
-    """One adapter per llama-server route forwarded as its own."""
-    return (
-        ChatPrompt("/v1/chat/completions/input_tokens", "chat_tokens", CHAT),
-        ChatPrompt("/apply-template", "template", CHAT),
-        Infill(),
-        Adapter("/v1/rerank", "rerank", shapes.RERANK),
-        Adapter("/tokenize", "tokenize", shapes.TOKENIZE),
-        Detokenize("/detokenize", "detokenize", shapes.DETOKENIZE),
+    """One adapter per llama-server route forwarded as its own: the client's path is the route's.
+    ``/infill`` is fill-in-the-middle with a completion's fields, its answer accounted like one."""
+    own: tuple[tuple[type[Adapter], Route, Any], ...] = (
+        (Adapter, ChatPrompt("/v1/chat/completions/input_tokens", "chat_tokens"), CHAT),
+        (Adapter, ChatPrompt("/apply-template", "template"), CHAT),
+        (Generation, CompletionsRoute("/infill", "infill"), shapes.INFILL),
+        (Adapter, Route("/v1/rerank", "rerank"), shapes.RERANK),
+        (Adapter, Route("/tokenize", "tokenize"), shapes.TOKENIZE),
+        (Adapter, Detokenize("/detokenize", "detokenize"), shapes.DETOKENIZE),
     )
+    return tuple(api(route.path, route.kind, shape, route) for api, route, shape in own)

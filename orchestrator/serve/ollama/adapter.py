@@ -27,19 +27,12 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.errors import ApiError
-from orchestrator.serve.adapters.base import (
-    Adapter,
-    Generation,
-    Internal,
-    Request,
-    Resend,
-    parse_answer,
-    stream_repairs,
-)
+from orchestrator.serve.adapters.base import Generation, Internal, parse_answer, stream_repairs
+from orchestrator.serve.adapters.route import Request, Resend, Route
 from orchestrator.serve.http.body import dump_body
 from orchestrator.serve.ollama import shapes
 from orchestrator.serve.ollama import translate as ollama
-from orchestrator.serve.openai.adapter import ChatCompletions, Completions, Embeddings
+from orchestrator.serve.openai.adapter import CHAT, COMPLETIONS, EMBEDDINGS
 from orchestrator.serve.streaming import sse_events
 
 if TYPE_CHECKING:
@@ -47,8 +40,7 @@ if TYPE_CHECKING:
 
 OLLAMA_PREFIX = "/api/"
 NDJSON_HEADERS: list[tuple[bytes, bytes]] = [(b"content-type", b"application/x-ndjson")]
-_CHAT, _COMPLETIONS, _EMBEDDINGS = ChatCompletions(), Completions(), Embeddings()
-_BY_PATH: dict[str, Adapter] = {_CHAT.path: _CHAT, _COMPLETIONS.path: _COMPLETIONS}
+_BY_PATH: dict[str, Route] = {CHAT.path: CHAT, COMPLETIONS.path: COMPLETIONS}
 _DONE = b'"done": true'  # json.dumps' default separators; a quote inside text is always escaped
 
 
@@ -152,8 +144,10 @@ class OllamaAdapter(Generation):
     stream_headers = NDJSON_HEADERS
     generate = False  # /api/generate's answer shape (``response``) instead of /api/chat's
 
+    route: Route = CHAT
+
     def translate(self, body: dict[str, Any], raw: bytes) -> Internal:
-        return Internal(_CHAT.path, ollama.chat_request(body), _CHAT)
+        return Internal(CHAT.path, ollama.chat_request(body), CHAT)
 
     async def local(self, req: Request, client: dict[str, Any]) -> dict[str, Any] | None:
         """Apply the request's ``keep_alive`` to its model's idle time (the lifecycle's TTL)."""
@@ -162,14 +156,10 @@ class OllamaAdapter(Generation):
             req.keep_alive(seconds)
         return None
 
-    def fix(self, req: Request, obj: dict[str, Any]) -> tuple[dict[str, Any], bool] | Resend:
-        route = req.call.route
-        return route.fix(req, obj) if isinstance(route, Generation) else (obj, False)
-
     def encode(self, req: Request, obj: dict[str, Any], data: bytes, *, changed: bool) -> bytes:
         return dump_body(ollama.answer(obj, req.model.name, req.started, generate=self.generate))
 
-    def codec(self, req: Request, route: Adapter) -> StreamCodec:
+    def codec(self, req: Request, route: Route) -> StreamCodec:
         repair = stream_repairs(req, route)
         return NdjsonCodec(ollama.StreamTranslator(req.model.name, req.started, generate=self.generate), repair)
 
@@ -222,8 +212,10 @@ class OllamaEmbed(OllamaAdapter):
     kind = "ollama_embed"
     shape = shapes.EMBED
 
+    route = EMBEDDINGS
+
     def translate(self, body: dict[str, Any], raw: bytes) -> Internal:
-        return Internal(_EMBEDDINGS.path, ollama.embed_request(body), _EMBEDDINGS)
+        return Internal(EMBEDDINGS.path, ollama.embed_request(body), EMBEDDINGS)
 
     def whole(self, req: Request, data: bytes) -> bytes | Resend:
         obj = parse_answer(data) or {}
@@ -234,6 +226,6 @@ class OllamaEmbed(OllamaAdapter):
         )
 
 
-def ollama_routes() -> tuple[Adapter, ...]:
+def ollama_routes() -> tuple[OllamaAdapter, ...]:
     """The Ollama routes forwarded to llama-server (its listings are ``orchestrator.serve.ollama.listings``)."""
     return (OllamaAdapter(), OllamaGenerate(), OllamaEmbed())

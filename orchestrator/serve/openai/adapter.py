@@ -20,8 +20,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.errors import ApiError
-from orchestrator.serve.adapters.base import Adapter, Generation, Internal, Request, Resend, check_n
+from orchestrator.serve.adapters.base import Adapter, Generation, Internal
 from orchestrator.serve.adapters.plan import BodyPlan, flatten
+from orchestrator.serve.adapters.route import Request, Resend, Route, check_n
 from orchestrator.serve.openai import fim, shapes
 from orchestrator.serve.repair import chat, clock, llama_fields, structured, thinking_only
 from orchestrator.serve.repair import response as reasoning
@@ -32,12 +33,11 @@ if TYPE_CHECKING:
     from orchestrator.config.schema import ModelConfig
 
 
-class ChatCompletions(Generation):
-    """``POST /v1/chat/completions``."""
+class ChatRoute(Route):
+    """llama-server's ``/v1/chat/completions`` (OpenAI chat, and Ollama's chat onto it)."""
 
     path = "/v1/chat/completions"
     kind = "chat"
-    shape = shapes.CHAT
     generates = True
     renders_chat = True
 
@@ -87,32 +87,12 @@ class ChatCompletions(Generation):
         return repair_for_stream(req.body, req.thinking, req.model.extra_args)
 
 
-class Completions(Generation):
-    """``POST /v1/completions`` (and llama-server's ``/infill``, same fields)."""
+class CompletionsRoute(Route):
+    """llama-server's ``/v1/completions`` (and its ``/infill``, same fields)."""
 
     path = "/v1/completions"
     kind = "completions"
-    shape = shapes.COMPLETIONS
     generates = True
-
-    def translate(self, body: dict[str, Any], raw: bytes) -> Internal:
-        if self.path != Completions.path:  # llama-server's /infill, served as it is
-            return super().translate(body, raw)
-        fim.check_best_of(body)
-        if fim.wants_infill(body):
-            return Internal(fim.INFILL_PATH, fim.infill_body(body), _FILL_IN)
-        return super().translate(body, raw)
-
-    def fix(self, req: Request, obj: dict[str, Any]) -> tuple[dict[str, Any], bool] | Resend:
-        if isinstance(req.call.route, FillIn) and "content" in obj:
-            req.count_repair("suffix_infill")
-            return fim.CompletionShape(req.model.name).whole(obj), True
-        return obj, False
-
-    def codec(self, req: Request, route: Adapter) -> StreamCodec:
-        if isinstance(route, FillIn):
-            return SseCodec(self.flavor, fim.InfillStream(req.model.name))
-        return super().codec(req, route)
 
     def prepare(self, body: dict[str, Any], model: ModelConfig, policy: chat.RepairPolicy) -> BodyPlan:
         if self.kind == "completions" and body.get("prompt") is None:
@@ -127,9 +107,9 @@ class Completions(Generation):
         return plan
 
 
-class FillIn(Completions):
-    """The internal route of a completion with ``suffix``: llama-server's ``/infill``
-    (``openai.fim``), whose "not supported" is a 400 naming ``suffix``."""
+class FillInRoute(CompletionsRoute):
+    """The route of a completion with ``suffix``: llama-server's ``/infill`` (``openai.fim``),
+    whose "not supported" is a 400 naming ``suffix``."""
 
     path = fim.INFILL_PATH
     kind = "infill"
@@ -138,16 +118,59 @@ class FillIn(Completions):
         return fim.not_available(err)
 
 
-_FILL_IN = FillIn()
-
-
-class Embeddings(Adapter):
-    """``POST /v1/embeddings``: the ``input`` checked, the answer untouched."""
+class EmbeddingsRoute(Route):
+    """llama-server's ``/v1/embeddings``: the ``input`` checked, the answer untouched."""
 
     path = "/v1/embeddings"
     kind = "embeddings"
-    shape = shapes.EMBEDDINGS
 
     def prepare(self, body: dict[str, Any], model: ModelConfig, policy: chat.RepairPolicy) -> BodyPlan:
         llama_fields.check_embedding_input(body)
         return BodyPlan()
+
+
+CHAT, COMPLETIONS, FILL_IN, EMBEDDINGS = ChatRoute(), CompletionsRoute(), FillInRoute(), EmbeddingsRoute()
+
+
+class ChatCompletions(Generation):
+    """``POST /v1/chat/completions``."""
+
+    path = "/v1/chat/completions"
+    kind = "chat"
+    shape = shapes.CHAT
+    route = CHAT
+
+
+class Completions(Generation):
+    """``POST /v1/completions``: with ``suffix``, through llama-server's ``/infill``."""
+
+    path = "/v1/completions"
+    kind = "completions"
+    shape = shapes.COMPLETIONS
+    route = COMPLETIONS
+
+    def translate(self, body: dict[str, Any], raw: bytes) -> Internal:
+        fim.check_best_of(body)
+        if fim.wants_infill(body):
+            return Internal(FILL_IN.path, fim.infill_body(body), FILL_IN)
+        return super().translate(body, raw)
+
+    def fix(self, req: Request, obj: dict[str, Any]) -> tuple[dict[str, Any], bool] | Resend:
+        if req.call.route is FILL_IN and "content" in obj:
+            req.count_repair("suffix_infill")
+            return fim.CompletionShape(req.model.name).whole(obj), True
+        return super().fix(req, obj)
+
+    def codec(self, req: Request, route: Route) -> StreamCodec:
+        if route is FILL_IN:
+            return SseCodec(self.flavor, fim.InfillStream(req.model.name))
+        return super().codec(req, route)
+
+
+class Embeddings(Adapter):
+    """``POST /v1/embeddings``: the answer untouched."""
+
+    path = "/v1/embeddings"
+    kind = "embeddings"
+    shape = shapes.EMBEDDINGS
+    route = EMBEDDINGS

@@ -33,8 +33,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.errors import ApiError
-from orchestrator.serve.adapters.base import Adapter, Generation, Internal, Request, Resend
+from orchestrator.serve.adapters.base import Adapter, Generation, Internal
 from orchestrator.serve.adapters.plan import BodyPlan
+from orchestrator.serve.adapters.route import Request, Resend, Route
 from orchestrator.serve.repair import clock, structured, thinking_only
 from orchestrator.serve.responses import compaction, stored
 from orchestrator.serve.responses import repair as responses
@@ -153,25 +154,17 @@ def _answer(req: Request) -> ResponsesAnswer:
     return made if isinstance(made, ResponsesAnswer) else ResponsesAnswer.of(req.client_body, req.model)
 
 
-class Responses(Generation):
-    """``POST /v1/responses``."""
+class ResponsesRoute(Route):
+    """llama-server's ``/v1/responses``."""
 
     path = "/v1/responses"
     kind = "responses"
-    shape = RESPONSES
     generates = True
     renders_chat = True
-    flavor = RESPONSES_SSE
 
     def prepare(self, body: dict[str, Any], model: ModelConfig, policy: chat.RepairPolicy) -> BodyPlan:
         structured.check(body)
         return _repair(body, model, policy)
-
-    def translate(self, body: dict[str, Any], raw: bytes) -> Internal:
-        if compaction.triggered(body):  # Codex's remote_compaction_v2: the summary, as one item
-            summary = compaction.summary_request(body, stream=body.get("stream") is True)
-            return Internal(self.path, summary, self, answer=_COMPACTION)
-        return Internal(self.path, body, self, raw)
 
     def fix(self, req: Request, obj: dict[str, Any]) -> tuple[dict[str, Any], bool] | Resend:
         answer = _answer(req)
@@ -198,14 +191,43 @@ class Responses(Generation):
             return obj, True
         return obj, kind is not None or first is not None or ended
 
-    async def recall(self, req: Request, internal: Internal) -> Internal:
-        return recall(req, internal)
-
     def chat_request(self, body: dict[str, Any]) -> dict[str, Any]:
         return responses_chat(body)
 
     def stream_repair(self, req: Request) -> Any:
         return ResponsesStreamFix(_answer(req), _keeper(req))
+
+
+class InputTokensRoute(Route):
+    """llama-server's ``/v1/responses/input_tokens``: repaired like a response."""
+
+    path = "/v1/responses/input_tokens"
+    kind = "input_tokens"
+
+    def prepare(self, body: dict[str, Any], model: ModelConfig, policy: chat.RepairPolicy) -> BodyPlan:
+        return _repair(body, model, policy)
+
+
+_ROUTE = ResponsesRoute()
+
+
+class Responses(Generation):
+    """``POST /v1/responses``."""
+
+    path = "/v1/responses"
+    kind = "responses"
+    route: Route = _ROUTE
+    shape = RESPONSES
+    flavor = RESPONSES_SSE
+
+    def translate(self, body: dict[str, Any], raw: bytes) -> Internal:
+        if compaction.triggered(body):  # Codex's remote_compaction_v2: the summary, as one item
+            summary = compaction.summary_request(body, stream=body.get("stream") is True)
+            return Internal(_ROUTE.path, summary, _ROUTE, answer=_COMPACTION)
+        return Internal(_ROUTE.path, body, _ROUTE, raw)
+
+    async def recall(self, req: Request, internal: Internal) -> Internal:
+        return recall(req, internal)
 
 
 class CompactionAnswer(Responses):
@@ -216,7 +238,7 @@ class CompactionAnswer(Responses):
     async def recall(self, req: Request, internal: Internal) -> Internal:
         return internal  # the summary request carries the conversation it summarises
 
-    def codec(self, req: Request, route: Adapter) -> StreamCodec:
+    def codec(self, req: Request, route: Route) -> StreamCodec:
         limits = _answer(req).limits
         return CompactionStream(self.flavor, lambda response: fix_incomplete(response, limits))
 
@@ -232,21 +254,16 @@ _COMPACTION = CompactionAnswer()
 
 
 class InputTokens(Adapter):
-    """``POST /v1/responses/input_tokens``: repaired like a response, answered as llama-server counts."""
+    """``POST /v1/responses/input_tokens``: answered as llama-server counts."""
 
     path = "/v1/responses/input_tokens"
     kind = "input_tokens"
+    route = InputTokensRoute()
     shape = RESPONSES
     flavor = RESPONSES_SSE
 
     async def recall(self, req: Request, internal: Internal) -> Internal:
         return recall(req, internal)
-
-    def prepare(self, body: dict[str, Any], model: ModelConfig, policy: chat.RepairPolicy) -> BodyPlan:
-        return _repair(body, model, policy)
-
-
-_RESPONSES = Responses()
 
 
 class Compact(Generation):
@@ -256,10 +273,11 @@ class Compact(Generation):
 
     path = "/v1/responses/compact"
     kind = "compact"
+    route = _ROUTE
     shape = RESPONSES
 
     def translate(self, body: dict[str, Any], raw: bytes) -> Internal:
-        return Internal(_RESPONSES.path, compaction.summary_request(body), _RESPONSES)
+        return Internal(_ROUTE.path, compaction.summary_request(body), _ROUTE)
 
     def fix(self, req: Request, obj: dict[str, Any]) -> tuple[dict[str, Any], bool] | Resend:
         if obj.get("object") != "response":

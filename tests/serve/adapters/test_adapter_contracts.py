@@ -27,6 +27,7 @@ from orchestrator.config.schema import Config, ModelConfig, ServerConfig
 from orchestrator.errors import ApiError
 from orchestrator.serve.adapters.base import Adapter, Call
 from orchestrator.serve.adapters.plan import BodyPlan
+from orchestrator.serve.adapters.route import Route
 from orchestrator.serve.app import served_by
 from orchestrator.serve.http.shapes import Shape
 from orchestrator.serve.registry import ADAPTERS, adapter_for, error_body, for_path
@@ -61,6 +62,21 @@ def test_every_route_has_one_adapter_and_a_body_case() -> None:
     assert len(paths) == len(set(paths)) and set(paths) == set(BODIES)
 
 
+def test_an_adapter_is_its_apis_side_and_a_route_llama_servers_no_object_is_both() -> None:
+    """The client's side (answer, stream and error shapes) and llama-server's side (checks,
+    repairs, session key, render) are two kinds of object: Ollama's chat ends on OpenAI's chat
+    route itself, not on OpenAI's chat adapter."""
+    for adapter in ADAPTERS:
+        assert isinstance(adapter.route, Route) and not isinstance(adapter, Route), adapter.path
+        for name in ("prepare", "stream_repair", "chat_request", "chat_of", "session_key", "upstream_error"):
+            assert not hasattr(adapter, name), (adapter.path, name)
+        for name in ("whole", "codec", "error_body", "stream_error", "open"):
+            assert not hasattr(adapter.route, name), (adapter.route.path, name)
+    by_path = {a.path: a for a in ADAPTERS}
+    assert by_path["/api/chat"].route is by_path["/v1/chat/completions"].route
+    assert by_path["/api/embed"].route is by_path["/v1/embeddings"].route
+
+
 @pytest.mark.parametrize("path", sorted(BODIES))
 def test_each_adapter_opens_a_call_that_prepares_and_declares(path: str) -> None:
     adapter = adapter_for(path)
@@ -70,7 +86,8 @@ def test_each_adapter_opens_a_call_that_prepares_and_declares(path: str) -> None
     assert isinstance(call, Call) and call.api is adapter, path  # the API that answers its client
     internal = call.internal
     registered = adapter_for(internal.path)  # the internal route is one of llama-server's, served as such
-    assert call.route.path == internal.path and type(call.route) is type(registered), path
+    assert registered is not None and call.route.path == internal.path, path
+    assert type(call.route) is type(registered.route), path
     plan = call.prepare(MODEL, RepairPolicy())
     assert isinstance(plan, BodyPlan) and call.answer_fix is plan.answer_fix
     chat_of = call.chat_of()
@@ -91,8 +108,9 @@ def test_the_internal_route_of_each_api() -> None:
 
 def test_chat_views_of_anthropic_and_responses_put_the_system_text_first() -> None:
     for path in ("/v1/messages", "/v1/responses"):
-        route = adapter_for(path)
-        assert route is not None
+        adapter = adapter_for(path)
+        assert adapter is not None
+        route = adapter.route
         plan = route.prepare(BODIES[path], MODEL, RepairPolicy())
         chat_of = route.chat_of()
         assert chat_of is not None
@@ -102,9 +120,9 @@ def test_chat_views_of_anthropic_and_responses_put_the_system_text_first() -> No
 
 def test_session_keys_are_each_apis_own_field() -> None:
     claude = {"metadata": {"user_id": '{"session_id":"abc"}'}}
-    assert adapter_for("/v1/messages").session_key(claude) == "s:abc"  # type: ignore[union-attr]
-    assert adapter_for("/v1/responses").session_key(claude) is None  # type: ignore[union-attr]
-    assert adapter_for("/v1/chat/completions").session_key({"prompt_cache_key": "x"}) == "k:x"  # type: ignore[union-attr]
+    assert adapter_for("/v1/messages").route.session_key(claude) == "s:abc"  # type: ignore[union-attr]
+    assert adapter_for("/v1/responses").route.session_key(claude) is None  # type: ignore[union-attr]
+    assert adapter_for("/v1/chat/completions").route.session_key({"prompt_cache_key": "x"}) == "k:x"  # type: ignore[union-attr]
 
 
 def test_error_shapes_by_path_prefix() -> None:

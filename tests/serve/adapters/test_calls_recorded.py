@@ -37,7 +37,7 @@ MODEL = ModelConfig(name="demo", path="/unused.gguf", thinking=False)  # as reco
 
 
 class Answering:
-    """What an adapter reads of the request in flight (``adapters.base.Request``), with no proxy."""
+    """What an adapter reads of the request in flight (``adapters.route.Request``), with no proxy."""
 
     def __init__(self, call: Call, plan: BodyPlan) -> None:
         self.model, self.call, self.started = MODEL, call, time.monotonic()

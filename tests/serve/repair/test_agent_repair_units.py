@@ -169,7 +169,7 @@ def _llama_events(call: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 class _Answered:
-    """What ``Responses.fix`` reads of a request in flight (``adapters.base.Request``)."""
+    """What ``ResponsesRoute.fix`` reads of a request in flight (``adapters.route.Request``)."""
 
     def __init__(self, client_body: dict[str, Any]) -> None:
         self.client_body, self.model, self.kinds = client_body, None, []
@@ -183,7 +183,7 @@ class _Answered:
 def test_codex_calls_are_answered_in_its_form_whole_and_streamed() -> None:
     """The model's call of a namespaced function (as llama-server reports it) reaches Codex with
     name and namespace; a custom tool's call as a custom_tool_call; plain functions untouched."""
-    from orchestrator.serve.responses.adapter import Responses
+    from orchestrator.serve.responses.adapter import ResponsesRoute
     from orchestrator.serve.responses.answer import ResponsesAnswer, ResponsesStreamFix
 
     request = {"input": "hi", "tools": [FN, NAMESPACE, CUSTOM, {"type": "web_search"}], "max_output_tokens": 64}
@@ -196,7 +196,7 @@ def test_codex_calls_are_answered_in_its_form_whole_and_streamed() -> None:
     custom_call = {**ns_call, "name": "apply_patch", "arguments": json.dumps({"input": "*** Begin Patch"})}
     whole = {"object": "response", "status": "completed", "output": [custom_call], "usage": {"output_tokens": 9}}
     answered = _Answered(request)
-    obj, changed = Responses().fix(answered, whole)  # type: ignore[misc,arg-type]
+    obj, changed = ResponsesRoute().fix(answered, whole)  # type: ignore[misc,arg-type]
     [out] = obj["output"]
     assert changed and out["type"] == "custom_tool_call" and out["input"] == "*** Begin Patch"
     assert answered.kinds == ["tool_calls_mapped"]

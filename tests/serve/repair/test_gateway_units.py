@@ -196,7 +196,7 @@ def test_a_tool_schema_no_call_can_match_is_a_400_naming_its_path(
     adapter = adapter_for(path)
     assert adapter is not None
     with pytest.raises(ApiError) as caught:
-        adapter.prepare(body, ModelConfig(name="demo", path="/x.gguf"), RepairPolicy())
+        adapter.route.prepare(body, ModelConfig(name="demo", path="/x.gguf"), RepairPolicy())
     assert caught.value.status == 400 and caught.value.param == param, caught.value
 
 
@@ -254,8 +254,8 @@ def test_claude_code_session_header_names_the_session_on_every_route() -> None:
     """``X-Claude-Code-Session-Id`` keys a session as ``metadata.user_id``'s ``session_id`` does (the
     same id, the same key); ``prompt_cache_key`` still comes first."""
     header = [(b"x-claude-code-session-id", b"S-1")]
-    messages = adapter_for("/v1/messages")
-    chat = adapter_for("/v1/chat/completions")
+    messages = adapter_for("/v1/messages").route  # type: ignore[union-attr]
+    chat = adapter_for("/v1/chat/completions").route  # type: ignore[union-attr]
     assert messages is not None and chat is not None
     meta = {"metadata": {"user_id": json.dumps({"session_id": "S-1"})}}
     assert messages.session_key({}, header) == messages.session_key(meta) == "s:S-1"
@@ -270,7 +270,7 @@ def test_ids_and_summaries_decoded_from_json_strings_must_be_text() -> None:
     from orchestrator.serve.repair.agent_errors import checked_arguments
     from orchestrator.serve.responses.compaction import SEAL, expand
 
-    messages = adapter_for("/v1/messages")
+    messages = adapter_for("/v1/messages").route  # type: ignore[union-attr]
     assert messages is not None
     lone = {"metadata": {"user_id": json.dumps({"session_id": "\ud800"})}}
     assert messages.session_key(lone) is None
@@ -308,7 +308,7 @@ def test_a_responses_text_format_no_value_can_match_is_a_400() -> None:
         "schema": {"type": "object", "properties": {"a": {"enum": []}}, "required": ["a"]},
     }
     with pytest.raises(ApiError) as caught:
-        responses.prepare(
+        responses.route.prepare(
             {"model": "demo", "input": "hi", "text": {"format": fmt}},
             ModelConfig(name="demo", path="/x.gguf"),
             RepairPolicy(),
