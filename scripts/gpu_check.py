@@ -368,7 +368,8 @@ def main(argv: list[str] | None = None) -> int:
         groups = model_groups(args, gpu, manifest["file_bytes"])
         manifest["served_together"] = len(groups) == 1
         samples = serve_and_measure(args, clock, models, groups, session, reserve=args.tune_share)
-        complete = all(len({s.round for s in samples if s.error is None and s.q == g[0]}) >= 2 for g in groups)
+        decoded = all(len({s.round for s in samples if s.error is None and s.q == g[0]}) >= 2 for g in groups)
+        complete = decoded
         with clock.step("stop orchestrator up"):
             session.stop()
         with clock.step("launch settings (interleaved)"):
@@ -378,14 +379,18 @@ def main(argv: list[str] | None = None) -> int:
                 manifest["vision"] = measure_vision(args, clock, models, session)
                 session.stop()
         else:
+            complete = False  # complete means every step ran: the decode figures stand, the notes say what is missing
             notes.append("vision with MTP: not measured, the time limit was reached")
-        if not complete:
+        if not decoded:
             notes.append("fewer than two rounds fit in the time limit: no figures past the warm-up")
     except (StepFailed, UserError, OSError) as err:
+        complete = False  # a later step failed: what ran before it is reported, but the run is not complete
         notes.append(str(err))
     except KeyboardInterrupt:
+        complete = False
         notes.append("interrupted")
     except Exception as err:  # a bug: still stop everything and write the report
+        complete = False
         traceback.print_exc()
         notes.append(f"unexpected error: {type(err).__name__}: {err}")
     finally:
