@@ -41,7 +41,7 @@ def native_build() -> BuildInfo:
 def running_server(model: Path, *flags: str) -> Iterator[str]:
     """Serve ``model`` with llama-server (extra ``flags`` appended); yield ``http://127.0.0.1:PORT``."""
     build = native_build()
-    argv = [str(build.server), "-m", str(model), "--host", "127.0.0.1", "--port", "0", "-t", "2", "-c", "1024", *flags]
+    argv = [str(build.server), "-m", str(model), "--host", "127.0.0.1", "--port", "0", "-t", "1", "-c", "1024", *flags]
     proc = subprocess.Popen(
         argv,
         stdout=subprocess.DEVNULL,

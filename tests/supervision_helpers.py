@@ -84,7 +84,7 @@ def real_spec(
         port=0,
         ctx_size=512,
         parallel=1,
-        threads=2,
+        threads=1,
         speculation=Speculation("draft-mtp", 3, 1) if spec else None,
         extra_args=tuple(extra),
     )
@@ -162,9 +162,11 @@ def write_models_yaml(
     model_port: int | None = None,
     extra: str = "",
     shutdown_grace: float = 30,
+    threads: int = 1,
 ) -> Path:
-    """A models.yaml serving ``model`` as "demo" on CPU with a small context; the proxy on ``port``;
-    ``shutdown_grace`` seconds for in-flight requests after SIGTERM."""
+    """A models.yaml serving ``model`` as "demo" on CPU with a small context and ``threads``
+    (one: ggml's threads spin while they wait, and test files run side by side); the proxy on
+    ``port``; ``shutdown_grace`` seconds for in-flight requests after SIGTERM."""
     lines = [
         "server:",
         "  host: 127.0.0.1",
@@ -174,7 +176,7 @@ def write_models_yaml(
         "  - name: demo",
         f"    path: {model}",
         "    ctx_size: 512",
-        "    threads: 2",
+        f"    threads: {threads}",
     ]
     if model_port is not None:
         lines.append(f"    port: {model_port}")

@@ -59,7 +59,7 @@ def served(tmp_path_factory: pytest.TempPathFactory, demo_model: Path, bin_info:
     config.write_text(
         f"server:\n  port: 0\n  api_keys: [{KEY}]\nmodels:\n"
         f"  - name: demo\n    path: {model}\n    ctx_size: 65536\n    allow_ctx_beyond_trained: true\n"
-        "    parallel: 1\n    threads: 2\n    thinking: false\n    extra_args: ['-n', '64']\n"
+        "    parallel: 1\n    threads: 1\n    thinking: false\n    extra_args: ['-n', '64']\n"
         "    speculative: {type: draft-mtp, n_max: 3, adaptive: true}\n"
     )
     (work / "state").mkdir()

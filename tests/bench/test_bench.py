@@ -325,7 +325,7 @@ def test_bench_end_to_end_on_the_echo_model(tmp_path: Path, bin_info, echo_model
         "  - name: echo   # the q=0 echo model\n"
         f"    path: {echo_model}\n"
         "    ctx_size: 1024\n"
-        "    threads: 2\n"
+        "    threads: 1\n"
         "    speculative:\n"
         "      n_max: 3   # K\n"
     )
@@ -393,7 +393,7 @@ def test_bench_relaunch_per_k_without_the_patch(tmp_path: Path, bin_info, echo_m
     monkeypatch.setattr(Sweep, "_probe_patch", unpatched)
     monkeypatch.setenv("ORCHESTRATOR_BIN_DIR", str(bin_info.bin_dir))
     cfg = tmp_path / "models.yaml"
-    cfg.write_text(f"models:\n  - name: echo\n    path: {echo_model}\n    ctx_size: 512\n    threads: 2\n")
+    cfg.write_text(f"models:\n  - name: echo\n    path: {echo_model}\n    ctx_size: 512\n    threads: 1\n")
     prompts = tmp_path / "p.jsonl"
     prompts.write_text('{"domain": "chat", "prompt": "Hello there"}\n')
     out = tmp_path / "results"
@@ -485,7 +485,7 @@ def _interrupt_sweeps(tmp_path: Path, echo_model: Path, bin_info: Any, monkeypat
     from orchestrator.cli.bench import run_bench
 
     cfg = tmp_path / "models.yaml"
-    cfg.write_text(f"models:\n  - name: echo\n    path: {echo_model}\n    ctx_size: 1024\n    threads: 2\n")
+    cfg.write_text(f"models:\n  - name: echo\n    path: {echo_model}\n    ctx_size: 1024\n    threads: 1\n")
     before = cfg.read_text()
     monkeypatch.setenv("ORCHESTRATOR_BIN_DIR", str(bin_info.bin_dir))
     args = {"config": cfg, "k": "0,2", "prompts": "math", "prompts_file": None, "n_predict": 16, "reps": 1,

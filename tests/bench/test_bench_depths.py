@@ -135,7 +135,7 @@ def test_bench_at_depth_on_the_echo_model(tmp_path: Path, bin_info, echo_model) 
     from orchestrator.cli.bench import run_bench
 
     cfg = tmp_path / "models.yaml"
-    cfg.write_text(f"models:\n  - name: echo\n    path: {echo_model}\n    ctx_size: 512\n    threads: 2\n")
+    cfg.write_text(f"models:\n  - name: echo\n    path: {echo_model}\n    ctx_size: 512\n    threads: 1\n")
     out = tmp_path / "results"
     prompts = tmp_path / "p.jsonl"
     prompts.write_text(json.dumps({"domain": "q", "prompt": "Say something."}) + "\n")

@@ -36,7 +36,7 @@ def test_bench_sampling_measures_both_modes_at_each_temperature(tmp_path: Path, 
 
     cfg = tmp_path / "models.yaml"
     cfg.write_text(
-        f"models:\n  - name: demo\n    path: {demo_model}\n    ctx_size: 1024\n    threads: 2\n"
+        f"models:\n  - name: demo\n    path: {demo_model}\n    ctx_size: 1024\n    threads: 1\n"
         "    speculative:\n      type: draft-mtp\n      n_max: 3\n"
     )
     out = tmp_path / "results"

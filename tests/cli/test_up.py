@@ -127,7 +127,9 @@ def test_up_serves_chat_status_logs_drain_and_down(tmp_path: Path, bin_info, dem
     """up -> ready -> chat through the proxy -> status/logs -> SIGTERM drains an in-flight stream
     while new requests get 503 -> everything stops, run.json removed, no llama-server left."""
     # a grace the in-flight stream cannot outlast even on a loaded machine (it ends the drain early)
-    config = write_models_yaml(tmp_path / "models.yaml", demo_model, shutdown_grace=600)
+    # two threads: not the suite's default (LLAMA_ARG_THREADS=1, conftest.py), so the read-back below
+    # shows the flag reached llama-server
+    config = write_models_yaml(tmp_path / "models.yaml", demo_model, shutdown_grace=600, threads=2)
     with RunningUp(config, tmp_path / "state") as up:
         endpoint = str(up.run["endpoint"])
         assert (up.state / "run.json").stat().st_mode & 0o777 == 0o600

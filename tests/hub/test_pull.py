@@ -221,7 +221,7 @@ def demo_hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, demo_model: Path) 
 def _hf_yaml(path: Path) -> Path:
     path.write_text(
         "server: {host: 127.0.0.1, port: 0, timeouts: {load: 120}}\n"
-        "models:\n  - {name: demo, path: 'hf:test-org/demo-GGUF:Q8_0', ctx_size: 512, threads: 2}\n"
+        "models:\n  - {name: demo, path: 'hf:test-org/demo-GGUF:Q8_0', ctx_size: 512, threads: 1}\n"
     )
     return path
 
@@ -283,7 +283,7 @@ def test_up_serves_an_hf_model_with_its_separate_mtp_head(
         config = tmp_path / "models.yaml"
         config.write_text(
             "server: {host: 127.0.0.1, port: 0, timeouts: {load: 120}}\n"
-            "models:\n  - {name: sep, path: 'hf:test-org/sep-GGUF', ctx_size: 512, threads: 2, thinking: false}\n"
+            "models:\n  - {name: sep, path: 'hf:test-org/sep-GGUF', ctx_size: 512, threads: 1, thinking: false}\n"
         )
         with RunningUp(config, tmp_path / "state") as up:
             reply = httpx.post(

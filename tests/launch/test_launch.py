@@ -536,7 +536,7 @@ def test_planned_command_really_serves_with_drafting(tmp_path: Path, real_build:
 
     import httpx
 
-    config = config_for(tmp_path, ModelConfig(name="demo", path="builtin:tiny-mtp", ctx_size=512, threads=2))
+    config = config_for(tmp_path, ModelConfig(name="demo", path="builtin:tiny-mtp", ctx_size=512, threads=1))
     [spec] = plan_launch(config, gpus=[], build=real_build, capabilities=probe_capabilities(real_build))
     log = tmp_path / "server.log"
     with log.open("wb") as sink:

@@ -48,7 +48,7 @@ def _start(kind: str, offset: int = 0) -> int:
 def test_bed_profile_on_llama_server(llama_server: Any, tmp_path: Path, pinned_source: Path) -> None:
     model = tmp_path / "small-kinds.gguf"
     shaped.write_shaped_model(model, quant="q4_k_m", q=0.1, scale="small", profile="kinds")
-    server = llama_server(model, "--spec-type", "draft-mtp", "--spec-draft-n-max", "2", ctx=1024, threads=2)
+    server = llama_server(model, "--spec-type", "draft-mtp", "--spec-draft-n-max", "2", ctx=1024, threads=1)
 
     def run(kind: str, n: int) -> tuple[float, list[int]]:
         body = {"prompt": [_start(kind)], "n_predict": n, "temperature": 0, "return_tokens": True}

@@ -197,7 +197,7 @@ def test_scaled_model_echoes_with_acceptance_one_minus_q(
     shaped.write_shaped_model(model, quant="q4_k_m", q=0.1, scale="small")
     emap = tiny.load_echo_map(0.1, seed=0)
     server = llama_server(
-        model, "--spec-type", "draft-mtp", "--spec-draft-n-max", "1", "--spec-draft-n-min", "1", threads=2
+        model, "--spec-type", "draft-mtp", "--spec-draft-n-max", "1", "--spec-draft-n-min", "1", threads=1
     )
     body = {"prompt": "Hello world", "n_predict": 160, "temperature": 0, "return_tokens": True, "cache_prompt": False}
     res = server.post("/completion", body, timeout=600)

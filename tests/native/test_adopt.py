@@ -57,7 +57,7 @@ def test_up_serves_the_demo_through_an_adopted_server_and_status_says_what_is_of
     config.write_text(
         f"build: {{llama_server: {stock_server.server}}}\n"
         "server: {host: 127.0.0.1, port: 0, timeouts: {load: 120}}\n"
-        f"models:\n  - {{name: demo, path: {demo_model}, ctx_size: 512, threads: 2, thinking: false}}\n"
+        f"models:\n  - {{name: demo, path: {demo_model}, ctx_size: 512, threads: 1, thinking: false}}\n"
     )
     with RunningUp(config, tmp_path / "state") as up:
         assert up.instance_pids()

@@ -33,7 +33,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory, bin_info: Any, echo_model: P
     # adaptive: each turn also gets its own draft length (the policy on the request path), which
     # must not cost the prompt cache anything
     model["speculative"] = {"type": "draft-mtp", "n_max": 3, "adaptive": True}
-    s = real_stack(tmp_path_factory.mktemp("agent-cache"), echo_model, bin_info, models=[{**model, "threads": 2}])
+    s = real_stack(tmp_path_factory.mktemp("agent-cache"), echo_model, bin_info, models=[{**model, "threads": 1}])
     yield s
     s.close()
 

@@ -40,7 +40,7 @@ ANTHROPIC = {"anthropic-version": "2023-06-01"}
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory, bin_info: Any, echo_model: Path) -> Iterator[Stack]:
-    base = {"parallel": 1, "ctx_size": 8192, "threads": 2, "allow_ctx_beyond_trained": True}
+    base = {"parallel": 1, "ctx_size": 8192, "threads": 1, "allow_ctx_beyond_trained": True}
     models = [{"name": "demo", **base, "cache": {"stable_system": True}}, {"name": "plain", **base}]
     s = real_stack(tmp_path_factory.mktemp("clock"), echo_model, bin_info, models=models)
     yield s

@@ -34,7 +34,7 @@ def stack(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, bin_info: Any, echo_model: Path
 ) -> Iterator[Stack]:
     parallel = request.param
-    models = [{"name": "demo", "parallel": parallel, "ctx_size": 8192 * parallel, "threads": 2,
+    models = [{"name": "demo", "parallel": parallel, "ctx_size": 8192 * parallel, "threads": 1,
                "allow_ctx_beyond_trained": True}]  # fmt: skip
     s = real_stack(tmp_path_factory.mktemp("convs"), echo_model, bin_info, models=models)
     yield s

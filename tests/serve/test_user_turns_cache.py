@@ -28,7 +28,7 @@ TOOLS = [{"type": "function", "function": {"name": "read", "parameters": {"type"
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory, bin_info: Any, echo_model: Path) -> Iterator[Stack]:
-    base = {"parallel": 1, "ctx_size": 8192, "threads": 2, "allow_ctx_beyond_trained": True}
+    base = {"parallel": 1, "ctx_size": 8192, "threads": 1, "allow_ctx_beyond_trained": True}
     models = [{"name": "demo", **base}, {"name": "stock", **base, "preserve_thinking": False}]
     s = real_stack(tmp_path_factory.mktemp("turns"), echo_model, bin_info, models=models)
     yield s
