@@ -60,11 +60,6 @@ class Internal:
     raw: bytes | None = None
     answer: Adapter | None = None  # who answers the client, when not the endpoint's own adapter
 
-    @property
-    def kind(self) -> str:
-        """The internal route's kind (``chat`` requests get prefix affinity)."""
-        return self.route.kind
-
 
 def parse_answer(data: bytes) -> dict[str, Any] | None:
     """A whole answer as a JSON object, or None when it is not one (passed on as it came)."""
