@@ -77,10 +77,12 @@ def _config(work: Path, args: argparse.Namespace, parallel: int, preserve: bool 
     for name in ("demo", "other"):
         models += (
             f"  - name: {name}\n    path: builtin:tiny-mtp\n    ctx_size: {args.ctx * parallel}\n"
-            f"    parallel: {parallel if name == 'demo' else 1}\n    threads: 2\n    thinking: false\n"
+            f"    parallel: {parallel if name == 'demo' else 1}\n    thinking: false\n"
             f"    allow_ctx_beyond_trained: true\n    preserve_thinking: {json.dumps(preserve)}\n"
             f"    load: {'on_start' if name == 'demo' else 'on_demand'}\n    extra_args: {extra_yaml}\n"
         )
+        if args.threads is not None:
+            models += f"    threads: {args.threads}\n"
     yaml.write_text("server:\n  port: 0\nmodels:\n" + models)
     return yaml
 
@@ -240,6 +242,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--ctx", type=int, default=32768, help="context tokens per slot")
     parser.add_argument("--max-tokens", type=int, default=8)
+    parser.add_argument("--threads", type=int, help="llama-server threads per model (default: its own, one per core)")
     parser.add_argument("--swap-at", type=int, default=sc.SWAP_AT, help="the swap scenario's turn")
     parser.add_argument("--extra-args", default="", help="llama-server flags for the models (shell words)")
     parser.add_argument("--json", type=Path, help="write every turn and summary here too")

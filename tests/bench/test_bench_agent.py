@@ -218,7 +218,7 @@ def test_the_tool_replays_a_small_session_on_both_sides(tmp_path: Path, bin_info
     scenarios = ["user-turn/small/think", "concurrent/small", "swap/small"]
     out = subprocess.run(
         [sys.executable, str(REPO / "scripts" / "bench_agent.py"), str(tmp_path / "small.json"),
-         "--scenarios", ",".join(scenarios), "--ctx", "4096", "--swap-at", "2",
+         "--scenarios", ",".join(scenarios), "--ctx", "4096", "--swap-at", "2", "--threads", "1",
          "--json", str(tmp_path / "out.json"), "--markdown", str(tmp_path / "out.md")],
         capture_output=True, text=True, timeout=900, check=False,
     )  # fmt: skip
