@@ -19,7 +19,17 @@ KvCacheType = Literal["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q
 class ModelLaunchKeys(BaseModel):
     """Per-model llama-server resource flags; null = llama-server's default."""
 
-    threads: int | None = Field(None, ge=1, description="CPU threads (-t); null = llama-server's default")
+    threads: int | None = Field(
+        None,
+        ge=1,
+        description=(
+            "CPU threads (-t); null = llama-server's default (a thread per core). Where several llama-servers "
+            "compute on the CPU at once (replicas, several loaded models, experts kept on the CPU), give them "
+            "threads that add up to at most the cores: ggml's threads spin at every barrier, and on 2 cores busy "
+            "with other work a 2-thread server took 6-22x the time of a 1-thread one for the same requests "
+            "(the demo model)"
+        ),
+    )
     batch_size: int | None = Field(None, ge=1, description="logical batch, tokens (-b); null = llama-server's 2048")
     ubatch_size: int | None = Field(
         None,
