@@ -227,6 +227,18 @@ def responses_incomplete(response: dict[str, Any]) -> None:
 # --- streams --------------------------------------------------------------------------------
 
 
+#: Per API, bytes that an event which can show something (:func:`_shows`) or end the stream
+#: normally (:func:`_ends_normally`) always holds, whatever its spacing: JSON keys and string values
+#: with their quotes (inside a JSON string every quote is escaped, so generated text cannot fake
+#: them; it can only add a needless parse). A reasoning delta holds none of them
+#: (``reasoning_content``, ``thinking_delta``, ``response.reasoning_text.delta``).
+SIGNS: dict[str, tuple[bytes, ...]] = {
+    "chat": (b'"content"', b'"tool_calls"', b'"stop"'),
+    "messages": (b'"text"', b'"tool_use"', b'"input_json_delta"', b'"end_turn"'),
+    "responses": (b'"response.output_text.delta"', b'"response.output_item.added"', b'"response.completed"'),
+}
+
+
 class ThinkingOnlyStream:
     """A stream repair (``stream_repair.StreamRepair``'s protocol) around ``inner`` that ends a
     stream whose thinking never closed, and that sent nothing visible, with the API's incomplete
@@ -235,10 +247,15 @@ class ThinkingOnlyStream:
     def __init__(self, inner: Any, api: str) -> None:
         self.inner, self.api = inner, api
         self.visible = False
+        self._signs = SIGNS[api]
 
     def needs_parse(self, raw: bytes) -> bool:
-        """Every event until something visible went out, then only what ``inner`` wants."""
-        return not self.visible or (self.inner is not None and self.inner.needs_parse(raw))
+        """Until something visible went out, the events that may show something or end the stream
+        (:data:`SIGNS`: a reasoning delta is relayed as it came, unparsed); then only what
+        ``inner`` wants."""
+        if self.inner is not None and self.inner.needs_parse(raw):
+            return True
+        return not self.visible and any(sign in raw for sign in self._signs)
 
     def repair(self, chunk: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
         kinds: list[str] = []
