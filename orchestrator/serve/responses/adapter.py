@@ -224,7 +224,7 @@ class Responses(Generation):
         if compaction.triggered(body):  # Codex's remote_compaction_v2: the summary, as one item
             summary = compaction.summary_request(body, stream=body.get("stream") is True)
             return Internal(_ROUTE.path, summary, _ROUTE, answer=_COMPACTION)
-        return Internal(_ROUTE.path, body, _ROUTE, raw)
+        return super().translate(body, raw)
 
     async def recall(self, req: Request, internal: Internal) -> Internal:
         return recall(req, internal)
