@@ -58,6 +58,7 @@ class ServerArgs:
     slot_save_path: Path | None = None  # kv_persist: where POST /slots/{id}?action=save writes
     rpc: tuple[str, ...] = ()  # RPC workers (host:port) sharing the layers: --rpc a,b
     sse_ping: int | None = None  # --sse-ping-interval (s): a silent stream gets an SSE comment this often
+    fit: bool | None = None  # --fit on|off; None: neither (llama-server's default: on at the pin)
     chat_template_file: Path | None = None  # a cache-stable rewrite of the GGUF's template
     template_kwargs: str | None = None  # --chat-template-kwargs (JSON): {"preserve_thinking": true}
     # False: --no-reasoning-preserve (preserve_thinking: false). The pin keeps earlier turns' reasoning
@@ -79,6 +80,7 @@ def render_argv(args: ServerArgs) -> tuple[str, ...]:
         *(("--slot-save-path", str(args.slot_save_path)) if args.slot_save_path else ()),
         *(("--rpc", ",".join(args.rpc)) if args.rpc else ()),
         *(("--sse-ping-interval", str(args.sse_ping)) if args.sse_ping is not None else ()),
+        *(("--fit", "on" if args.fit else "off") if args.fit is not None else ()),
         *(("--chat-template-file", str(args.chat_template_file)) if args.chat_template_file else ()),
         *(("--chat-template-kwargs", args.template_kwargs) if args.template_kwargs else ()),
         *(_on_off("reasoning-preserve", args.reasoning_preserve)),

@@ -421,8 +421,23 @@ def test_the_pinned_build_really_has_the_flags_the_plan_uses(real_build: build_m
         "-ngl",
         "-np",
         "--flash-attn",
+        "--fit",
     ):
         assert flag in found.flags, flag
+
+
+def test_fit_is_off_where_the_binary_has_the_flag_and_left_out_where_it_has_not(
+    tmp_path: Path, native: build_mod.BuildInfo
+) -> None:
+    """llama-server's --fit could only lower -c and -ngl, which the plan always sets: off saves a load of
+    the model's metadata per start. A llama-server without the flag (an adopted older one) gets none."""
+    write_gguf(tmp_path / "mtp.gguf", nextn=1)
+    config = config_for(tmp_path, ModelConfig(name="demo", path="mtp.gguf"))
+    listed = dataclasses.replace(caps(native), flags=frozenset({"--fit", "--spec-type"}))
+    [spec] = plan_launch(config, gpus=[], build=native, capabilities=listed)
+    assert after(spec.argv, "--fit") == "off" and spec.argv.count("--fit") == 1
+    [old] = plan_launch(config, gpus=[], build=native, capabilities=caps(native))
+    assert "--fit" not in old.argv and "-fit" not in old.argv
 
 
 def test_every_flag_the_plan_renders_is_refused_in_extra_args(tmp_path: Path, cuda_build: build_mod.BuildInfo) -> None:
@@ -432,11 +447,16 @@ def test_every_flag_the_plan_renders_is_refused_in_extra_args(tmp_path: Path, cu
     model = ModelConfig(
         name="m", path="trunk.gguf", gpus=[0, 1], threads=2, speculative=SpeculativeConfig(p_min=0.5, draft="d.gguf")
     )
+    # every flag the plan renders only where the binary lists it, listed
+    listed = frozenset({"--fit", "--sse-ping-interval", "--no-reasoning-preserve"})
     [spec] = plan_launch(
-        config_for(tmp_path, model), gpus=[gpu(0), gpu(1)], build=cuda_build, capabilities=caps(cuda_build)
+        config_for(tmp_path, model),
+        gpus=[gpu(0), gpu(1)],
+        build=cuda_build,
+        capabilities=dataclasses.replace(caps(cuda_build), flags=listed),
     )
     rendered = {a for a in spec.argv[1:] if a.startswith("-") and not a[1:].replace(".", "").isdigit()}
-    assert "--tensor-split" in rendered and "-md" in rendered
+    assert "--tensor-split" in rendered and "-md" in rendered and "--fit" in rendered
     assert rendered <= set(PLAN_FLAGS), rendered - set(PLAN_FLAGS)
 
 
@@ -538,11 +558,14 @@ def test_planned_command_really_serves_with_drafting(tmp_path: Path, real_build:
 
     config = config_for(tmp_path, ModelConfig(name="demo", path="builtin:tiny-mtp", ctx_size=512, threads=1))
     [spec] = plan_launch(config, gpus=[], build=real_build, capabilities=probe_capabilities(real_build))
+    assert after(spec.argv, "--fit") == "off"
     log = tmp_path / "server.log"
+    # without the suite's LLAMA_ARG_FIT=off (conftest.py): the plan's own flag must turn the fit off
+    env = {k: v for k, v in os.environ.items() if k != "LLAMA_ARG_FIT"}
     with log.open("wb") as sink:
         proc = subprocess.Popen(
             list(spec.argv),
-            env={**os.environ, **spec.env},
+            env={**env, **spec.env},
             stdout=sink,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -577,6 +600,9 @@ def test_planned_command_really_serves_with_drafting(tmp_path: Path, real_build:
             assert body["timings"]["draft_n"] > 0
             assert body["timings"]["draft_n_accepted"] > 0
             assert client.get("/metrics").status_code == 200  # --metrics was passed (501 without it)
+        # read back: llama-server logs its fit at -lv 4 ("fitting params to device memory ...") when on
+        text = log.read_text(errors="replace")
+        assert "llama_model_loader" in text and "fitting params" not in text
     finally:
         os.killpg(proc.pid, 9)
         proc.wait(timeout=30)
