@@ -289,7 +289,9 @@ class ModelConfig(ModelLifecycle, ModelAgentKeys, ModelLaunchKeys, ModelMediaKey
                 flag = flag.replace("_", "-")
             key = PLAN_FLAGS.get(flag)
             if key is not None and key.startswith("nothing ("):  # no key controls it: say why not
-                raise located(str(i), f"{flag} is set by the launch plan, and no models.yaml key changes it: {key[9:-1]}")
+                raise located(
+                    str(i), f"{flag} is set by the launch plan, and no models.yaml key changes it: {key[9:-1]}"
+                )
             if key is not None:
                 raise located(str(i), f"{flag} is set by the launch plan; use the models.yaml key {key} instead")
         return value
