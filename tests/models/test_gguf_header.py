@@ -1,0 +1,79 @@
+"""The GGUF header reader: string arrays read in big chunks, and one read per unchanged file."""
+
+from __future__ import annotations
+
+import os
+import struct
+from pathlib import Path
+
+import gguf
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from orchestrator.errors import UserError
+from orchestrator.models.gguf_header import ArraySummary, read_header
+
+
+def write_strings(path: Path, arrays: dict[str, list[str]]) -> Path:
+    """A GGUF with no tensors whose metadata is ``arrays`` (string arrays), then one u32 key."""
+    w = gguf.GGUFWriter(str(path), "llama")
+    for key, items in arrays.items():
+        w.add_array(key, items)
+    w.add_uint32("after.arrays", 7)  # read where the arrays end: a wrong position garbles it
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.close()
+    return path
+
+
+# short and long items, non-ASCII, empty; some over the reader's 1 MiB chunk and some crossing it
+_ITEM = st.one_of(
+    st.text(max_size=12),
+    st.integers(0, 3).map(lambda k: "x" * (k * 400_000 + 7)),
+)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(kept=st.lists(_ITEM, min_size=65, max_size=120), skipped=st.lists(_ITEM, min_size=65, max_size=120))
+def test_string_arrays_read_back_kept_or_skipped_whatever_their_sizes(
+    tmp_path: Path, kept: list[str], skipped: list[str]
+) -> None:
+    path = write_strings(tmp_path / "s.gguf", {"tokenizer.ggml.tokens": kept, "tokenizer.ggml.merges": skipped})
+    header = read_header(path)
+    assert header.metadata["tokenizer.ggml.tokens"] == kept
+    assert header.metadata["tokenizer.ggml.merges"] == ArraySummary(8, len(skipped))
+    assert header.metadata["after.arrays"] == 7 and header.header_bytes == path.stat().st_size
+    path.unlink()
+
+
+def test_a_header_cut_inside_a_string_array_is_a_truncated_header(tmp_path: Path) -> None:
+    whole = write_strings(tmp_path / "whole.gguf", {"tokenizer.ggml.tokens": ["ab"] * 100 + ["y" * 3_000_000]})
+    data = whole.read_bytes()
+    for cut in (200, len(data) - 2_000_000, len(data) - 5):  # in an item's length, in the long item, near the end
+        part = tmp_path / f"cut{cut}.gguf"
+        part.write_bytes(data[:cut])
+        with pytest.raises(UserError, match=rf"truncated GGUF header \(ends at byte {cut:,}\)"):
+            read_header(part)
+    bad = bytearray(data)
+    at = data.index(struct.pack("<Q", 2) + b"ab")  # the first item's length
+    bad[at : at + 8] = struct.pack("<Q", 1 << 40)
+    (tmp_path / "huge.gguf").write_bytes(bad)
+    with pytest.raises(UserError, match="corrupt GGUF header"):
+        read_header(tmp_path / "huge.gguf")
+
+
+def test_an_unchanged_file_is_read_once_and_a_changed_one_again(tmp_path: Path) -> None:
+    path = write_strings(tmp_path / "m.gguf", {"tokenizer.ggml.tokens": ["a"] * 70})
+    first = read_header(path)
+    assert read_header(path) is first  # the same file: the same header, not parsed again
+    assert read_header(path, keep_string_arrays=()) is not first  # another question: read for it
+    replaced = write_strings(tmp_path / "new.gguf", {"tokenizer.ggml.tokens": ["b"] * 80})
+    os.replace(replaced, path)  # a new file under the old name
+    assert read_header(path).metadata["tokenizer.ggml.tokens"] == ["b"] * 80
+    with path.open("r+b") as f:  # rewritten in place, same size: its mtime tells
+        f.seek(-4, os.SEEK_END)  # the u32 after the arrays, little-endian
+        f.write(b"\x08")
+    stamp = path.stat().st_mtime_ns + 1_000_000
+    os.utime(path, ns=(stamp, stamp))
+    assert read_header(path).metadata["after.arrays"] == 8
