@@ -40,6 +40,27 @@ def test_code_has_minimum_distance_6() -> None:
     assert words[0] == 0 and set(np.unique(words & 1)) == {0, 1}  # bit 0 (the flag) varies
 
 
+def test_the_writer_packs_a_big_array_once_and_never_returns_another_lists_bytes(tmp_path: Path) -> None:
+    """The tiny writer keeps the packed bytes of big metadata arrays; a hit must be the same list."""
+    import gguf
+
+    plain = gguf.GGUFWriter(tmp_path / "plain.gguf", "llama")
+    ours = tm._writer_class()(tmp_path / "ours.gguf", "llama")
+    strings, array = ["tok", "en"] * 3000, gguf.GGUFValueType.ARRAY
+    first = ours._pack_val(strings, array, True, gguf.GGUFValueType.STRING)
+    assert first == plain._pack_val(strings, array, True, gguf.GGUFValueType.STRING)
+    assert ours._pack_val(strings, array, True, gguf.GGUFValueType.STRING) is first  # packed once
+    for round_ in range(20):  # new lists, often at a freed list's id: packed anew, never the old bytes
+        del strings
+        strings = [f"t{round_}", "x"] * 3000
+        want = plain._pack_val(strings, array, True, gguf.GGUFValueType.STRING)
+        assert ours._pack_val(strings, array, True, gguf.GGUFValueType.STRING) == want
+    small = ["a", "b"]  # small arrays and other values go through the plain writer
+    assert ours._pack_val(small, array, True, gguf.GGUFValueType.STRING) == plain._pack_val(
+        small, array, True, gguf.GGUFValueType.STRING
+    )
+
+
 @pytest.mark.native
 def test_echo_map_counts_through_clean_tokens(pinned_source: Path) -> None:
     emap = tm.load_echo_map(0.2, seed=0)
