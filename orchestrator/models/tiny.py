@@ -66,6 +66,7 @@ from typing import TYPE_CHECKING, Any
 
 from orchestrator.errors import UserError
 from orchestrator.models.gguf_header import read_header
+from orchestrator.models.packing_writer import packing_writer
 from orchestrator.models.tiny_echo import EchoMap, echo_map
 from orchestrator.models.tiny_weights import (
     CONTEXT_LENGTH,
@@ -238,7 +239,7 @@ def _write_gguf(path: Path, model: _Contents, part: _Part) -> None:
     fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
     try:
-        wr = _writer_class()(tmp_name, model.arch)
+        wr = packing_writer()(tmp_name, model.arch)
         _add_hparams(wr, model, part)
         _add_vocab_and_provenance(wr, model, part)
         _add_tensors(wr, model.weights, part.names)
@@ -253,35 +254,6 @@ def _write_gguf(path: Path, model: _Contents, part: _Part) -> None:
     finally:
         if os.path.exists(tmp_name):
             os.unlink(tmp_name)
-
-
-# the packed bytes of the tokenizer's big arrays, by (id, type, endianness): (the array, its bytes)
-_PACKED: dict[tuple[Any, ...], tuple[Any, bytes]] = {}
-
-
-@functools.cache
-def _writer_class() -> Any:
-    """``gguf.GGUFWriter`` that packs each big metadata array once per process.
-
-    The writer packs an array item by item in Python: the copied tokenizer's 300,000 strings and
-    151,936 token types were about 0.5 s of every tiny model's 0.9 s write, and a process (the
-    tests, a gpu check) writes several. Only lists longer than 4096 items are kept, and a hit
-    must be the very same list object (``is``), so a reused ``id`` never returns stale bytes."""
-    import gguf
-
-    class Writer(gguf.GGUFWriter):
-        def _pack_val(self, val: Any, vtype: Any, add_vtype: bool, sub_type: Any = None) -> bytes:
-            if not (isinstance(val, list) and len(val) > 4096):
-                return bytes(super()._pack_val(val, vtype, add_vtype, sub_type))
-            key = (id(val), vtype, add_vtype, sub_type, self.endianess)
-            hit = _PACKED.get(key)
-            if hit is None or hit[0] is not val:
-                if len(_PACKED) >= 16:  # vocabularies of earlier sources: let them go
-                    _PACKED.clear()
-                hit = _PACKED[key] = (val, bytes(super()._pack_val(val, vtype, add_vtype, sub_type)))
-            return hit[1]
-
-    return Writer
 
 
 def _add_hparams(wr: Any, model: _Contents, part: _Part) -> None:

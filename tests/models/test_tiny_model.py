@@ -18,6 +18,7 @@ from orchestrator.config.load import load_config
 from orchestrator.models import tiny as tm
 from orchestrator.models import tiny_echo, tiny_weights
 from orchestrator.models.facts import read_model_facts
+from orchestrator.models.packing_writer import packing_writer
 
 REPO = Path(__file__).resolve().parents[2]
 MAX_BYTES = 25_000_000
@@ -45,7 +46,7 @@ def test_the_writer_packs_a_big_array_once_and_never_returns_another_lists_bytes
     import gguf
 
     plain = gguf.GGUFWriter(tmp_path / "plain.gguf", "llama")
-    ours = tm._writer_class()(tmp_path / "ours.gguf", "llama")
+    ours = packing_writer()(tmp_path / "ours.gguf", "llama")
     strings, array = ["tok", "en"] * 3000, gguf.GGUFValueType.ARRAY
     first = ours._pack_val(strings, array, True, gguf.GGUFValueType.STRING)
     assert first == plain._pack_val(strings, array, True, gguf.GGUFValueType.STRING)
