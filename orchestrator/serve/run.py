@@ -8,9 +8,10 @@ signal follows the process's life) and uvicorn serving ``orchestrator.serve.app.
 What the person sees goes through a ``Display`` the caller provides.
 
 SIGINT/SIGTERM: ``Served.draining = True`` (new requests get 503), in-flight requests get up
-to ``server.timeouts.shutdown_grace`` seconds, then the server and the children stop. A second
-signal skips the wait. ``run.json`` (see ``orchestrator.host.statefile``) is published while
-running and removed on exit.
+to ``server.timeouts.shutdown_grace`` seconds, then the server and the children stop (prompt
+caches saved first, ``kv_persist``). A second signal skips the waits: the drain and the saves.
+``run.json`` (see ``orchestrator.host.statefile``) is published while running and removed on
+exit.
 """
 
 from __future__ import annotations
@@ -188,7 +189,8 @@ def _publish(config: Config, supervisor: Supervisor, url: str, started: float) -
 
 
 class _Signals:
-    """SIGINT/SIGTERM while ``up`` runs: the first starts draining, a second skips the drain wait."""
+    """SIGINT/SIGTERM while ``up`` runs: the first starts draining, a second skips the waits: the
+    drain's and the prompt-cache saves' before the children stop."""
 
     def __init__(self, served: Served) -> None:
         self.served = served
@@ -210,6 +212,9 @@ class _Signals:
         self.count += 1
         self.served.draining = True
         self.stop.set()
+        cache = self.served.router.prompt_cache
+        if self.count >= 2 and cache is not None:
+            cache.hurry.set()  # the prompt-cache saves before the stop give way too
 
 
 async def _serve(
@@ -247,7 +252,8 @@ async def _serve(
             server.should_exit = True
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(serve_task, timeout=supervisor.config.server.timeouts.shutdown_grace + 5)
-            display.note("stopping llama-server instances")
+            saving = any(m.kv_persist for m in supervisor.config.models)
+            display.note("stopping llama-server instances" + (saving * " (saving prompt caches: signal again to skip)"))
             await scheduler.close(supervisor.policy.stop_grace)
             await supervisor.stop(supervisor.policy.stop_grace)
         finally:

@@ -14,6 +14,9 @@ from typing import Any, Self
 import httpx
 
 SLOT_TIMEOUT = 600.0  # s: saving or restoring a 20,000-token prompt of a large model reads/writes GB
+# s: listing the slots is answered between two batches of the server's loop; a child that does not
+# answer in this long is frozen (SIGSTOP, a hung GPU), and a stop must not wait SLOT_TIMEOUT for it
+LIST_TIMEOUT = 30.0
 
 
 class SlotError(Exception):
@@ -56,7 +59,7 @@ class SlotClient:
         """``GET /slots``: one object per slot (``id``, ``n_ctx``, ``is_processing``, ...)."""
         try:
             async with self._client() as client:
-                resp = await client.get(f"{base_url}/slots")
+                resp = await client.get(f"{base_url}/slots", timeout=min(self._timeout, LIST_TIMEOUT))
             data = resp.json()
         except (httpx.HTTPError, ValueError) as err:
             raise SlotError(f"{base_url}/slots: {type(err).__name__}: {err}") from None

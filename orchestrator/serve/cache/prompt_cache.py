@@ -154,6 +154,9 @@ class PromptCache:
         self._watch: asyncio.Task[None] | None = None
         self._idle_saved: dict[str, tuple[float, float]] = {}  # model -> (its last_used then, when)
         self.sessions = Sessions()  # prompt-cache hits per client session (``status``)
+        # set by `orchestrator up` on a second stop signal: saves still running give way (the first
+        # signal's saves may wait on a slow disk or a frozen child; the user asked again to stop now)
+        self.hurry = asyncio.Event()
 
     @classmethod
     def attached(
@@ -191,10 +194,18 @@ class PromptCache:
         if reason == "shutdown" and self._watch is not None:
             self._watch.cancel()
         self._follow_config()
+        save = asyncio.ensure_future(self.kv.save(m.config, m.instances, reason))
+        hurry = asyncio.ensure_future(self.hurry.wait())
         try:
-            await self.kv.save(m.config, m.instances, reason)
-        except Exception:  # never block a stop
-            log.exception("kv: saving %s before %s failed", m.name, reason)
+            await asyncio.wait({save, hurry}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            hurry.cancel()
+            if not save.done():  # a second stop signal to `up` (or this stop cancelled): stop without it
+                save.cancel()
+                await asyncio.wait({save})
+                log.warning("kv: saving %s's slots before %s skipped", m.name, reason)
+        if not save.cancelled() and save.exception() is not None:  # never block a stop
+            log.error("kv: saving %s before %s failed", m.name, reason, exc_info=save.exception())
         for inst in m.instances:
             self.kv.holdings.clear(inst.name)
 

@@ -1,0 +1,73 @@
+"""Stopping ``orchestrator up`` never hangs on a prompt-cache save: a second signal skips the saves,
+and a child that does not answer its slot list is given up on after ``LIST_TIMEOUT``."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+import pytest
+from supervision_helpers import RunningUp, write_models_yaml
+
+from orchestrator.supervise import slot_client
+from orchestrator.supervise.slot_client import SlotClient, SlotError
+
+
+def _wait_for(path: Path, text: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while text not in path.read_text(errors="replace"):
+        assert time.monotonic() < deadline, f"no {text!r} in:\n{path.read_text(errors='replace')[-3000:]}"
+        time.sleep(0.1)
+
+
+@pytest.mark.native
+@pytest.mark.slow
+def test_a_second_signal_skips_a_save_that_waits_on_a_frozen_child(
+    tmp_path: Path, bin_info: Any, demo_model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A kv_persist model whose llama-server froze (SIGSTOP) after a request: the first SIGTERM's
+    save waits on the child's slot list; a second SIGTERM skips it, says so, and `up` stops the
+    frozen child (SIGKILL after the stop grace) well before the listing's own timeout would end."""
+    monkeypatch.setenv("ORCHESTRATOR_KV", str(tmp_path / "kv"))
+    config = write_models_yaml(tmp_path / "models.yaml", demo_model, shutdown_grace=5, extra="    kv_persist: true\n")
+    with RunningUp(config, tmp_path / "state") as up:
+        body = {"model": "demo", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 4}
+        answer = httpx.post(f"{up.run['endpoint']}/v1/chat/completions", json=body, timeout=120, trust_env=False)
+        assert answer.status_code == 200, answer.text  # a slot now holds a prompt worth saving
+        [pid] = up.instance_pids()
+        child = psutil.Process(pid)
+        os.kill(pid, signal.SIGSTOP)
+        assert up.proc is not None
+        up.proc.send_signal(signal.SIGTERM)
+        _wait_for(up.out, "saving prompt caches: signal again to skip", 60)
+        time.sleep(1)  # the save is now waiting on the frozen child's GET /slots
+        asked = time.monotonic()
+        up.proc.send_signal(signal.SIGTERM)
+        assert up.proc.wait(timeout=60) == 0
+        took = time.monotonic() - asked
+        # the stop grace (10 s) for the frozen child, not the slot list's 30 s plus that grace
+        assert took < slot_client.LIST_TIMEOUT - 5, took
+        assert "kv: saving demo's slots before shutdown skipped" in up.out.read_text()
+        assert not child.is_running() or child.status() == psutil.STATUS_ZOMBIE
+        assert not (up.state / "run.json").exists()
+
+
+def test_a_slot_list_that_never_comes_is_a_slot_error_after_the_list_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``GET /slots`` of a child that accepts and never answers: a ``SlotError`` after
+    ``LIST_TIMEOUT`` (not the 600 s a save or restore may take)."""
+    monkeypatch.setattr(slot_client, "LIST_TIMEOUT", 0.5)
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(1)
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        started = time.monotonic()
+        with pytest.raises(SlotError, match="/slots: ReadTimeout"):
+            asyncio.run(SlotClient().slots(url))
+        assert time.monotonic() - started < 10
