@@ -253,14 +253,16 @@ def read_header(path: Path, *, keep_string_arrays: tuple[str, ...] = ("tokenizer
         st = path.stat()
     except OSError as err:
         raise UserError(f"{path}: cannot read ({err.strerror or err})") from None
-    # the same file as last time (same inode, size and mtime): its header, read once. A plan reads
+    # the same file as last time (same inode, size, mtime and ctime: a write in place changes the
+    # ctime even when `cp -p` or `touch -r` puts the mtime back): its header, read once. A plan reads
     # each model's header for its facts and again for its template, and every reload plans again:
     # a Qwen tokenizer's 300,000 strings take 0.1-0.2 s of Python each time.
-    return _read_header_of(str(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, frozenset(keep_string_arrays))
+    stamp = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    return _read_header_of(str(path), stamp, frozenset(keep_string_arrays))
 
 
 @functools.lru_cache(maxsize=8)
-def _read_header_of(name: str, dev: int, inode: int, file_size: int, mtime_ns: int, keep: frozenset[str]) -> GGUFHeader:
+def _read_header_of(name: str, stamp: tuple[int, ...], keep: frozenset[str]) -> GGUFHeader:
     """``read_header`` of the file ``name`` as of that stat: shared between callers (never modify it)."""
     path = Path(name)
     try:
@@ -286,12 +288,12 @@ def _read_header_of(name: str, dev: int, inode: int, file_size: int, mtime_ns: i
         tensors=tensors,
         header_bytes=header_bytes,
         data_offset=data_offset,
-        file_size=file_size,
+        file_size=stamp[2],
         bytes_read=header_bytes,
     )
-    if tensors and header.data_end > file_size:
+    if tensors and header.data_end > header.file_size:
         raise UserError(
-            f"{path}: truncated GGUF file ({file_size:,} bytes, its tensors need {header.data_end:,})",
+            f"{path}: truncated GGUF file ({header.file_size:,} bytes, its tensors need {header.data_end:,})",
             hint="the download or copy is incomplete; fetch the file again",
         )
     return header

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import struct
+import time
 from pathlib import Path
 
 import gguf
@@ -71,9 +72,12 @@ def test_an_unchanged_file_is_read_once_and_a_changed_one_again(tmp_path: Path) 
     replaced = write_strings(tmp_path / "new.gguf", {"tokenizer.ggml.tokens": ["b"] * 80})
     os.replace(replaced, path)  # a new file under the old name
     assert read_header(path).metadata["tokenizer.ggml.tokens"] == ["b"] * 80
-    with path.open("r+b") as f:  # rewritten in place, same size: its mtime tells
+    before = path.stat()
+    assert read_header(path).metadata["after.arrays"] == 7
+    time.sleep(0.01)
+    with path.open("r+b") as f:  # rewritten in place, same size, and the old mtime put back (cp -p)
         f.seek(-4, os.SEEK_END)  # the u32 after the arrays, little-endian
         f.write(b"\x08")
-    stamp = path.stat().st_mtime_ns + 1_000_000
-    os.utime(path, ns=(stamp, stamp))
-    assert read_header(path).metadata["after.arrays"] == 8
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert path.stat().st_mtime_ns == before.st_mtime_ns and path.stat().st_size == before.st_size
+    assert read_header(path).metadata["after.arrays"] == 8  # its ctime tells
