@@ -71,10 +71,6 @@ PLAN_FLAGS: dict[str, str] = {
     "-cram": "cache_ram",
     "--cache-ram": "cache_ram",
     "--spec-draft-sampling": "speculative.sampling",
-    "-fit": "nothing (the plan sets -c and -ngl itself, so llama-server's --fit could change neither; the plan "
-    "turns it off, which saves loading the model's metadata again on every start)",
-    "--fit": "nothing (the plan sets -c and -ngl itself, so llama-server's --fit could change neither; the plan "
-    "turns it off, which saves loading the model's metadata again on every start)",
 }
 
 # Child environment variables that would override the plan (llama.cpp reads LLAMA_ARG_*).

@@ -269,12 +269,7 @@ def _replica(
         rpc=tuple(model.rpc),
         # streams never fall silent for long, a long prefill included (the proxy keeps a queue audible)
         sse_ping=SSE_PING_S if "--sse-ping-interval" in capabilities.flags else None,
-        # llama-server's --fit (on by default) loads the model's metadata and vocabulary once more
-        # before the real load, and again for a draft or MTP head, to lower -c and -ngl where they are
-        # unset. The plan always sets -c, sets -ngl for every GPU instance and hides the GPUs from a CPU
-        # one, so it can change nothing here: off saves that load on every start and swap (the demo
-        # model: 1.3 -> 0.5 CPU-s per start).
-        fit=False if "--fit" in capabilities.flags else None,
+        fit=_fit(model, build, capabilities, assigned),
         chat_template_file=p.template[0],
         template_kwargs=p.template[1],
         reasoning_preserve=_reasoning_preserve(model, capabilities),
@@ -283,6 +278,30 @@ def _replica(
     env = _env(build, capabilities.backend, model, assigned)
     protocol = build.manifest.get("rpc_protocol") if model.rpc else None
     return InstanceSpec(f"{model.name}-{r}", model.name, r, assigned, env, server, tuple(p.notes), protocol)
+
+
+# a model's own fit settings (common/arg.cpp): with any of them, the fit is the model's
+_FIT_FLAGS = ("-fit", "--fit", "-fitt", "--fit-target", "-fitc", "--fit-ctx")
+
+
+def _fit(
+    model: ModelConfig, build: BuildInfo, capabilities: ServerCapabilities, assigned: tuple[int, ...]
+) -> bool | None:
+    """False (``--fit off``) where llama-server's memory fit could change nothing; None leaves it be.
+
+    The fit (on by default at the pin, common/fit.cpp) loads the model's metadata and vocabulary
+    once more before the real load, and again for a draft or MTP head, to lower ``-c`` and
+    ``-ngl`` where they are unset. The plan always sets ``-c``; it sets ``-ngl`` for every GPU
+    instance, and our own CPU build has no GPU while a CPU replica of our CUDA build sees none
+    (``CUDA_VISIBLE_DEVICES``). Off there saves that load on every start and swap (the demo model:
+    1.3 -> 0.5 CPU-s). An adopted llama-server the plan places no layers for (a Vulkan or ROCm build
+    it cannot see into) keeps its fit, and so does a model whose ``extra_args`` or ``env`` set one."""
+    if "--fit" not in capabilities.flags or "LLAMA_ARG_FIT" in model.env:
+        return None
+    if any(arg.split("=", 1)[0] in _FIT_FLAGS for arg in model.extra_args):
+        return None
+    ours = not build.manifest.get("adopted") and build.manifest.get("backend") in ("cpu", "cuda")
+    return False if assigned or model.rpc or ours else None
 
 
 def _reasoning_preserve(model: ModelConfig, capabilities: ServerCapabilities) -> bool | None:

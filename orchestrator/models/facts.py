@@ -11,6 +11,7 @@ one place and returns a default when a key is missing (after Ollama's ``fs/ggml/
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -18,7 +19,8 @@ from typing import Any, Literal
 
 from orchestrator.config.model_paths import SPLIT_RE
 from orchestrator.errors import UserError
-from orchestrator.models.gguf_header import ArraySummary, GGUFHeader, TensorInfo, read_header
+from orchestrator.models.gguf_header import ArraySummary, GGUFHeader, read_header
+from orchestrator.models.tensor_facts import TensorTypeShare, expert_layer_bytes, output_rows, tensor_types
 
 MtpKind = Literal["embedded", "draft-only", "none", "unsupported"]
 
@@ -39,14 +41,6 @@ def fork_upstream(arch: str) -> str | None:
 
 # Hybrid architectures whose non-attention layers are gated-delta-net (recurrent) layers.
 HYBRID_ARCHS = {"qwen35", "qwen35moe", "qwen3next"}
-
-
-@dataclass
-class TensorTypeShare:
-    """How many tensors of one ggml type a model has and how many bytes they take."""
-
-    count: int = 0
-    bytes: int = 0
 
 
 @dataclass
@@ -270,7 +264,24 @@ def read_model_facts(path: Path) -> ModelFacts:
             corrupt or truncated file (see ``gguf_header.read_header``), or no
             ``general.architecture`` key.
     """
-    files, headers, meta = _read_headers(Path(path))
+    files = split_parts(Path(path))
+    stamps: list[tuple[Any, ...]] = []
+    for part in files:
+        try:
+            st = part.stat()
+        except OSError:
+            stamps = []  # missing or unreadable: read_header says what is wrong
+            break
+        stamps.append((str(part), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
+    # the same files as last time: the same facts. A plan reads every model's facts, and every
+    # reload, `status` or folder scan plans again; a Qwen tokenizer alone is 0.1-0.2 s of Python
+    return _facts_of(str(path), tuple(stamps)) if stamps else _facts_of.__wrapped__(str(path), ())
+
+
+@functools.lru_cache(maxsize=64)
+def _facts_of(name: str, stamps: tuple[tuple[Any, ...], ...]) -> ModelFacts:
+    """``read_model_facts`` of ``name`` as of ``stamps`` (each part's stat): shared, never modify it."""
+    files, headers, meta = _read_headers(Path(name))
     first, arch = headers[0], meta.arch
     tensors = [t for h in headers for t in h.tensors]
     block_count = meta.arch_int("block_count", 0) or 0
@@ -289,7 +300,7 @@ def read_model_facts(path: Path) -> ModelFacts:
         architecture=arch,
         name=meta.string("general.name"),
         parameter_count=sum(t.n_elements for t in tensors),
-        tensor_types=_tensor_types(tensors),
+        tensor_types=tensor_types(tensors),
         context_length=meta.arch_int("context_length"),
         embedding_length=meta.arch_int("embedding_length"),
         block_count=block_count,
@@ -311,8 +322,8 @@ def read_model_facts(path: Path) -> ModelFacts:
         chat_template=_template(meta),
         tokenizer=_tokenizer(meta),
         split_count=len(files),
-        output_rows=_output_rows(tensors),
-        expert_layer_bytes=_expert_layer_bytes(tensors, block_count),
+        output_rows=output_rows(tensors),
+        expert_layer_bytes=expert_layer_bytes(tensors, block_count),
         projector=_projector(meta) if arch == "clip" else None,
     )
 
@@ -332,35 +343,6 @@ def _projector(meta: _Meta) -> dict[str, Any]:
         "vision_blocks": meta.integer("clip.vision.block_count"),
         "tokens_per_image": (image // patch) ** 2 if image and patch else None,
     }
-
-
-def _output_rows(tensors: list[TensorInfo]) -> int:
-    """Vocabulary rows of ``output.weight`` (``token_embd.weight`` when the output is tied)."""
-    by_name = {t.name: t for t in tensors}
-    found = by_name.get("output.weight") or by_name.get("token_embd.weight")
-    return found.shape[1] if found is not None and len(found.shape) > 1 else 0
-
-
-def _expert_layer_bytes(tensors: list[TensorInfo], block_count: int) -> tuple[int, ...]:
-    """Bytes of the routed expert tensors (``blk.N.ffn_{gate,up,down,gate_up}_exps``) per block:
-    what ``--n-cpu-moe N`` keeps in CPU memory for the first N blocks."""
-    per = [0] * block_count
-    for t in tensors:
-        parts = t.name.split(".")
-        expert = len(parts) > 2 and parts[0] == "blk" and parts[2].endswith("_exps") and parts[1].isdigit()
-        if expert and int(parts[1]) < block_count:
-            per[int(parts[1])] += t.nbytes or 0
-    return tuple(per) if any(per) else ()
-
-
-def _tensor_types(tensors: list[TensorInfo]) -> dict[str, TensorTypeShare]:
-    """Count and bytes per ggml type, largest share first."""
-    types: dict[str, TensorTypeShare] = {}
-    for t in tensors:
-        share = types.setdefault(t.type_name, TensorTypeShare())
-        share.count += 1
-        share.bytes += t.nbytes or 0
-    return dict(sorted(types.items(), key=lambda kv: -kv[1].bytes))
 
 
 def _head_dims(meta: _Meta) -> tuple[int | None, int | None, int | None]:

@@ -257,8 +257,11 @@ def read_header(path: Path, *, keep_string_arrays: tuple[str, ...] = ("tokenizer
     # ctime even when `cp -p` or `touch -r` puts the mtime back): its header, read once. A plan reads
     # each model's header for its facts and again for its template, and every reload plans again:
     # a Qwen tokenizer's 300,000 strings take 0.1-0.2 s of Python each time.
+    # Only headers without kept string arrays are kept: a Qwen tokenizer's token list is about
+    # 23 MiB of Python strings (read_model_facts keeps its facts instead, models/facts.py).
     stamp = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-    return _read_header_of(str(path), stamp, frozenset(keep_string_arrays))
+    read = _read_header_of.__wrapped__ if keep_string_arrays else _read_header_of
+    return read(str(path), stamp, frozenset(keep_string_arrays))
 
 
 @functools.lru_cache(maxsize=8)

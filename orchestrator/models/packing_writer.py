@@ -5,8 +5,9 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-# the packed bytes of the tokenizer's big arrays, by (id, type, endianness): (the array, its bytes)
-_PACKED: dict[tuple[Any, ...], tuple[Any, bytes]] = {}
+# the packed bytes of the tokenizer's big arrays, by (id, type, endianness): (the array, a hash of its
+# items, its bytes)
+_PACKED: dict[tuple[Any, ...], tuple[Any, int, bytes]] = {}
 
 
 @functools.cache
@@ -24,11 +25,12 @@ def packing_writer() -> Any:
             if not (isinstance(val, list) and len(val) > 4096):
                 return bytes(super()._pack_val(val, vtype, add_vtype, sub_type))
             key = (id(val), vtype, add_vtype, sub_type, self.endianess)
+            seal = hash(tuple(val))  # a few ms: a list changed in place since is packed again
             hit = _PACKED.get(key)
-            if hit is None or hit[0] is not val:
+            if hit is None or hit[0] is not val or hit[1] != seal:
                 if len(_PACKED) >= 16:  # vocabularies of earlier sources: let them go
                     _PACKED.clear()
-                hit = _PACKED[key] = (val, bytes(super()._pack_val(val, vtype, add_vtype, sub_type)))
-            return hit[1]
+                hit = _PACKED[key] = (val, seal, bytes(super()._pack_val(val, vtype, add_vtype, sub_type)))
+            return hit[2]
 
     return Writer

@@ -9,7 +9,7 @@ What the person sees goes through a ``Display`` the caller provides.
 
 SIGINT/SIGTERM: ``Served.draining = True`` (new requests get 503), in-flight requests get up
 to ``server.timeouts.shutdown_grace`` seconds, then the server and the children stop (prompt
-caches saved first, ``kv_persist``). A second signal skips the waits: the drain and the saves.
+caches saved first, ``kv_persist``). A second signal skips the drain; one during the saves skips them.
 ``run.json`` (see ``orchestrator.host.statefile``) is published while running and removed on
 exit.
 """
@@ -189,13 +189,14 @@ def _publish(config: Config, supervisor: Supervisor, url: str, started: float) -
 
 
 class _Signals:
-    """SIGINT/SIGTERM while ``up`` runs: the first starts draining, a second skips the waits: the
-    drain's and the prompt-cache saves' before the children stop."""
+    """SIGINT/SIGTERM while ``up`` runs: the first starts draining, a second skips the drain's wait,
+    and one while the prompt caches are being saved before the children stop skips the saves."""
 
     def __init__(self, served: Served) -> None:
         self.served = served
         self.count = 0
         self.stop = asyncio.Event()
+        self.saving = False  # the stop's prompt-cache saves began (the note asking for a signal is out)
 
     def __enter__(self) -> _Signals:
         loop = asyncio.get_running_loop()
@@ -213,8 +214,9 @@ class _Signals:
         self.served.draining = True
         self.stop.set()
         cache = self.served.router.prompt_cache
-        if self.count >= 2 and cache is not None:
-            cache.hurry.set()  # the prompt-cache saves before the stop give way too
+        if self.saving and cache is not None:
+            # only a signal after the saves began: a quick double Ctrl-C skips the drain, not them
+            cache.hurry.set()
 
 
 async def _serve(
@@ -254,6 +256,7 @@ async def _serve(
                 await asyncio.wait_for(serve_task, timeout=supervisor.config.server.timeouts.shutdown_grace + 5)
             saving = any(m.kv_persist for m in supervisor.config.models)
             display.note("stopping llama-server instances" + (saving * " (saving prompt caches: signal again to skip)"))
+            signals.saving = True
             await scheduler.close(supervisor.policy.stop_grace)
             await supervisor.stop(supervisor.policy.stop_grace)
         finally:

@@ -15,7 +15,9 @@ import httpx
 
 SLOT_TIMEOUT = 600.0  # s: saving or restoring a 20,000-token prompt of a large model reads/writes GB
 # s: listing the slots is answered between two batches of the server's loop; a child that does not
-# answer in this long is frozen (SIGSTOP, a hung GPU), and a stop must not wait SLOT_TIMEOUT for it
+# answer in this long is frozen (SIGSTOP, a hung GPU), and a stop must not wait SLOT_TIMEOUT for it.
+# The prompt cache lists with at least server.timeouts.stall: a model whose one batch is slower
+# than this has that raised (serve/cache/prompt_cache.py)
 LIST_TIMEOUT = 30.0
 
 
@@ -27,8 +29,9 @@ class SlotClient:
     """The slot routes of any number of llama-servers (by base URL). Each call has its own
     connection: the calls are rare (loads and stops) and may come after the proxy's pools closed."""
 
-    def __init__(self, timeout: float = SLOT_TIMEOUT) -> None:
+    def __init__(self, timeout: float = SLOT_TIMEOUT, list_timeout: float | None = None) -> None:
         self._timeout = timeout
+        self._list_timeout = list_timeout  # None: LIST_TIMEOUT (read per call)
         self._auth: httpx.Auth | None = None
 
     def for_child(self, auth: httpx.Auth | None) -> Self:
@@ -59,7 +62,8 @@ class SlotClient:
         """``GET /slots``: one object per slot (``id``, ``n_ctx``, ``is_processing``, ...)."""
         try:
             async with self._client() as client:
-                resp = await client.get(f"{base_url}/slots", timeout=min(self._timeout, LIST_TIMEOUT))
+                wait = LIST_TIMEOUT if self._list_timeout is None else self._list_timeout
+                resp = await client.get(f"{base_url}/slots", timeout=min(self._timeout, wait))
             data = resp.json()
         except (httpx.HTTPError, ValueError) as err:
             raise SlotError(f"{base_url}/slots: {type(err).__name__}: {err}") from None

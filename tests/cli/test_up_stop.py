@@ -59,6 +59,29 @@ def test_a_second_signal_skips_a_save_that_waits_on_a_frozen_child(
         assert not (up.state / "run.json").exists()
 
 
+@pytest.mark.native
+@pytest.mark.slow
+def test_a_quick_double_signal_skips_the_drain_but_still_saves(
+    tmp_path: Path, bin_info: Any, demo_model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two Ctrl-C in a row (before the saves began) skip only the drain: the slot is saved."""
+    kv = tmp_path / "kv"
+    monkeypatch.setenv("ORCHESTRATOR_KV", str(kv))
+    config = write_models_yaml(tmp_path / "models.yaml", demo_model, shutdown_grace=5, extra="    kv_persist: true\n")
+    with RunningUp(config, tmp_path / "state") as up:
+        body = {"model": "demo", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 4}
+        answer = httpx.post(f"{up.run['endpoint']}/v1/chat/completions", json=body, timeout=120, trust_env=False)
+        assert answer.status_code == 200, answer.text
+        assert up.proc is not None
+        up.proc.send_signal(signal.SIGINT)
+        time.sleep(0.005)
+        up.proc.send_signal(signal.SIGINT)
+        assert up.proc.wait(timeout=120) == 0
+    out = up.out.read_text()
+    assert "skipped" not in out, out[-2000:]
+    assert [p for p in (kv / "demo").glob("*.bin") if p.stat().st_size > 0], sorted(kv.rglob("*"))
+
+
 def test_a_slot_list_that_never_comes_is_a_slot_error_after_the_list_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
     """``GET /slots`` of a child that accepts and never answers: a ``SlotError`` after
     ``LIST_TIMEOUT`` (not the 600 s a save or restore may take)."""

@@ -199,14 +199,17 @@ def test_each_plan_flag_names_its_key(flag: str, key: str) -> None:
         ModelConfig(name="m", path="m.gguf", extra_args=[flag, "x"])
 
 
-@pytest.mark.parametrize("flag", ["-fit", "--fit", "--metrics", "-lv"])
+@pytest.mark.parametrize("flag", ["--metrics", "-lv", "--sse-ping-interval"])
 def test_a_plan_flag_no_key_controls_says_why(flag: str) -> None:
-    """``--fit`` and the like have no models.yaml key: the error says why the plan sets them."""
+    """``--metrics`` and the like have no models.yaml key: the error says why the plan sets them."""
     with pytest.raises(ValueError, match=f"{flag} is set by the launch plan, and no models.yaml key changes it: ") as e:
-        ModelConfig(name="m", path="m.gguf", extra_args=[flag, "on"])
+        ModelConfig(name="m", path="m.gguf", extra_args=[flag, "4"])
     assert "use the models.yaml key" not in str(e.value)
-    if "fit" in flag:
-        assert "llama-server's --fit could change neither" in str(e.value)
+
+
+def test_a_fit_of_its_own_is_a_models_choice() -> None:
+    """``--fit`` is the plan's default (off where it could change nothing), not its own: a model may set it."""
+    assert ModelConfig(name="m", path="m.gguf", extra_args=["--fit", "on", "-fitt", "2048"]).extra_args[1] == "on"
 
 
 def test_plan_env_in_env_is_refused(tmp_path: Path) -> None:

@@ -426,18 +426,38 @@ def test_the_pinned_build_really_has_the_flags_the_plan_uses(real_build: build_m
         assert flag in found.flags, flag
 
 
-def test_fit_is_off_where_the_binary_has_the_flag_and_left_out_where_it_has_not(
+def test_fit_is_off_where_it_could_change_nothing_and_left_to_the_user_or_an_adopted_build(
     tmp_path: Path, native: build_mod.BuildInfo
 ) -> None:
-    """llama-server's --fit could only lower -c and -ngl, which the plan always sets: off saves a load of
-    the model's metadata per start. A llama-server without the flag (an adopted older one) gets none."""
+    """llama-server's --fit could only lower -c and -ngl: off for our own build (the plan sets -c,
+    and -ngl or no GPU), saving a load of the model's metadata per start. Left out for a binary
+    without the flag, for a model that sets a fit itself, and for an adopted build the plan places
+    no layers for (a Vulkan or ROCm build: its fit is what keeps a big model off a small GPU)."""
     write_gguf(tmp_path / "mtp.gguf", nextn=1)
-    config = config_for(tmp_path, ModelConfig(name="demo", path="mtp.gguf"))
+    model = ModelConfig(name="demo", path="mtp.gguf")
     listed = dataclasses.replace(caps(native), flags=frozenset({"--fit", "--spec-type"}))
-    [spec] = plan_launch(config, gpus=[], build=native, capabilities=listed)
+    [spec] = plan_launch(config_for(tmp_path, model), gpus=[], build=native, capabilities=listed)
     assert after(spec.argv, "--fit") == "off" and spec.argv.count("--fit") == 1
-    [old] = plan_launch(config, gpus=[], build=native, capabilities=caps(native))
+    [old] = plan_launch(config_for(tmp_path, model), gpus=[], build=native, capabilities=caps(native))
     assert "--fit" not in old.argv and "-fit" not in old.argv
+    for own in (["--fit", "on"], ["-fit", "on"], ["--fit=on"], ["-fitt", "2048", "--fit", "on"], ["-fitc", "8192"]):
+        [users] = plan_launch(
+            config_for(tmp_path, model.model_copy(update={"extra_args": own})),
+            gpus=[],
+            build=native,
+            capabilities=listed,
+        )
+        assert users.argv[-len(own) :] == tuple(own) and "off" not in users.argv, users.argv
+    [by_env] = plan_launch(
+        config_for(tmp_path, model.model_copy(update={"env": {"LLAMA_ARG_FIT": "on"}})),
+        gpus=[],
+        build=native,
+        capabilities=listed,
+    )
+    assert "--fit" not in by_env.argv and by_env.env["LLAMA_ARG_FIT"] == "on"
+    adopted = dataclasses.replace(native, manifest={"adopted": True, "patches": []})
+    [theirs] = plan_launch(config_for(tmp_path, model), gpus=[], build=adopted, capabilities=listed)
+    assert "--fit" not in theirs.argv and "-ngl" not in theirs.argv
 
 
 def test_every_flag_the_plan_renders_is_refused_in_extra_args(tmp_path: Path, cuda_build: build_mod.BuildInfo) -> None:
@@ -457,7 +477,8 @@ def test_every_flag_the_plan_renders_is_refused_in_extra_args(tmp_path: Path, cu
     )
     rendered = {a for a in spec.argv[1:] if a.startswith("-") and not a[1:].replace(".", "").isdigit()}
     assert "--tensor-split" in rendered and "-md" in rendered and "--fit" in rendered
-    assert rendered <= set(PLAN_FLAGS), rendered - set(PLAN_FLAGS)
+    # the one exception: --fit off is a default a model's own --fit replaces (the test above)
+    assert rendered - {"--fit"} <= set(PLAN_FLAGS), rendered - set(PLAN_FLAGS)
 
 
 def test_spec_off_and_k_overrides(tmp_path: Path, native: build_mod.BuildInfo) -> None:

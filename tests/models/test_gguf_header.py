@@ -8,11 +8,13 @@ import time
 from pathlib import Path
 
 import gguf
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from orchestrator.errors import UserError
+from orchestrator.models.facts import read_model_facts
 from orchestrator.models.gguf_header import ArraySummary, read_header
 
 
@@ -66,18 +68,42 @@ def test_a_header_cut_inside_a_string_array_is_a_truncated_header(tmp_path: Path
 
 def test_an_unchanged_file_is_read_once_and_a_changed_one_again(tmp_path: Path) -> None:
     path = write_strings(tmp_path / "m.gguf", {"tokenizer.ggml.tokens": ["a"] * 70})
-    first = read_header(path)
-    assert read_header(path) is first  # the same file: the same header, not parsed again
-    assert read_header(path, keep_string_arrays=()) is not first  # another question: read for it
+    first = read_header(path, keep_string_arrays=())
+    assert read_header(path, keep_string_arrays=()) is first  # the same file: the same header, not parsed again
+    # one that keeps a string array (a tokenizer's token list: tens of MiB) is never kept
+    kept = read_header(path)
+    assert kept.metadata["tokenizer.ggml.tokens"] == ["a"] * 70 and read_header(path) is not kept
     replaced = write_strings(tmp_path / "new.gguf", {"tokenizer.ggml.tokens": ["b"] * 80})
     os.replace(replaced, path)  # a new file under the old name
-    assert read_header(path).metadata["tokenizer.ggml.tokens"] == ["b"] * 80
+    assert read_header(path, keep_string_arrays=()).metadata["tokenizer.ggml.tokens"] == ArraySummary(8, 80)
     before = path.stat()
-    assert read_header(path).metadata["after.arrays"] == 7
+    assert read_header(path, keep_string_arrays=()).metadata["after.arrays"] == 7
     time.sleep(0.01)
     with path.open("r+b") as f:  # rewritten in place, same size, and the old mtime put back (cp -p)
         f.seek(-4, os.SEEK_END)  # the u32 after the arrays, little-endian
         f.write(b"\x08")
     os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
     assert path.stat().st_mtime_ns == before.st_mtime_ns and path.stat().st_size == before.st_size
-    assert read_header(path).metadata["after.arrays"] == 8  # its ctime tells
+    assert read_header(path, keep_string_arrays=()).metadata["after.arrays"] == 8  # its ctime tells
+
+
+def write_model(path: Path, name: str) -> Path:
+    """A one-tensor llama GGUF named ``name`` with a 100-token vocabulary."""
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_name(name)
+    w.add_array("tokenizer.ggml.tokens", [f"t{i}" for i in range(100)])
+    w.add_tensor("token_embd.weight", np.zeros((8, 32), dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def test_a_models_facts_are_read_once_per_unchanged_file(tmp_path: Path) -> None:
+    """``read_model_facts`` keeps the facts (small), not the header's token list."""
+    path = write_model(tmp_path / "m.gguf", "first")
+    facts = read_model_facts(path)
+    assert facts.name == "first" and facts.tokenizer.vocab_size == 100 and read_model_facts(path) is facts
+    write_model(tmp_path / "m.gguf", "other")
+    assert read_model_facts(path).name == "other"

@@ -56,6 +56,13 @@ def test_the_writer_packs_a_big_array_once_and_never_returns_another_lists_bytes
         strings = [f"t{round_}", "x"] * 3000
         want = plain._pack_val(strings, array, True, gguf.GGUFValueType.STRING)
         assert ours._pack_val(strings, array, True, gguf.GGUFValueType.STRING) == want
+    packed = ours._pack_val(strings, array, True, gguf.GGUFValueType.STRING)
+    strings[0] = "changed in place"  # the same list object, other items: packed anew
+    want = plain._pack_val(strings, array, True, gguf.GGUFValueType.STRING)
+    assert ours._pack_val(strings, array, True, gguf.GGUFValueType.STRING) == want != packed
+    strings.append("one more")
+    want = plain._pack_val(strings, array, True, gguf.GGUFValueType.STRING)
+    assert ours._pack_val(strings, array, True, gguf.GGUFValueType.STRING) == want
     small = ["a", "b"]  # small arrays and other values go through the plain writer
     assert ours._pack_val(small, array, True, gguf.GGUFValueType.STRING) == plain._pack_val(
         small, array, True, gguf.GGUFValueType.STRING

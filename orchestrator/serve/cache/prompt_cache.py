@@ -39,6 +39,7 @@ from orchestrator.supervise.affinity import Choice, Replica, SlotHoldings
 from orchestrator.supervise.kv_files import KvStore
 from orchestrator.supervise.kv_persist import KvPersistence
 from orchestrator.supervise.model_state import ModelState
+from orchestrator.supervise.slot_client import LIST_TIMEOUT, SlotClient
 from orchestrator.supervise.states import SERVING
 
 if TYPE_CHECKING:
@@ -149,7 +150,9 @@ class PromptCache:
         self.config = config
         self.supervisor = supervisor
         store = KvStore(root or kv_root(), config.server.kv_disk_budget)
-        self.kv = KvPersistence(store, config.models, warm_tokens=warm_tokens_for(config, self._gguf))
+        # a slot list waits as long as the stall watch would for one batch (at least LIST_TIMEOUT)
+        lists = SlotClient(list_timeout=max(LIST_TIMEOUT, config.server.timeouts.stall))
+        self.kv = KvPersistence(store, config.models, warm_tokens=warm_tokens_for(config, self._gguf), client=lists)
         self._scheduler: ModelScheduler | None = None
         self._watch: asyncio.Task[None] | None = None
         self._idle_saved: dict[str, tuple[float, float]] = {}  # model -> (its last_used then, when)
