@@ -170,10 +170,10 @@ class _Reader:
             if len(buf) - at < 8:
                 buf, at = self._refill(buf, at, 8), 0
             (size,) = _U64.unpack_from(buf, at)
-            if size > _MAX_STRING:
-                raise UserError(f"{self.path}: corrupt GGUF header (string of {size:,} bytes at byte {self.pos:,})")
             at += 8
             self.pos += 8
+            if size > _MAX_STRING:  # at the byte after the length, as string_bytes says it
+                raise UserError(f"{self.path}: corrupt GGUF header (string of {size:,} bytes at byte {self.pos:,})")
             if len(buf) - at < size:
                 buf, at = self._refill(buf, at, size), 0
             if keep:
