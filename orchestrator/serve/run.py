@@ -9,7 +9,8 @@ What the person sees goes through a ``Display`` the caller provides.
 
 SIGINT/SIGTERM: ``Served.draining = True`` (new requests get 503), in-flight requests get up
 to ``server.timeouts.shutdown_grace`` seconds, then the server and the children stop (prompt
-caches saved first, ``kv_persist``). A second signal skips the drain; one during the saves skips them.
+caches saved first, ``kv_persist``). A second signal skips the waits for in-flight responses
+(the drain's and uvicorn's; the children's stop ends them); one during the saves skips those.
 ``run.json`` (see ``orchestrator.host.statefile``) is published while running and removed on
 exit.
 """
@@ -197,6 +198,7 @@ class _Signals:
         self.count = 0
         self.stop = asyncio.Event()
         self.saving = False  # the stop's prompt-cache saves began (the note asking for a signal is out)
+        self.again = asyncio.Event()  # a second signal: no more waiting for in-flight responses
 
     def __enter__(self) -> _Signals:
         loop = asyncio.get_running_loop()
@@ -213,6 +215,8 @@ class _Signals:
         self.count += 1
         self.served.draining = True
         self.stop.set()
+        if self.count >= 2:
+            self.again.set()
         cache = self.served.router.prompt_cache
         if self.saving and cache is not None:
             # only a signal after the saves began: a quick double Ctrl-C skips the drain, not them
@@ -251,14 +255,13 @@ async def _serve(
             exit_code = await _watch(config, scheduler, url, started, display, serve_task, signals.stop)
             await reloading.stop()  # a reload backlog never delays the shutdown
             await _drain(supervisor, display, signals)
-            server.should_exit = True
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(serve_task, timeout=supervisor.config.server.timeouts.shutdown_grace + 5)
+            await _stop_http(server, serve_task, signals, supervisor.config.server.timeouts.shutdown_grace + 5)
             saving = any(m.kv_persist for m in supervisor.config.models)
             display.note("stopping llama-server instances" + (saving * " (saving prompt caches: signal again to skip)"))
             signals.saving = True
             await scheduler.close(supervisor.policy.stop_grace)
             await supervisor.stop(supervisor.policy.stop_grace)
+            await _http_stopped(serve_task)
         finally:
             supervisor.kill_now()
             display.stop()
@@ -325,6 +328,27 @@ def _announce(scheduler: ModelScheduler, display: Display, url: str, started: fl
         return False
     display.ready(url, time.time() - started)
     return True
+
+
+async def _stop_http(server: Any, serve_task: asyncio.Task[None], signals: _Signals, timeout: float) -> None:
+    """Tell uvicorn to stop and wait until it did, for up to ``timeout`` s: it waits for open
+    responses (a stream in flight) first. A second signal ends this wait (uvicorn goes on waiting:
+    the children stop next, which ends those responses, and ``_http_stopped`` waits for it)."""
+    server.should_exit = True
+    again = asyncio.ensure_future(signals.again.wait())
+    try:
+        await asyncio.wait({serve_task, again}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        again.cancel()
+
+
+async def _http_stopped(serve_task: asyncio.Task[None]) -> None:
+    """uvicorn's end, after the children stopped (their responses ended): at most 10 s more."""
+    done, _ = await asyncio.wait({serve_task}, timeout=10)
+    if not done:
+        serve_task.cancel()
+    with contextlib.suppress(BaseException):
+        await serve_task
 
 
 async def _drain(supervisor: Supervisor, display: Display, signals: _Signals) -> None:

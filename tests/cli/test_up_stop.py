@@ -7,6 +7,7 @@ import asyncio
 import os
 import signal
 import socket
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -61,24 +62,51 @@ def test_a_second_signal_skips_a_save_that_waits_on_a_frozen_child(
 
 @pytest.mark.native
 @pytest.mark.slow
-def test_a_quick_double_signal_skips_the_drain_but_still_saves(
+def test_a_second_signal_during_the_drain_skips_it_but_still_saves(
     tmp_path: Path, bin_info: Any, demo_model: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Two Ctrl-C in a row (before the saves began) skip only the drain: the slot is saved."""
+    """A second Ctrl-C while an in-flight stream drains (before any save began) skips the drain
+    and the wait for that stream, not the saves: the idle slot is saved. The long stream keeps the
+    drain waiting, so the second signal cannot race the saves."""
     kv = tmp_path / "kv"
     monkeypatch.setenv("ORCHESTRATOR_KV", str(kv))
-    config = write_models_yaml(tmp_path / "models.yaml", demo_model, shutdown_grace=5, extra="    kv_persist: true\n")
+    config = tmp_path / "models.yaml"  # 16,000 tokens a slot: the stream outlasts the test
+    config.write_text(
+        "server: {host: 127.0.0.1, port: 0, timeouts: {load: 120, shutdown_grace: 300}}\n"
+        f"models:\n  - {{name: demo, path: {demo_model}, ctx_size: 32768, parallel: 2, threads: 1, kv_persist: true, "
+        "allow_ctx_beyond_trained: true}\n"
+    )
     with RunningUp(config, tmp_path / "state") as up:
+        url = f"{up.run['endpoint']}/v1/chat/completions"
+        first, errors = threading.Event(), []
+
+        def stream() -> None:  # one slot busy through the drain
+            long = {"model": "demo", "messages": [{"role": "user", "content": "go on"}], "max_tokens": 16000}
+            try:
+                with httpx.stream("POST", url, json={**long, "stream": True}, timeout=300, trust_env=False) as r:
+                    for _ in r.iter_lines():
+                        first.set()
+            except httpx.HTTPError as err:  # the stop cuts it: expected
+                errors.append(err)
+
+        reader = threading.Thread(target=stream)
+        reader.start()
+        assert first.wait(60)
         body = {"model": "demo", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 4}
-        answer = httpx.post(f"{up.run['endpoint']}/v1/chat/completions", json=body, timeout=120, trust_env=False)
+        answer = httpx.post(url, json=body, timeout=120, trust_env=False)  # the other slot, then idle
         assert answer.status_code == 200, answer.text
         assert up.proc is not None
         up.proc.send_signal(signal.SIGINT)
-        time.sleep(0.005)
+        _wait_for(up.out, "draining: waiting up to 300 s", 60)  # the stream is in flight
+        assert "saving prompt caches" not in up.out.read_text()
+        asked = time.monotonic()
         up.proc.send_signal(signal.SIGINT)
         assert up.proc.wait(timeout=120) == 0
+        # neither the stream's end (16,000 tokens) nor the 300 s grace: the drain and uvicorn's wait skipped
+        assert time.monotonic() - asked < 15
+        reader.join(60)
     out = up.out.read_text()
-    assert "skipped" not in out, out[-2000:]
+    assert "skipped" not in out and "Traceback" not in out, out[-2000:]
     assert [p for p in (kv / "demo").glob("*.bin") if p.stat().st_size > 0], sorted(kv.rglob("*"))
 
 
