@@ -30,18 +30,23 @@ def write_strings(path: Path, arrays: dict[str, list[str]]) -> Path:
     return path
 
 
-# short and long items, non-ASCII, empty; some over the reader's 1 MiB chunk and some crossing it
-_ITEM = st.one_of(
-    st.text(max_size=12),
-    st.integers(0, 3).map(lambda k: "x" * (k * 400_000 + 7)),
-)
+# short items (non-ASCII, empty), and up to 3 long ones (over the reader's 1 MiB chunk, or crossing it)
+# placed anywhere in either array
+_LONG = st.tuples(st.booleans(), st.integers(0, 200), st.integers(1, 3))
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(kept=st.lists(_ITEM, min_size=65, max_size=120), skipped=st.lists(_ITEM, min_size=65, max_size=120))
+@given(
+    kept=st.lists(st.text(max_size=12), min_size=65, max_size=120),
+    skipped=st.lists(st.text(max_size=12), min_size=65, max_size=120),
+    longs=st.lists(_LONG, max_size=3),
+)
 def test_string_arrays_read_back_kept_or_skipped_whatever_their_sizes(
-    tmp_path: Path, kept: list[str], skipped: list[str]
+    tmp_path: Path, kept: list[str], skipped: list[str], longs: list[tuple[bool, int, int]]
 ) -> None:
+    for in_kept, at, size in longs:
+        items = kept if in_kept else skipped
+        items.insert(at % (len(items) + 1), "x" * (size * 400_000 + 7))
     path = write_strings(tmp_path / "s.gguf", {"tokenizer.ggml.tokens": kept, "tokenizer.ggml.merges": skipped})
     header = read_header(path)
     assert header.metadata["tokenizer.ggml.tokens"] == kept
