@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from orchestrator.config.model_paths import SPLIT_RE
 from orchestrator.errors import UserError
-from orchestrator.models.gguf_header import ArraySummary, GGUFHeader, read_header
+from orchestrator.models.gguf_header import ArraySummary, GGUFHeader, file_stamp, read_header
 from orchestrator.models.tensor_facts import TensorTypeShare, expert_layer_bytes, output_rows, tensor_types
 
 MtpKind = Literal["embedded", "draft-only", "none", "unsupported"]
@@ -265,17 +265,13 @@ def read_model_facts(path: Path) -> ModelFacts:
             ``general.architecture`` key.
     """
     files = split_parts(Path(path))
-    stamps: list[tuple[Any, ...]] = []
-    for part in files:
-        try:
-            st = part.stat()
-        except OSError:
-            stamps = []  # missing or unreadable: read_header says what is wrong
-            break
-        stamps.append((str(part), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
+    try:
+        stamps = tuple((str(part), *file_stamp(part)) for part in files)
+    except OSError:  # unreadable: read_header says what is wrong
+        stamps = ()
     # the same files as last time: the same facts. A plan reads every model's facts, and every
     # reload, `status` or folder scan plans again; a Qwen tokenizer alone is 0.1-0.2 s of Python
-    return _facts_of(str(path), tuple(stamps)) if stamps else _facts_of.__wrapped__(str(path), ())
+    return _facts_of(str(path), stamps) if stamps else _facts_of.__wrapped__(str(path), ())
 
 
 @functools.lru_cache(maxsize=64)

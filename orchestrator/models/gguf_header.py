@@ -127,13 +127,6 @@ class _Reader:
         self.pos += n
         return data
 
-    def skip(self, n: int) -> None:
-        # read rather than seek so a short file is detected, and stay sequential
-        while n > 0:
-            chunk = min(n, 1 << 20)
-            self.read(chunk)
-            n -= chunk
-
     def unpack(self, fmt: str) -> Any:
         return struct.unpack(fmt, self.read(struct.calcsize(fmt)))[0]
 
@@ -250,18 +243,24 @@ def read_header(path: Path, *, keep_string_arrays: tuple[str, ...] = ("tokenizer
     if path.is_dir():
         raise UserError(f"{path}: is a directory, not a .gguf file")
     try:
-        st = path.stat()
+        stamp = file_stamp(path)
     except OSError as err:
         raise UserError(f"{path}: cannot read ({err.strerror or err})") from None
-    # the same file as last time (same inode, size, mtime and ctime: a write in place changes the
-    # ctime even when `cp -p` or `touch -r` puts the mtime back): its header, read once. A plan reads
+    # the same file as last time (``file_stamp``): its header, read once. A plan reads
     # each model's header for its facts and again for its template, and every reload plans again:
     # a Qwen tokenizer's 300,000 strings take 0.1-0.2 s of Python each time.
     # Only headers without kept string arrays are kept: a Qwen tokenizer's token list is about
     # 23 MiB of Python strings (read_model_facts keeps its facts instead, models/facts.py).
-    stamp = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
     read = _read_header_of.__wrapped__ if keep_string_arrays else _read_header_of
     return read(str(path), stamp, frozenset(keep_string_arrays))
+
+
+def file_stamp(path: Path) -> tuple[int, ...]:
+    """What tells one version of a file from another: device, inode, size, mtime and ctime (a
+    write in place changes the ctime even when ``cp -p`` or ``touch -r`` puts the mtime back).
+    Raises ``OSError`` as ``stat``."""
+    st = path.stat()
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
 
 
 @functools.lru_cache(maxsize=8)

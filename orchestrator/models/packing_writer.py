@@ -17,7 +17,8 @@ def packing_writer() -> Any:
     The writer packs an array item by item in Python: the copied tokenizer's 300,000 strings and
     151,936 token types were about 0.5 s of every tiny model's 0.9 s write, and a process (the
     tests, a gpu check) writes several. Only lists longer than 4096 items are kept, and a hit
-    must be the very same list object (``is``), so a reused ``id`` never returns stale bytes."""
+    must be the very same list object (``is``: a reused ``id`` is not a hit) with the same items
+    (a hash of them: a list changed in place is not a hit either)."""
     import gguf
 
     class Writer(gguf.GGUFWriter):

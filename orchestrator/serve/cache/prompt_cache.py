@@ -157,8 +157,8 @@ class PromptCache:
         self._watch: asyncio.Task[None] | None = None
         self._idle_saved: dict[str, tuple[float, float]] = {}  # model -> (its last_used then, when)
         self.sessions = Sessions()  # prompt-cache hits per client session (``status``)
-        # set by `orchestrator up` on a second stop signal: saves still running give way (the first
-        # signal's saves may wait on a slow disk or a frozen child; the user asked again to stop now)
+        # set by `orchestrator up` on a signal after its stop's saves began: saves still running give
+        # way (they may wait on a slow disk or a frozen child; the user asked again to stop now)
         self.hurry = asyncio.Event()
 
     @classmethod
@@ -203,7 +203,7 @@ class PromptCache:
             await asyncio.wait({save, hurry}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             hurry.cancel()
-            if not save.done():  # a second stop signal to `up` (or this stop cancelled): stop without it
+            if not save.done():  # a signal to `up` during the saves (or this stop cancelled): stop without it
                 save.cancel()
                 await asyncio.wait({save})
                 log.warning("kv: saving %s's slots before %s skipped", m.name, reason)
